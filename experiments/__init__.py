@@ -1,0 +1,1 @@
+"""Experiment definitions: one ml_collections `get_config()` file per experiment."""

@@ -1,0 +1,210 @@
+"""Flax (linen) building blocks of the Transformer (paper section 3).
+
+Modules own parameters; the maths lives in `attention`, `masks` and `positional`. Each
+module takes the frozen `t2t_jax.model.TransformerConfig` as `config`.
+"""
+
+import functools
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+import flax.linen as nn
+
+from t2t_jax import attention, masks, positional
+
+Array = jnp.ndarray
+xavier = nn.initializers.xavier_uniform()
+
+
+def _dense(config, features, axis=-1, name=None):
+  return nn.DenseGeneral(features=features, axis=axis, dtype=config.dtype,
+                         param_dtype=jnp.float32, kernel_init=xavier, name=name)
+
+
+class MultiHeadAttention(nn.Module):
+  """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(Q W^Q_i, K W^K_i, V W^V_i).
+
+  d_k = d_v = d_model / h. In decode mode the module keeps a key/value cache: for
+  self-attention the keys/values of the positions generated so far (written one position
+  per call at `cache_index`), for encoder-decoder attention the projected encoder output,
+  computed once when the cache is created and only read afterwards.
+  """
+  config: Any
+  cross: bool = False  # encoder-decoder attention (keys/values from the encoder)
+
+  @nn.compact
+  def __call__(self, inputs_q: Array, inputs_kv: Optional[Array], mask: Optional[Array] = None,
+               *, deterministic: bool = True, decode: bool = False) -> Array:
+    """inputs_q [batch, q_len, d_model], inputs_kv [batch, kv_len, d_model] -> [batch, q_len, d_model]."""
+    cfg = self.config
+    head_dim = cfg.d_model // cfg.num_heads
+    proj = functools.partial(_dense, cfg, (cfg.num_heads, head_dim))
+    query = proj(name="query")(inputs_q)
+    if decode and self.cross:
+      key, value = self._cross_cache(inputs_kv, proj)
+    else:
+      key, value = proj(name="key")(inputs_kv), proj(name="value")(inputs_kv)
+      if decode:
+        key, value, mask = self._self_cache(key, value, mask)
+    dropout_rng = None
+    if not deterministic and cfg.attention_dropout_rate > 0.0:
+      dropout_rng = self.make_rng("dropout")
+    x = attention.dot_product_attention(
+        query, key, value, mask, dropout_rng=dropout_rng,
+        dropout_rate=cfg.attention_dropout_rate, deterministic=deterministic,
+        implementation=cfg.attention_impl)
+    if self.is_mutable_collection("intermediates"):
+      # For inspection (attention maps): the same function the reference path uses.
+      self.sow("intermediates", "attention_weights",
+               attention.attention_weights(query, key, mask))
+    return _dense(cfg, cfg.d_model, axis=(-2, -1), name="out")(x)
+
+  def _cross_cache(self, inputs_kv, proj):
+    """Encoder keys/values: projected when the cache is built, read at every step."""
+    have_cache = self.has_variable("cache", "cross_key")
+    if not have_cache and inputs_kv is None:
+      raise ValueError("encoder-decoder attention: no cache yet and no encoder output given")
+    make = lambda name: (lambda: proj(name=name)(inputs_kv))
+    key = self.variable("cache", "cross_key", make("key"))
+    value = self.variable("cache", "cross_value", make("value"))
+    return key.value, value.value
+
+  def _self_cache(self, key, value, mask):
+    """Writes this step's key/value at cache_index and attends over positions <= index.
+
+    When the cache does not exist yet (it is being created from a [batch, max_len] dummy
+    target), this only allocates zeros of that shape; the caller discards the output.
+    """
+    have_cache = self.has_variable("cache", "cached_key")
+    cached_key = self.variable("cache", "cached_key", jnp.zeros, key.shape, key.dtype)
+    cached_value = self.variable("cache", "cached_value", jnp.zeros, value.shape, value.dtype)
+    cache_index = self.variable("cache", "cache_index", lambda: jnp.array(0, jnp.int32))
+    if not have_cache:
+      return key, value, mask
+    if key.shape[1] != 1:
+      raise ValueError(f"decode step takes one position at a time, got length {key.shape[1]}")
+    index = cache_index.value
+    start = (0, index, 0, 0)
+    cached_key.value = jax.lax.dynamic_update_slice(cached_key.value, key, start)
+    cached_value.value = jax.lax.dynamic_update_slice(cached_value.value, value, start)
+    cache_index.value = index + 1
+    max_len = cached_key.value.shape[1]
+    seen = (jnp.arange(max_len) <= index)[None, None, None, :]
+    return cached_key.value, cached_value.value, masks.combine_masks(mask, seen)
+
+
+class FeedForward(nn.Module):
+  """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2 (eq. 2)."""
+  config: Any
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    cfg = self.config
+    x = nn.relu(_dense(cfg, cfg.d_ff, name="wi")(x))
+    return _dense(cfg, cfg.d_model, name="wo")(x)
+
+
+def _layer_norm(cfg, name=None):
+  return nn.LayerNorm(epsilon=1e-6, dtype=cfg.dtype, param_dtype=jnp.float32, name=name)
+
+
+def residual(cfg, x, sublayer, norm, deterministic):
+  """The residual connection around a sub-layer, with dropout on the sub-layer output.
+
+  'post' (the paper): LayerNorm(x + Dropout(Sublayer(x))).
+  'pre': x + Dropout(Sublayer(LayerNorm(x))) (needs a final LayerNorm on the stack).
+  """
+  drop = lambda y: nn.Dropout(cfg.dropout_rate)(y, deterministic=deterministic)
+  if cfg.norm == "pre":
+    return x + drop(sublayer(norm(x)))
+  return norm(x + drop(sublayer(x)))
+
+
+class EncoderLayer(nn.Module):
+  """Self-attention then feed-forward, each in a residual block."""
+  config: Any
+
+  @nn.compact
+  def __call__(self, x: Array, mask: Optional[Array], *, deterministic: bool = True) -> Array:
+    cfg = self.config
+    attn = MultiHeadAttention(cfg, name="self_attention")
+    x = residual(cfg, x, lambda y: attn(y, y, mask, deterministic=deterministic),
+                 _layer_norm(cfg, "norm_attention"), deterministic)
+    return residual(cfg, x, FeedForward(cfg, name="ffn"), _layer_norm(cfg, "norm_ffn"),
+                    deterministic)
+
+
+class DecoderLayer(nn.Module):
+  """Masked self-attention, encoder-decoder attention, feed-forward (paper 3.1)."""
+  config: Any
+
+  @nn.compact
+  def __call__(self, x: Array, encoded: Optional[Array], self_mask: Optional[Array],
+               cross_mask: Optional[Array], *, deterministic: bool = True,
+               decode: bool = False) -> Array:
+    cfg = self.config
+    self_attn = MultiHeadAttention(cfg, name="self_attention")
+    cross_attn = MultiHeadAttention(cfg, cross=True, name="cross_attention")
+    kw = dict(deterministic=deterministic, decode=decode)
+    x = residual(cfg, x, lambda y: self_attn(y, y, self_mask, **kw),
+                 _layer_norm(cfg, "norm_self_attention"), deterministic)
+    x = residual(cfg, x, lambda y: cross_attn(y, encoded, cross_mask, **kw),
+                 _layer_norm(cfg, "norm_cross_attention"), deterministic)
+    return residual(cfg, x, FeedForward(cfg, name="ffn"), _layer_norm(cfg, "norm_ffn"),
+                    deterministic)
+
+
+class Embed(nn.Module):
+  """Token embedding scaled by sqrt(d_model) (paper 3.4), with `attend` for the output layer."""
+  config: Any
+
+  def setup(self):
+    cfg = self.config
+    # std d_model^-0.5: after the sqrt(d_model) scaling the inputs have unit variance.
+    self.embedding = self.param("embedding", nn.initializers.normal(stddev=cfg.d_model ** -0.5),
+                                (cfg.vocab_size, cfg.d_model), jnp.float32)
+
+  def __call__(self, tokens: Array) -> Array:
+    cfg = self.config
+    x = jnp.take(self.embedding, tokens, axis=0).astype(cfg.dtype)
+    return x * jnp.sqrt(cfg.d_model).astype(cfg.dtype)
+
+  def attend(self, x: Array) -> Array:
+    """Pre-softmax linear transformation sharing this matrix: [.., d_model] -> [.., vocab]."""
+    return jnp.einsum("...d,vd->...v", x, self.embedding.astype(x.dtype))
+
+
+class AddPositions(nn.Module):
+  """Adds sinusoidal or learned position encodings, then dropout (paper 3.5, 5.4).
+
+  `positions` [batch, length] gives each token's position (per packed segment); None
+  means 0..length-1. In decode mode the position is a cached counter.
+  """
+  config: Any
+
+  @nn.compact
+  def __call__(self, x: Array, positions: Optional[Array] = None, *,
+               deterministic: bool = True, decode: bool = False) -> Array:
+    cfg = self.config
+    length = x.shape[1]
+    if length > cfg.max_len:
+      raise ValueError(f"sequence length {length} exceeds TransformerConfig.max_len="
+                       f"{cfg.max_len}; raise max_len")
+    if cfg.positional == "learned":
+      table = self.param("position_embedding", nn.initializers.normal(stddev=0.02),
+                         (cfg.max_len, cfg.d_model), jnp.float32)
+    else:
+      table = positional.sinusoidal(cfg.max_len, cfg.d_model)
+    if decode:
+      have_cache = self.has_variable("cache", "position")
+      counter = self.variable("cache", "position", lambda: jnp.array(0, jnp.int32))
+      if have_cache:
+        positions = jnp.full(x.shape[:2], counter.value)
+        counter.value = counter.value + 1
+    if positions is None:
+      pe = table[None, :length]
+    else:
+      pe = jnp.take(table, positions, axis=0)
+    x = x + pe.astype(x.dtype)
+    return nn.Dropout(cfg.dropout_rate)(x, deterministic=deterministic)

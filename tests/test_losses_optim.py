@@ -1,0 +1,80 @@
+"""Losses against float64 numpy; the paper's learning-rate schedule and Adam settings."""
+
+import numpy as np
+import pytest
+import jax
+import jax.numpy as jnp
+import optax
+
+from t2t_jax import losses, optim
+from tests import numpy_reference as ref
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1, 0.3])
+def test_label_smoothed_cross_entropy_matches_numpy(eps):
+  rng = np.random.default_rng(0)
+  logits = rng.normal(size=(3, 5, 11)).astype(np.float32) * 3
+  targets = rng.integers(1, 11, size=(3, 5))
+  targets[0, 3:] = 0  # padding carries no weight
+  total, denom = losses.label_smoothed_cross_entropy(logits, targets, label_smoothing=eps)
+  want_total, want_denom = ref.smoothed_cross_entropy(logits, targets, targets != 0, eps)
+  np.testing.assert_allclose(float(total), want_total, rtol=1e-5)
+  assert float(denom) == want_denom == 13
+
+
+def test_smoothed_loss_is_zero_at_the_smoothed_target():
+  vocab, eps = 7, 0.1
+  targets = np.array([[3, 5]])
+  q = np.full((1, 2, vocab), eps / (vocab - 1))
+  np.put_along_axis(q, targets[..., None], 1 - eps, axis=-1)
+  total, _ = losses.label_smoothed_cross_entropy(np.log(q), targets, label_smoothing=eps)
+  assert abs(float(total)) < 1e-5
+
+
+def test_nll_and_accuracy():
+  logits = np.log(np.array([[[0.1, 0.7, 0.2], [0.5, 0.25, 0.25], [0.3, 0.3, 0.4]]]))
+  targets = np.array([[1, 2, 0]])
+  total, denom = losses.negative_log_likelihood(logits, targets)
+  np.testing.assert_allclose(float(total), -np.log(0.7) - np.log(0.25), rtol=1e-6)
+  assert float(denom) == 2
+  correct, denom = losses.token_accuracy(logits, targets)
+  assert (float(correct), float(denom)) == (1.0, 2.0)
+  weights = np.array([[0.0, 1.0, 1.0]])
+  correct, denom = losses.token_accuracy(logits, targets, weights)
+  assert (float(correct), float(denom)) == (0.0, 2.0)
+
+
+def test_schedule_formula_and_peak():
+  d_model, warmup = 512, 4000
+  schedule = optim.rsqrt_schedule(d_model, warmup)
+  steps = np.array([1, 10, 1000, 3999, 4000, 4001, 10000, 100000])
+  want = d_model ** -0.5 * np.minimum(steps ** -0.5, steps * warmup ** -1.5)
+  np.testing.assert_allclose(np.asarray(jax.vmap(schedule)(steps)), want, rtol=1e-6)
+  grid = np.arange(1, 20001)
+  values = np.asarray(jax.vmap(schedule)(grid))
+  assert grid[np.argmax(values)] == warmup
+  np.testing.assert_allclose(values.max(), (d_model * warmup) ** -0.5, rtol=1e-6)
+  print(f"\npeak learning rate {values.max():.6g} at step {warmup} (d_model={d_model})")
+  with pytest.raises(ValueError, match="warmup_steps=0"):
+    optim.rsqrt_schedule(512, 0)
+
+
+def test_adam_is_the_papers():
+  """Two updates of make_optimizer equal Adam(0.9, 0.98, 1e-9) written out in numpy."""
+  assert (optim.ADAM_B1, optim.ADAM_B2, optim.ADAM_EPS) == (0.9, 0.98, 1e-9)
+  d_model, warmup = 16, 10
+  tx = optim.make_optimizer(d_model, warmup)
+  params = {"w": jnp.array([0.5, -1.0, 2.0])}
+  grads = [np.array([0.1, -0.2, 0.3]), np.array([-0.05, 0.4, 1e-6])]
+  state = tx.init(params)
+  p = np.array(params["w"], np.float64)
+  m = v = np.zeros(3)
+  for step, g in enumerate(grads, start=1):
+    updates, state = tx.update({"w": jnp.asarray(g, jnp.float32)}, state, params)
+    params = optax.apply_updates(params, updates)
+    lr = d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+    m = 0.9 * m + 0.1 * g
+    v = 0.98 * v + 0.02 * g * g
+    m_hat, v_hat = m / (1 - 0.9 ** step), v / (1 - 0.98 ** step)
+    p = p - lr * m_hat / (np.sqrt(v_hat) + 1e-9)
+    np.testing.assert_allclose(np.asarray(params["w"]), p, rtol=1e-6)

@@ -1,0 +1,239 @@
+"""The Flax Transformer: masking behaviour, caches, sizes, dtypes, and config validation."""
+
+import numpy as np
+import pytest
+import jax
+import jax.numpy as jnp
+
+from t2t_jax.model import Transformer, TransformerConfig, shift_right
+from t2t_jax.experiments import base, big
+
+TINY = TransformerConfig(vocab_size=50, d_model=32, d_ff=64, num_heads=4, num_layers=2,
+                         dropout_rate=0.0, max_len=32)
+
+
+def _random_batch(rng, batch, src_len, tgt_len, vocab=50, pad_from=None):
+  inputs = rng.integers(4, vocab, size=(batch, src_len))
+  targets = rng.integers(4, vocab, size=(batch, tgt_len))
+  if pad_from is not None:
+    for b, (s, t) in enumerate(pad_from):
+      inputs[b, s:] = 0
+      targets[b, t:] = 0
+  return jnp.asarray(inputs, jnp.int32), jnp.asarray(targets, jnp.int32)
+
+
+@pytest.fixture(scope="module")
+def tiny_setup():
+  model = Transformer(TINY)
+  inputs, targets = _random_batch(np.random.default_rng(0), 2, 7, 6)
+  params = model.init(jax.random.PRNGKey(0), inputs, targets)["params"]
+  apply = jax.jit(lambda p, i, t, *rest: model.apply({"params": p}, i, t, *rest))
+  return model, params, apply
+
+
+def test_shift_right():
+  targets = jnp.array([[5, 6, 1, 7, 1, 0]])
+  np.testing.assert_array_equal(shift_right(targets), [[2, 5, 6, 1, 7, 1]])
+  seg = jnp.array([[1, 1, 1, 2, 2, 0]])
+  np.testing.assert_array_equal(shift_right(targets, seg), [[2, 5, 6, 2, 7, 2]])
+
+
+def test_decoder_is_causal(tiny_setup):
+  _, params, apply = tiny_setup
+  rng = np.random.default_rng(1)
+  inputs, targets = _random_batch(rng, 2, 7, 6)
+  base_logits = np.asarray(apply(params, inputs, targets))
+  for t in range(6):
+    changed = np.array(targets)
+    # Decoder tokens after position t are targets[t:] (shifted right by one).
+    changed[:, t:] = rng.integers(4, 50, size=changed[:, t:].shape)
+    logits = np.asarray(apply(params, inputs, jnp.asarray(changed)))
+    np.testing.assert_allclose(logits[:, :t + 1], base_logits[:, :t + 1], atol=1e-5)
+    if t + 1 < 6:  # and the test can fail: later outputs do move
+      assert np.abs(logits[:, t + 1:] - base_logits[:, t + 1:]).max() > 1e-4
+
+
+def test_padding_does_not_leak(tiny_setup):
+  _, params, apply = tiny_setup
+  rng = np.random.default_rng(2)
+  inputs, targets = _random_batch(rng, 2, 7, 6, pad_from=[(4, 3), (7, 6)])
+  logits = np.asarray(apply(params, inputs, targets))
+  # 1) More padding (different shapes) changes no real output.
+  wide_in = jnp.pad(inputs, ((0, 0), (0, 5)))
+  wide_tg = jnp.pad(targets, ((0, 0), (0, 3)))
+  wide = np.asarray(apply(params, wide_in, wide_tg))
+  np.testing.assert_allclose(wide[0, :3], logits[0, :3], atol=1e-5)
+  np.testing.assert_allclose(wide[1, :6], logits[1, :6], atol=1e-5)
+  # 2) Arbitrary content in positions marked as padding (segment 0) changes nothing real.
+  seg_in = (np.asarray(inputs) != 0).astype(np.int32)
+  seg_tg = (np.asarray(targets) != 0).astype(np.int32)
+  junk_in = np.where(seg_in == 1, inputs, rng.integers(4, 50, size=inputs.shape))
+  junk_tg = np.where(seg_tg == 1, targets, rng.integers(4, 50, size=targets.shape))
+  packed = np.asarray(apply(params, jnp.asarray(junk_in), jnp.asarray(junk_tg),
+                            jnp.asarray(seg_in), jnp.asarray(seg_tg)))
+  np.testing.assert_allclose(packed[0, :3], logits[0, :3], atol=1e-5)
+  np.testing.assert_allclose(packed[1], logits[1], atol=1e-5)
+  # ... whereas the same junk without segment ids is real input and does change outputs.
+  unmasked = np.asarray(apply(params, jnp.asarray(junk_in), jnp.asarray(junk_tg)))
+  assert np.abs(unmasked[0, :3] - logits[0, :3]).max() > 1e-4
+
+
+def test_packed_row_equals_separate_pairs(tiny_setup):
+  model, params, _ = tiny_setup
+  rng = np.random.default_rng(3)
+  (i1, t1), (i2, t2) = [_random_batch(rng, 1, s, t) for s, t in [(4, 3), (5, 4)]]
+  row_in = jnp.concatenate([i1, i2, jnp.zeros((1, 2), jnp.int32)], axis=1)
+  row_tg = jnp.concatenate([t1, t2, jnp.zeros((1, 1), jnp.int32)], axis=1)
+  seg_in = jnp.array([[1] * 4 + [2] * 5 + [0] * 2])
+  seg_tg = jnp.array([[1] * 3 + [2] * 4 + [0]])
+  pos_in = jnp.array([list(range(4)) + list(range(5)) + [0, 0]])
+  pos_tg = jnp.array([list(range(3)) + list(range(4)) + [0]])
+  packed = model.apply({"params": params}, row_in, row_tg, seg_in, seg_tg, pos_in, pos_tg)
+  alone1 = model.apply({"params": params}, i1, t1)
+  alone2 = model.apply({"params": params}, i2, t2)
+  np.testing.assert_allclose(packed[0, :3], alone1[0], atol=1e-5)
+  np.testing.assert_allclose(packed[0, 3:7], alone2[0], atol=1e-5)
+
+
+@pytest.mark.parametrize("norm,positional,share", [("post", "sinusoidal", True),
+                                                   ("pre", "learned", False)])
+def test_cached_decoding_matches_teacher_forcing(norm, positional, share):
+  cfg = TINY.replace(norm=norm, positional=positional, share_embeddings=share)
+  model = Transformer(cfg)
+  rng = np.random.default_rng(4)
+  inputs, targets = _random_batch(rng, 3, 7, 6, pad_from=[(3, 6), (7, 6), (5, 6)])
+  params = model.init(jax.random.PRNGKey(1), inputs, targets)["params"]
+  full = model.apply({"params": params}, inputs, targets)
+
+  @jax.jit
+  def start(params, inputs):
+    encoded = model.apply({"params": params}, inputs, method=Transformer.encode)
+    _, variables = model.apply({"params": params}, encoded, inputs, 6,
+                               method=Transformer.init_cache, mutable=["cache"])
+    return variables["cache"]
+
+  @jax.jit
+  def step(params, cache, ids):
+    logits, variables = model.apply({"params": params, "cache": cache}, ids,
+                                    method=Transformer.decode_step, mutable=["cache"])
+    return logits, variables["cache"]
+
+  cache = start(params, inputs)
+  decoder_inputs = shift_right(targets)
+  for t in range(6):
+    logits, cache = step(params, cache, decoder_inputs[:, t:t + 1])
+    np.testing.assert_allclose(logits, full[:, t], atol=1e-5, rtol=1e-5)
+
+
+def _analytic_params(vocab, d_model, d_ff, layers_enc, layers_dec, shared=True, pre=False):
+  """Parameters of the model, counted by hand from the paper's description."""
+  mha = 4 * (d_model * d_model + d_model)        # W^Q, W^K, W^V, W^O and biases
+  ffn = d_model * d_ff + d_ff + d_ff * d_model + d_model
+  ln = 2 * d_model
+  enc = layers_enc * (mha + ffn + 2 * ln)
+  dec = layers_dec * (2 * mha + ffn + 3 * ln)
+  emb = vocab * d_model * (1 if shared else 3)
+  final = 2 * ln if pre else 0
+  return emb + enc + dec + final
+
+
+def _count(cfg):
+  x = jnp.ones((1, 4), jnp.int32)
+  shapes = jax.eval_shape(lambda: Transformer(cfg).init(jax.random.PRNGKey(0), x, x))
+  return sum(int(np.prod(l.shape)) for l in jax.tree.leaves(shapes["params"]))
+
+
+@pytest.mark.parametrize("experiment,paper_millions", [(base, 65), (big, 213)])
+def test_parameter_counts_match_table3(experiment, paper_millions):
+  config = experiment.get_config()
+  cfg = TransformerConfig.from_dict(config.model, vocab_size=37000)
+  counted = _count(cfg)
+  m = config.model
+  analytic = _analytic_params(37000, m.d_model, m.d_ff, m.num_layers, m.num_layers)
+  print(f"\n{experiment.__name__}: {counted:,} parameters "
+        f"(analytic {analytic:,}; paper {paper_millions}M; "
+        f"{100 * (counted / 1e6 / paper_millions - 1):+.2f}%)")
+  assert counted == analytic
+  assert abs(counted / 1e6 - paper_millions) / paper_millions < 0.03
+
+
+def test_parameter_count_variants():
+  cfg = TINY.replace(norm="pre", share_embeddings=False, num_encoder_layers=3)
+  # Separate matrices: source and target embeddings plus an output layer with bias.
+  want = _analytic_params(50, 32, 64, 3, 2, shared=False, pre=True) + 50
+  assert _count(cfg) == want
+  learned = _count(TINY.replace(positional="learned"))
+  assert learned == _count(TINY) + 2 * 32 * 32  # one table per stack, max_len x d_model
+
+
+def test_reference_and_fused_attention_agree(tiny_setup):
+  model, params, apply = tiny_setup
+  inputs, targets = _random_batch(np.random.default_rng(5), 2, 7, 6, pad_from=[(4, 3), (7, 6)])
+  fused = Transformer(TINY.replace(attention_impl="xla"))
+  got = fused.apply({"params": params}, inputs, targets)
+  np.testing.assert_allclose(got, apply(params, inputs, targets), atol=1e-5, rtol=1e-5)
+
+
+def test_bfloat16_forward_close_to_float32(tiny_setup):
+  """bf16 compute (float32 params): probabilities within 0.02 of float32 (8-bit mantissa)."""
+  model, params, apply = tiny_setup
+  inputs, targets = _random_batch(np.random.default_rng(6), 2, 7, 6, pad_from=[(4, 3), (7, 6)])
+  bf16 = Transformer(TINY.replace(dtype="bfloat16"))
+  got = bf16.apply({"params": params}, inputs, targets)
+  assert got.dtype == jnp.float32
+  p16, p32 = jax.nn.softmax(got), jax.nn.softmax(apply(params, inputs, targets))
+  err = float(jnp.max(jnp.abs(p16 - p32)))
+  print(f"\nbf16 vs float32: max |p16 - p32| = {err:.4f}")
+  assert err < 0.02
+  leaves = jax.tree.leaves(bf16.init(jax.random.PRNGKey(0), inputs, targets)["params"])
+  assert all(l.dtype == jnp.float32 for l in leaves)
+
+
+def test_dropout_is_active_only_when_not_deterministic(tiny_setup):
+  _, params, apply = tiny_setup
+  model = Transformer(TINY.replace(dropout_rate=0.3, attention_dropout_rate=0.2))
+  inputs, targets = _random_batch(np.random.default_rng(7), 2, 7, 6)
+  det = model.apply({"params": params}, inputs, targets)
+  np.testing.assert_allclose(det, apply(params, inputs, targets), atol=1e-5)
+  run = lambda seed: model.apply({"params": params}, inputs, targets, deterministic=False,
+                                 rngs={"dropout": jax.random.PRNGKey(seed)})
+  assert np.abs(run(0) - det).max() > 1e-3
+  np.testing.assert_array_equal(run(0), run(0))
+  assert np.abs(run(0) - run(1)).max() > 1e-3
+
+
+def test_attention_weights_are_exposed(tiny_setup):
+  model, params, _ = tiny_setup
+  inputs, targets = _random_batch(np.random.default_rng(8), 2, 7, 6, pad_from=[(4, 3), (7, 6)])
+  _, state = model.apply({"params": params}, inputs, targets, mutable=["intermediates"])
+  w = state["intermediates"]["encoder"]["layer_0"]["self_attention"]["attention_weights"][0]
+  assert w.shape == (2, 4, 7, 7)
+  np.testing.assert_allclose(np.asarray(w)[0, :, :4].sum(-1), 1.0, rtol=1e-5)
+  np.testing.assert_array_equal(np.asarray(w)[0, :, :, 4:], 0.0)
+
+
+@pytest.mark.parametrize("change,message", [
+    (dict(d_model=30), "d_model=30 is not divisible by num_heads=4"),
+    (dict(norm="middle"), "norm='middle': allowed values are 'post', 'pre'"),
+    (dict(positional="rotary"), "positional='rotary': allowed values are 'sinusoidal', 'learned'"),
+    (dict(dropout_rate=-0.1), r"dropout_rate=-0.1: must be in \[0, 1\)"),
+    (dict(attention_dropout_rate=1.5), "attention_dropout_rate=1.5"),
+    (dict(num_heads=0), "num_heads=0: must be a positive integer"),
+    (dict(dtype="float33"), "dtype='float33' is not a dtype"),
+    (dict(attention_impl="flash"), "attention_impl='flash': allowed values"),
+])
+def test_bad_config_names_the_field(change, message):
+  with pytest.raises(ValueError, match=message):
+    TINY.replace(**change)
+
+
+def test_from_dict_rejects_unknown_fields():
+  with pytest.raises(ValueError, match=r"unknown model config field\(s\) \['d_modle'\]"):
+    TransformerConfig.from_dict({"d_modle": 8}, vocab_size=10)
+
+
+def test_too_long_sequence_is_an_error(tiny_setup):
+  model, params, _ = tiny_setup
+  x = jnp.ones((1, 40), jnp.int32)
+  with pytest.raises(ValueError, match="exceeds TransformerConfig.max_len=32"):
+    model.apply({"params": params}, x, x)
