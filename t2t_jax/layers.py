@@ -17,15 +17,17 @@ Array = jnp.ndarray
 xavier = nn.initializers.xavier_uniform()
 
 
-def _dense(config, features, axis=-1, name=None):
-  return nn.DenseGeneral(features=features, axis=axis, dtype=config.dtype,
+def _dense(config, features, axis=-1, name=None, use_bias=True):
+  return nn.DenseGeneral(features=features, axis=axis, dtype=config.dtype, use_bias=use_bias,
                          param_dtype=jnp.float32, kernel_init=xavier, name=name)
 
 
 class MultiHeadAttention(nn.Module):
   """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(Q W^Q_i, K W^K_i, V W^V_i).
 
-  d_k = d_v = d_model / h. In decode mode the module keeps a key/value cache: for
+  d_k = d_v = d_model / h. W^K has no bias: a key bias adds the same q.b to every logit of a
+  query row, which the softmax cancels, so its gradient is exactly zero and Adam would turn
+  rounding noise in it into full-size random updates. In decode mode the module keeps a key/value cache: for
   self-attention the keys/values of the positions generated so far (written one position
   per call at `cache_index`), for encoder-decoder attention the projected encoder output,
   computed once when the cache is created and only read afterwards.
@@ -44,7 +46,7 @@ class MultiHeadAttention(nn.Module):
     if decode and self.cross:
       key, value = self._cross_cache(inputs_kv, proj)
     else:
-      key, value = proj(name="key")(inputs_kv), proj(name="value")(inputs_kv)
+      key, value = proj(name="key", use_bias=False)(inputs_kv), proj(name="value")(inputs_kv)
       if decode:
         key, value, mask = self._self_cache(key, value, mask)
     dropout_rng = None
@@ -65,9 +67,9 @@ class MultiHeadAttention(nn.Module):
     have_cache = self.has_variable("cache", "cross_key")
     if not have_cache and inputs_kv is None:
       raise ValueError("encoder-decoder attention: no cache yet and no encoder output given")
-    make = lambda name: (lambda: proj(name=name)(inputs_kv))
-    key = self.variable("cache", "cross_key", make("key"))
-    value = self.variable("cache", "cross_value", make("value"))
+    key = self.variable("cache", "cross_key",
+                        lambda: proj(name="key", use_bias=False)(inputs_kv))
+    value = self.variable("cache", "cross_value", lambda: proj(name="value")(inputs_kv))
     return key.value, value.value
 
   def _self_cache(self, key, value, mask):

@@ -127,7 +127,7 @@ def test_cached_decoding_matches_teacher_forcing(norm, positional, share):
 
 def _analytic_params(vocab, d_model, d_ff, layers_enc, layers_dec, shared=True, pre=False):
   """Parameters of the model, counted by hand from the paper's description."""
-  mha = 4 * (d_model * d_model + d_model)        # W^Q, W^K, W^V, W^O and biases
+  mha = 4 * d_model * d_model + 3 * d_model     # W^Q, W^K, W^V, W^O; biases but on W^K
   ffn = d_model * d_ff + d_ff + d_ff * d_model + d_model
   ln = 2 * d_model
   enc = layers_enc * (mha + ffn + 2 * ln)
