@@ -1,0 +1,319 @@
+"""Greedy and beam search over a `tokens_to_logits(ids, cache)` function.
+
+Decoding never sees the model. The caller closes the model, its parameters and the encoder
+output over a function
+
+    tokens_to_logits(ids, cache) -> (logits, new_cache)
+
+where `ids` is int32 [N, 1] (the last token of each hypothesis; `BOS_ID` at the first step),
+`logits` is [N, vocab] and unnormalised (the search applies log-softmax), and `cache` is any
+pytree whose scalar leaves are shared by all rows (e.g. a step index) and whose other leaves
+have leading dim N.
+
+Conventions of both searches:
+
+- `cache` comes in for `batch` sentences (leading dim batch).
+- Outputs exclude BOS, end with EOS and hold PAD after it: int32 [..., max_decode_len].
+- `max_lengths` int [batch] is each sentence's output limit, EOS included (the paper uses
+  source length + 50); values above `max_decode_len` are clipped to it. A hypothesis that
+  reaches its limit is forced to end: at that step every token but EOS gets log-probability
+  -inf, and EOS keeps its model log-probability (no renormalisation), so scores stay model
+  probabilities of the sequences returned.
+- `max_decode_len` is the static array length; the self-attention cache must hold that many
+  positions. Everything runs in one `jax.lax.while_loop`, so both searches work under
+  `jax.jit` with `tokens_to_logits` closed over.
+"""
+
+from typing import Any, Callable, NamedTuple, Tuple
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from t2t_jax.tokens import BOS_ID, EOS_ID, PAD_ID
+
+Cache = Any
+TokensToLogits = Callable[[jax.Array, Cache], Tuple[jax.Array, Cache]]
+
+NEG_INF = float("-inf")
+
+
+def length_penalty(length, alpha):
+  """GNMT length penalty lp = ((5 + length) / 6) ** alpha (Wu et al. 2016, eq. 14).
+
+  `length` counts generated tokens including EOS; float32, broadcasting.
+  """
+  return ((5.0 + jnp.asarray(length, jnp.float32)) / 6.0) ** alpha
+
+
+# --- beam-dimension helpers (scalar leaves are shared and pass through untouched) -------------
+
+def _map_nonscalar(fn, tree):
+  return jax.tree_util.tree_map(lambda x: x if jnp.ndim(x) == 0 else fn(x), tree)
+
+
+def add_beam_dim(tree, beam_size: int):
+  """[batch, ...] -> [batch, beam, ...], each sentence repeated beam_size times."""
+  def add(x):
+    x = jnp.asarray(x)
+    return jnp.broadcast_to(x[:, None], (x.shape[0], beam_size) + x.shape[1:])
+  return _map_nonscalar(add, tree)
+
+
+def flatten_beam_dim(tree):
+  """[batch, beam, ...] -> [batch * beam, ...]: the layout `tokens_to_logits` sees."""
+  return _map_nonscalar(lambda x: x.reshape((-1,) + x.shape[2:]), tree)
+
+
+def unflatten_beam_dim(tree, batch_size: int):
+  """[batch * beam, ...] -> [batch, beam, ...]."""
+  return _map_nonscalar(lambda x: x.reshape((batch_size, -1) + x.shape[1:]), tree)
+
+
+def gather_beams(tree, beam_indices):
+  """Picks beams per sentence: leaves [batch, old_beam, ...] -> [batch, new_beam, ...].
+
+  `beam_indices` is int [batch, new_beam] into the old beam dimension.
+  """
+  batch_indices = jnp.arange(beam_indices.shape[0])[:, None]
+  return _map_nonscalar(lambda x: x[batch_indices, beam_indices], tree)
+
+
+def _write_tokens(seqs, step, tokens):
+  """seqs int32 [batch, beam, max_decode_len] with `tokens` [batch, beam] written at `step`."""
+  return lax.dynamic_update_slice_in_dim(seqs, tokens[..., None].astype(seqs.dtype), step, axis=2)
+
+
+def _last_tokens(seqs, step, bos_id):
+  """Input of this step: BOS at step 0, else the token written at step - 1. [...] int32."""
+  prev = lax.dynamic_index_in_dim(seqs, jnp.maximum(step - 1, 0), axis=-1, keepdims=False)
+  return jnp.where(step == 0, jnp.asarray(bos_id, seqs.dtype), prev)
+
+
+def _next_log_probs(tokens_to_logits, ids, cache, step, max_lengths, eos_id):
+  """Calls the model once and applies the forced end at each sentence's limit.
+
+  Args:
+    ids: int32 [batch, beam] (beam may be absent: [batch]).
+    cache: leaves [batch, beam, ...] (or [batch, ...]), scalars shared.
+    step: number of tokens generated so far (scalar).
+    max_lengths: int32 [batch], already clipped.
+
+  Returns:
+    (log_probs float32 [batch, beam, vocab] (or [batch, vocab]), new cache, same layout).
+  """
+  batch_size = ids.shape[0]
+  has_beam = ids.ndim == 2
+  flat_ids = ids.reshape(-1, 1)
+  flat_cache = flatten_beam_dim(cache) if has_beam else cache
+  logits, new_cache = tokens_to_logits(flat_ids, flat_cache)
+  log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+  log_probs = log_probs.reshape(ids.shape + log_probs.shape[-1:])
+  if has_beam:
+    new_cache = unflatten_beam_dim(new_cache, batch_size)
+  at_limit = (step + 1 >= max_lengths).reshape((batch_size,) + (1,) * ids.ndim)
+  not_eos = jnp.arange(log_probs.shape[-1]) != eos_id
+  return jnp.where(at_limit & not_eos, NEG_INF, log_probs), new_cache
+
+
+def _check_args(cache, max_lengths, max_decode_len):
+  leaves = [x for x in jax.tree_util.tree_leaves(cache) if jnp.ndim(x) > 0]
+  batch_size = jnp.shape(max_lengths)[0]
+  for x in leaves:
+    if x.shape[0] != batch_size:
+      raise ValueError(f"cache leaf of shape {x.shape} does not have leading dim "
+                       f"batch = len(max_lengths) = {batch_size}")
+  if max_decode_len < 1:
+    raise ValueError(f"max_decode_len must be >= 1, got {max_decode_len}")
+  return jnp.clip(jnp.asarray(max_lengths, jnp.int32), 1, max_decode_len)
+
+
+# --- beam search ------------------------------------------------------------------------------
+
+class _BeamState(NamedTuple):
+  step: jax.Array              # int32 scalar: tokens generated so far by every live hypothesis
+  live_seqs: jax.Array         # int32 [batch, beam, max_decode_len], PAD beyond `step`
+  live_log_probs: jax.Array    # float32 [batch, beam], sorted best first; -inf = empty slot
+  finished_seqs: jax.Array     # int32 [batch, beam, max_decode_len], EOS-terminated
+  finished_scores: jax.Array   # float32 [batch, beam], sorted best first; -inf = empty slot
+  cache: Cache                 # leaves [batch, beam, ...]
+
+
+def _merge_finished(seqs, scores, new_seqs, new_scores):
+  """Keeps the best beam_size of old and new finished hypotheses, best first.
+
+  Old entries come first, so on equal scores `lax.top_k` (lower index first on ties)
+  keeps what was already there.
+  """
+  all_seqs = jnp.concatenate([seqs, new_seqs], axis=1)
+  all_scores = jnp.concatenate([scores, new_scores], axis=1)
+  top_scores, top = lax.top_k(all_scores, scores.shape[1])
+  return gather_beams(all_seqs, top), top_scores
+
+
+def _beam_step(state, tokens_to_logits, max_lengths, alpha, eos_id, bos_id):
+  """One search step: extends every live hypothesis by one token."""
+  batch_size, beam_size, _ = state.live_seqs.shape
+  ids = _last_tokens(state.live_seqs, state.step, bos_id)
+  log_probs, cache = _next_log_probs(tokens_to_logits, ids, state.cache, state.step,
+                                     max_lengths, eos_id)
+  candidates = state.live_log_probs[..., None] + log_probs  # [batch, beam, vocab]
+  vocab_size = candidates.shape[-1]
+
+  # Every live hypothesis's EOS extension is offered to the finished set.
+  eos_log_probs = candidates[..., eos_id]
+  eos_scores = eos_log_probs / length_penalty(state.step + 1, alpha)
+  eos_tokens = jnp.full((batch_size, beam_size), eos_id, jnp.int32)
+  eos_seqs = _write_tokens(state.live_seqs, state.step, eos_tokens)
+  finished_seqs, finished_scores = _merge_finished(
+      state.finished_seqs, state.finished_scores, eos_seqs, eos_scores)
+
+  # The live set is the beam_size best non-EOS extensions.
+  candidates = candidates.at[..., eos_id].set(NEG_INF)
+  live_log_probs, flat_index = lax.top_k(candidates.reshape(batch_size, -1), beam_size)
+  parent, token = flat_index // vocab_size, flat_index % vocab_size
+  live_seqs = _write_tokens(gather_beams(state.live_seqs, parent), state.step, token)
+  return _BeamState(step=state.step + 1, live_seqs=live_seqs, live_log_probs=live_log_probs,
+                    finished_seqs=finished_seqs, finished_scores=finished_scores,
+                    cache=gather_beams(cache, parent))
+
+
+def _beam_search_done(state, max_lengths, alpha):
+  """[batch] bool: True where no live hypothesis can still change the finished set.
+
+  Bound: a live hypothesis with log-prob L <= 0 and length `step` ends with log-prob
+  L' <= L (log-probs only fall) at some length n in [step + 1, max_length], so its score is
+  L' / lp(n) <= L / lp(n) <= L / max(lp(step + 1), lp(max_length)): lp is monotone in n
+  (increasing for alpha >= 0, where this is t2t's L / lp(max_length); decreasing for
+  alpha < 0), so its largest value on the range is at an end. The bound is exact (never
+  stops while a live hypothesis could still enter the finished set) for every alpha.
+  A sentence is done when that bound for its best live hypothesis is strictly below its
+  worst finished score (so the finished set is full) or it has no live hypothesis left.
+  """
+  best_live = state.live_log_probs[:, 0]
+  largest_lp = jnp.maximum(length_penalty(state.step + 1, alpha),
+                           length_penalty(max_lengths, alpha))
+  best_possible = best_live / largest_lp
+  worst_finished = state.finished_scores[:, -1]
+  return (best_live == NEG_INF) | (best_possible < worst_finished)
+
+
+def beam_search(tokens_to_logits: TokensToLogits, cache: Cache, *, max_lengths,
+                max_decode_len: int, beam_size: int = 4, alpha=0.6, eos_id: int = EOS_ID,
+                bos_id: int = BOS_ID, early_stop: bool = True):
+  """Beam search with the GNMT length penalty, as in tensor2tensor (paper: beam 4, alpha 0.6).
+
+  Each step extends the live hypotheses by one token. Each live hypothesis's EOS extension
+  is offered to a finished set, which keeps the beam_size best by
+  score = log p(sequence) / length_penalty(length incl. EOS, alpha). The beam_size most
+  probable non-EOS extensions become the next live set; their caches are gathered from
+  their parents so each hypothesis carries its own history. The search stops when no live
+  hypothesis can still enter the finished set (see `_beam_search_done`; exact, not a
+  heuristic) or at `max_decode_len`.
+
+  One deliberate difference from t2t's beam_search.py (and Flax's examples/wmt): those take
+  the top 2 * beam_size extensions by log-prob and finish only the EOS extensions among
+  them. Here every live hypothesis's EOS extension is considered. The live sets are the
+  same (t2t's top 2k always contain the top k non-EOS extensions), so the finished set is
+  the best of a superset of t2t's candidates and its best score is never lower than t2t's.
+  With a beam at least as large as the number of possible prefixes the search is exact.
+
+  Note that beam_size=1 is not greedy search: a hypothesis ending early stays in the
+  finished set while the live one continues, and the better of the two by score wins.
+
+  Args:
+    tokens_to_logits: see the module docstring.
+    cache: pytree for `batch` sentences (leading dim batch; scalar leaves shared).
+    max_lengths: int [batch] output limit per sentence, EOS included.
+    max_decode_len: static length of the returned arrays (>= max(max_lengths)).
+    beam_size: hypotheses kept per sentence.
+    alpha: length-penalty exponent (a Python float or a traced scalar).
+    eos_id, bos_id: end and start token ids.
+    early_stop: False runs every sentence to its limit (for tests; same results).
+
+  Returns:
+    sequences int32 [batch, beam_size, max_decode_len] (no BOS, EOS then PAD) and scores
+    float32 [batch, beam_size], best first. Empty slots (fewer than beam_size sequences of
+    nonzero probability) have score -inf and all-PAD sequences. A sentence with no
+    finished hypothesis at all (only possible if the model gives EOS probability 0)
+    returns its live hypotheses, scored log p / lp(length).
+  """
+  max_lengths = _check_args(cache, max_lengths, max_decode_len)
+  batch_size = max_lengths.shape[0]
+  empty_seqs = jnp.full((batch_size, beam_size, max_decode_len), PAD_ID, jnp.int32)
+  first_beam_only = jnp.where(jnp.arange(beam_size) == 0, 0.0, NEG_INF)
+  init = _BeamState(
+      step=jnp.array(0, jnp.int32),
+      live_seqs=empty_seqs,
+      # All beams start identical; only the first may expand or it would be found k times.
+      live_log_probs=jnp.broadcast_to(first_beam_only, (batch_size, beam_size)),
+      finished_seqs=empty_seqs,
+      finished_scores=jnp.full((batch_size, beam_size), NEG_INF, jnp.float32),
+      cache=add_beam_dim(cache, beam_size))
+
+  def cond(state):
+    running = state.step < max_decode_len
+    if early_stop:
+      return running & ~jnp.all(_beam_search_done(state, max_lengths, alpha))
+    return running & (state.step < jnp.max(max_lengths))
+
+  def body(state):
+    return _beam_step(state, tokens_to_logits, max_lengths, alpha, eos_id, bos_id)
+
+  final = lax.while_loop(cond, body, init)
+  has_finished = final.finished_scores[:, 0] > NEG_INF
+  live_scores = final.live_log_probs / length_penalty(final.step, alpha)
+  sequences = jnp.where(has_finished[:, None, None], final.finished_seqs, final.live_seqs)
+  scores = jnp.where(has_finished[:, None], final.finished_scores, live_scores)
+  return jnp.where((scores > NEG_INF)[..., None], sequences, PAD_ID), scores
+
+
+# --- greedy search ----------------------------------------------------------------------------
+
+class _GreedyState(NamedTuple):
+  step: jax.Array        # int32 scalar: tokens generated so far
+  seqs: jax.Array        # int32 [batch, max_decode_len]
+  log_probs: jax.Array   # float32 [batch]: sum of log-probs of the tokens chosen (EOS included)
+  finished: jax.Array    # bool [batch]
+  cache: Cache           # leaves [batch, ...]
+
+
+def greedy_search(tokens_to_logits: TokensToLogits, cache: Cache, *, max_lengths,
+                  max_decode_len: int, eos_id: int = EOS_ID, bos_id: int = BOS_ID):
+  """Takes the most probable token at every step until EOS (or the forced EOS at the limit).
+
+  Args: as `beam_search`; `cache` leaves have leading dim batch.
+
+  Returns:
+    sequences int32 [batch, max_decode_len] (no BOS, EOS then PAD) and their log-probs
+    float32 [batch]. Stops as soon as every sentence has ended.
+  """
+  max_lengths = _check_args(cache, max_lengths, max_decode_len)
+  batch_size = max_lengths.shape[0]
+  init = _GreedyState(
+      step=jnp.array(0, jnp.int32),
+      seqs=jnp.full((batch_size, max_decode_len), PAD_ID, jnp.int32),
+      log_probs=jnp.zeros((batch_size,), jnp.float32),
+      finished=jnp.zeros((batch_size,), bool),
+      cache=cache)
+
+  def cond(state):
+    return (state.step < max_decode_len) & ~jnp.all(state.finished)
+
+  def body(state):
+    ids = _last_tokens(state.seqs, state.step, bos_id)
+    log_probs, cache = _next_log_probs(tokens_to_logits, ids, state.cache, state.step,
+                                       max_lengths, eos_id)
+    token = jnp.argmax(log_probs, axis=-1).astype(jnp.int32)
+    token_log_prob = jnp.take_along_axis(log_probs, token[:, None], axis=-1)[:, 0]
+    token = jnp.where(state.finished, PAD_ID, token)
+    seqs = lax.dynamic_update_slice_in_dim(state.seqs, token[:, None], state.step, axis=1)
+    return _GreedyState(
+        step=state.step + 1,
+        seqs=seqs,
+        log_probs=state.log_probs + jnp.where(state.finished, 0.0, token_log_prob),
+        finished=state.finished | (token == eos_id),
+        cache=cache)
+
+  final = lax.while_loop(cond, body, init)
+  return final.seqs, final.log_probs

@@ -1,0 +1,122 @@
+"""Corpus scores of detokenized translations against one reference each.
+
+Three figures, reported side by side because they are not comparable with each other:
+
+- sacreBLEU (cased, 13a tokenizer, sacrebleu defaults), with its signature: the number to
+  compare with other papers' sacreBLEU.
+- tokenized BLEU in the style of the paper's numbers (tensor2tensor's get_ende_bleu.sh):
+  hyphenated compounds split as `##AT##-##AT##`, text tokenized, then corpus BLEU with
+  uniform 4-gram weights, brevity penalty and no smoothing (multi-bleu.perl). It usually
+  comes out higher than sacreBLEU.
+- chrF (sacrebleu defaults), with its signature.
+
+How the tokenized BLEU differs from get_ende_bleu.sh: that script runs Moses'
+replace-unicode-punctuation.perl and tokenizer.perl -l de, then the compound split, then
+multi-bleu.perl. Here the tokenizer is t2t's own `bleu_hook.bleu_tokenize` (the mteval-v14
+international tokenization: split punctuation except between digits, split symbols), run
+after the compound split with the `##AT##-##AT##` marks kept whole, and BLEU is sacrebleu's
+on the pre-tokenized text (tokenize='none', smooth_method='none'), which computes what
+multi-bleu.perl computes. Figures can differ from the Moses pipeline by a few tenths.
+"""
+
+import dataclasses
+from typing import Dict, List, Mapping, Sequence
+
+import regex
+from sacrebleu.metrics import BLEU, CHRF
+
+COMPOUND_MARK = "##AT##-##AT##"
+SACREBLEU_LABEL = "sacreBLEU (cased, 13a)"
+TOKENIZED_BLEU_LABEL = "tokenized BLEU (t2t, compound-split)"
+CHRF_LABEL = "chrF"
+
+# get_ende_bleu.sh: perl -ple 's{(\S)-(\S)}{$1 ##AT##-##AT## $2}g'. Matches do not overlap,
+# as in perl, so a one-character part between two hyphens ("a-b-c") keeps its second hyphen.
+_COMPOUND_RE = regex.compile(r"(\S)-(\S)")
+# t2t bleu_hook.bleu_tokenize; \p{P} / \p{S} are the Unicode punctuation / symbol categories
+# that t2t enumerates with unicodedata.
+_NONDIGIT_PUNCT_RE = regex.compile(r"([^\d])(\p{P})")
+_PUNCT_NONDIGIT_RE = regex.compile(r"(\p{P})([^\d])")
+_SYMBOL_RE = regex.compile(r"(\p{S})")
+# Stands in for COMPOUND_MARK while tokenizing: a private-use character is neither
+# punctuation, symbol nor digit, so the tokenizer leaves it (and its neighbours) alone.
+_MARK_PLACEHOLDER = "\ue000"
+
+
+@dataclasses.dataclass(frozen=True)
+class CorpusScore:
+  label: str      # what the figure is, e.g. "sacreBLEU (cased, 13a)"
+  score: float    # 0-100
+  signature: str  # how it was computed (sacrebleu signature, plus the tokenization used)
+  details: str    # sacrebleu's one-line result (for BLEU: n-gram precisions, brevity penalty)
+
+
+def split_compounds(text: str) -> str:
+  """'state-of-the-art' -> 'state ##AT##-##AT## of ##AT##-##AT## the ##AT##-##AT## art'."""
+  return _COMPOUND_RE.sub(r"\1 " + COMPOUND_MARK + r" \2", text)
+
+
+def bleu_tokenize(text: str) -> List[str]:
+  """t2t's bleu_hook.bleu_tokenize: splits punctuation (not between digits) and symbols."""
+  text = _NONDIGIT_PUNCT_RE.sub(r"\1 \2 ", text)
+  text = _PUNCT_NONDIGIT_RE.sub(r" \1 \2", text)
+  text = _SYMBOL_RE.sub(r" \1 ", text)
+  return text.split()
+
+
+def tokenize_for_bleu(text: str) -> List[str]:
+  """Compound split, then `bleu_tokenize` with the ##AT##-##AT## marks kept as tokens."""
+  text = split_compounds(text).replace(COMPOUND_MARK, _MARK_PLACEHOLDER)
+  return [COMPOUND_MARK if t == _MARK_PLACEHOLDER else t for t in bleu_tokenize(text)]
+
+
+def _check(hyps: Sequence[str], refs: Sequence[str]):
+  if isinstance(hyps, str) or isinstance(refs, str):
+    raise TypeError("hyps and refs are lists of sentences, not single strings")
+  hyps, refs = list(hyps), list(refs)
+  if len(hyps) != len(refs):
+    raise ValueError(f"{len(hyps)} hypotheses but {len(refs)} references: "
+                     "need exactly one reference per hypothesis")
+  return hyps, refs
+
+
+def _score(metric, label, hyps, refs) -> CorpusScore:
+  result = metric.corpus_score(hyps, [refs])
+  return CorpusScore(label=label, score=float(result.score),
+                     signature=f"{result.name}|{metric.get_signature()}", details=str(result))
+
+
+def sacrebleu_score(hyps: Sequence[str], refs: Sequence[str]) -> CorpusScore:
+  """sacreBLEU with sacrebleu's defaults: cased, 13a tokenizer, exp smoothing."""
+  hyps, refs = _check(hyps, refs)
+  return _score(BLEU(), SACREBLEU_LABEL, hyps, refs)
+
+
+def chrf_score(hyps: Sequence[str], refs: Sequence[str]) -> CorpusScore:
+  """chrF with sacrebleu's defaults (character 6-grams, beta 2)."""
+  hyps, refs = _check(hyps, refs)
+  return _score(CHRF(), CHRF_LABEL, hyps, refs)
+
+
+def tokenized_bleu(hyps: Sequence[str], refs: Sequence[str]) -> CorpusScore:
+  """The paper-style figure: `tokenize_for_bleu`, then unsmoothed 4-gram corpus BLEU."""
+  hyps, refs = _check(hyps, refs)
+  tokenize = lambda lines: [" ".join(tokenize_for_bleu(line)) for line in lines]
+  metric = BLEU(tokenize="none", smooth_method="none", force=True)
+  score = _score(metric, TOKENIZED_BLEU_LABEL, tokenize(hyps), tokenize(refs))
+  return dataclasses.replace(
+      score, signature=score.signature.replace("tok:none", "tok:t2t-bleu_tokenize+compound-split"))
+
+
+def score_all(hyps: Sequence[str], refs: Sequence[str]) -> Dict[str, CorpusScore]:
+  """{'sacrebleu', 'tokenized_bleu', 'chrf'} -> CorpusScore, in that order."""
+  hyps, refs = _check(hyps, refs)
+  return {"sacrebleu": sacrebleu_score(hyps, refs),
+          "tokenized_bleu": tokenized_bleu(hyps, refs),
+          "chrf": chrf_score(hyps, refs)}
+
+
+def format_scores(scores: Mapping[str, CorpusScore]) -> str:
+  """One aligned line per figure: label, score, signature."""
+  width = max(len(s.label) for s in scores.values())
+  return "\n".join(f"{s.label:<{width}}  {s.score:6.2f}  {s.signature}" for s in scores.values())

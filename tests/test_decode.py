@@ -1,0 +1,362 @@
+"""Tests for t2t_jax.decode against exhaustive float64 numpy search.
+
+The language models here are tries over a 5-token vocabulary (PAD, EOS, BOS, a, b): every
+prefix over {a, b} is a node with its own logits (PAD and BOS get -inf). The model reads the
+node off the whole token history kept in its cache ([N, max_decode_len] leaf, plus a
+per-row sentence index and a scalar step), so a search that gathers the cache wrongly, or
+repeats a scalar leaf, or does not start from BOS, sees a different model and fails.
+"""
+
+import functools
+import itertools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+from t2t_jax import decode
+from t2t_jax.tokens import BOS_ID, EOS_ID, PAD_ID
+
+A, B = 3, 4
+VOCAB = 5
+SLOPE = 0.1  # logits are scaled by (1 + SLOPE * step): the model also reads the scalar leaf
+
+_steps = []  # step indices seen by tokens_to_logits at run time (via jax.debug.callback)
+
+
+# --- the trie language model (JAX side) --------------------------------------------------------
+
+def _trie_lm(table, max_decode_len, slope):
+  """tokens_to_logits over `table` [batch, nodes, VOCAB] and its cache for `batch` sentences."""
+  batch = table.shape[0]
+  cache = {"history": jnp.full((batch, max_decode_len), PAD_ID, jnp.int32),
+           "sentence": jnp.arange(batch, dtype=jnp.int32),
+           "step": jnp.array(0, jnp.int32)}
+
+  def tokens_to_logits(ids, cache):
+    step = cache["step"]
+    jax.debug.callback(_steps.append, step)
+    history = lax.dynamic_update_slice_in_dim(cache["history"], ids, step, axis=1)
+    # Heap numbering of the prefix history[1..step]: node = 2^step - 1 + binary(prefix).
+    pos = jnp.arange(max_decode_len)
+    weights = jnp.where((pos >= 1) & (pos <= step), 2 ** jnp.clip(step - pos, 0, 30), 0)
+    node = 2 ** step - 1 + jnp.sum(jnp.clip(history - A, 0, 1) * weights, axis=1)
+    node = jnp.minimum(node, table.shape[1] - 1)
+    logits = table[cache["sentence"], node] * (1.0 + slope * step)
+    logits = jnp.where(history[:, :1] == BOS_ID, logits, jnp.roll(logits, 1, axis=-1))
+    return logits, {"history": history, "sentence": cache["sentence"], "step": step + 1}
+
+  return tokens_to_logits, cache
+
+
+@functools.partial(jax.jit, static_argnames=("beam_size", "max_decode_len", "slope", "early_stop"))
+def _beam(table, max_lengths, alpha, *, beam_size, max_decode_len, slope=SLOPE, early_stop=True):
+  lm, cache = _trie_lm(table, max_decode_len, slope)
+  return decode.beam_search(lm, cache, max_lengths=max_lengths, max_decode_len=max_decode_len,
+                            beam_size=beam_size, alpha=alpha, early_stop=early_stop)
+
+
+@functools.partial(jax.jit, static_argnames=("max_decode_len", "slope"))
+def _greedy(table, max_lengths, *, max_decode_len, slope=SLOPE):
+  lm, cache = _trie_lm(table, max_decode_len, slope)
+  return decode.greedy_search(lm, cache, max_lengths=max_lengths, max_decode_len=max_decode_len,
+                              eos_id=EOS_ID, bos_id=BOS_ID)
+
+
+def _run_counting_steps(fn, *args, **kwargs):
+  """Runs fn and returns (outputs as numpy, number of tokens_to_logits calls)."""
+  _steps.clear()
+  out = jax.tree_util.tree_map(np.asarray, fn(*args, **kwargs))
+  jax.effects_barrier()
+  return out, len(_steps)
+
+
+# --- tables ------------------------------------------------------------------------------------
+
+def _num_nodes(max_decode_len):
+  return 2 ** max_decode_len - 1  # prefixes of length <= max_decode_len - 1
+
+
+def _depth_nodes(depth):
+  return slice(2 ** depth - 1, 2 ** (depth + 1) - 1)
+
+
+def _random_table(seed, batch, max_decode_len, eos_bias=0.0):
+  table = np.random.default_rng(seed).normal(size=(batch, _num_nodes(max_decode_len), VOCAB)) * 2
+  table[..., EOS_ID] += eos_bias
+  table[..., PAD_ID] = table[..., BOS_ID] = -np.inf
+  return table.astype(np.float32)
+
+
+def _hand_table(probs, max_decode_len):
+  """One sentence's table from {prefix: {token: prob}}; prefixes not listed end (EOS prob 1)."""
+  table = np.full((1, _num_nodes(max_decode_len), VOCAB), -np.inf, np.float32)
+  table[0, :, EOS_ID] = 0.0
+  for prefix, dist in probs.items():
+    row = np.full(VOCAB, -np.inf)
+    for token, p in dist.items():
+      row[token] = math.log(p)
+    table[0, _node(prefix)] = row
+  return table
+
+
+# --- float64 numpy reference -------------------------------------------------------------------
+
+def _node(prefix):
+  node = 0
+  for token in prefix:
+    node = 2 * node + 1 + (token - A)
+  return node
+
+
+def _ref_log_probs(table, prefix, slope):
+  logits = table[_node(prefix)].astype(np.float64) * (1 + slope * len(prefix))
+  m = logits.max()
+  return logits - (m + np.log(np.sum(np.exp(logits - m))))
+
+
+def _ref_sequence_log_prob(table, seq, slope):
+  return sum(_ref_log_probs(table, seq[:t], slope)[seq[t]] for t in range(len(seq)))
+
+
+def _ref_lp(length, alpha):
+  return ((5.0 + length) / 6.0) ** alpha
+
+
+def _ref_exhaustive(table, max_length, alpha, slope=SLOPE):
+  """Every output of length <= max_length ((a|b)* EOS), scored, best first."""
+  scored = []
+  for k in range(max_length):
+    for prefix in itertools.product((A, B), repeat=k):
+      seq = prefix + (EOS_ID,)
+      scored.append((_ref_sequence_log_prob(table, seq, slope) / _ref_lp(len(seq), alpha), seq))
+  return sorted(scored, reverse=True)
+
+
+def _ref_greedy(table, max_length, slope=SLOPE):
+  seq, total = (), 0.0
+  while not seq or seq[-1] != EOS_ID:
+    log_probs = _ref_log_probs(table, seq, slope)
+    token = EOS_ID if len(seq) + 1 >= max_length else int(np.argmax(log_probs))
+    seq, total = seq + (token,), total + log_probs[token]
+  return seq, total
+
+
+def _strip(row):
+  """Output row -> tuple up to and including EOS; checks the PAD tail and no PAD before."""
+  row = [int(t) for t in row]
+  assert EOS_ID in row, row
+  end = row.index(EOS_ID) + 1
+  assert all(t == PAD_ID for t in row[end:]), row
+  assert PAD_ID not in row[:end], row
+  return tuple(row[:end])
+
+
+# --- beam search vs exhaustive search ---------------------------------------------------------
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_beam_search_equals_exhaustive_search(seed):
+  """Beam 16 >= the 2^4 prefixes of length 4 is exact: the top 16 equal exhaustive search."""
+  max_lengths = np.array([5, 3, 4], np.int32)
+  table = _random_table(seed, batch=3, max_decode_len=6)
+  for alpha in [0.0, 0.6, 1.5, 4.0]:
+    seqs, scores = map(np.asarray, _beam(table, max_lengths, alpha, beam_size=16,
+                                         max_decode_len=6))
+    for b, max_length in enumerate(max_lengths):
+      ref = _ref_exhaustive(table[b], max_length, alpha)[:16]
+      ref_scores = np.array([s for s, _ in ref])
+      assert ref_scores[0] - ref_scores[1] > 1e-3  # a clear winner: the best is well defined
+      assert _strip(seqs[b, 0]) == ref[0][1]
+      np.testing.assert_allclose(scores[b, :len(ref)], ref_scores, rtol=1e-5, atol=1e-5)
+      gaps = np.diff(ref_scores, prepend=np.inf, append=-np.inf)
+      for i, (_, ref_seq) in enumerate(ref):
+        if min(-gaps[i], -gaps[i + 1]) > 1e-4:  # order well defined
+          assert _strip(seqs[b, i]) == ref_seq
+      # Fewer possible outputs than beams: the rest are empty slots.
+      assert np.all(scores[b, len(ref):] == -np.inf)
+      assert np.all(seqs[b, len(ref):] == PAD_ID)
+
+
+def test_early_stop_changes_nothing_but_the_step_count():
+  """Stopping on the bound gives the same output as running every sentence to its limit.
+
+  EOS is made likely (+2) so finished sets fill early and the stop is tempting; alpha up to
+  4 rewards length, so a bound that ignored the longer lengths still reachable would stop
+  too soon (checked deterministically in the length-penalty test below).
+  """
+  max_lengths = np.array([9, 7, 9, 4], np.int32)
+  kwargs = dict(beam_size=3, max_decode_len=9)
+  saved_steps = 0
+  for seed in range(6):
+    table = _random_table(100 + seed, batch=4, max_decode_len=9, eos_bias=2.0)
+    for alpha in [0.0, 0.6, 2.0, 4.0]:
+      (seqs, scores), steps = _run_counting_steps(_beam, table, max_lengths, alpha, **kwargs)
+      (full_seqs, full_scores), full_steps = _run_counting_steps(
+          _beam, table, max_lengths, alpha, early_stop=False, **kwargs)
+      assert full_steps == 9
+      np.testing.assert_array_equal(seqs, full_seqs)
+      np.testing.assert_array_equal(scores, full_scores)
+      saved_steps += full_steps - steps
+  assert saved_steps > 0  # the stop did fire, so the comparison above means something
+
+
+def test_beam_search_beats_greedy_on_a_hand_built_model():
+  """Greedy takes `a` (p .5) and then ends (.35): p = .175. The best output is b EOS: p = .36."""
+  probs = {(): {EOS_ID: .1, A: .5, B: .4},
+           (A,): {EOS_ID: .35, A: .33, B: .32},
+           (B,): {EOS_ID: .9, A: .05, B: .05}}
+  table = _hand_table(probs, max_decode_len=3)
+  max_lengths = np.array([3], np.int32)
+  greedy_seqs, greedy_log_probs = _greedy(table, max_lengths, max_decode_len=3, slope=0.0)
+  assert _strip(greedy_seqs[0]) == (A, EOS_ID)
+  np.testing.assert_allclose(greedy_log_probs[0], math.log(.5 * .35), rtol=1e-6)
+  seqs, scores = _beam(table, max_lengths, 0.6, beam_size=2, max_decode_len=3, slope=0.0)
+  assert _strip(seqs[0, 0]) == (B, EOS_ID)
+  np.testing.assert_allclose(scores[0, 0], math.log(.4 * .9) / (7 / 6) ** 0.6, rtol=1e-6)
+  # Second best over all outputs: a a EOS, log(.5 * .33) / (8/6)^0.6 (a b EOS has .16).
+  assert _strip(seqs[0, 1]) == (A, A, EOS_ID)
+  np.testing.assert_allclose(scores[0, 1], math.log(.5 * .33) / (8 / 6) ** 0.6, rtol=1e-6)
+
+
+def test_beam_size_one_keeps_an_earlier_better_ending_greedy_passes_by():
+  """Greedy goes a (.6), a (.4), EOS (1): p = .24. Beam 1 also finished EOS at step 0: p = .4.
+
+  With a finished set, beam_size=1 returns the best of the ends met along the greedy path,
+  which is not always greedy's.
+  """
+  probs = {(): {EOS_ID: .4, A: .6}, (A,): {EOS_ID: .3, A: .4, B: .3}}
+  table = _hand_table(probs, max_decode_len=3)
+  max_lengths = np.array([3], np.int32)
+  greedy_seqs, greedy_log_probs = _greedy(table, max_lengths, max_decode_len=3, slope=0.0)
+  assert _strip(greedy_seqs[0]) == (A, A, EOS_ID)
+  np.testing.assert_allclose(greedy_log_probs[0], math.log(.24), rtol=1e-6)
+  seqs, scores = _beam(table, max_lengths, 0.6, beam_size=1, max_decode_len=3, slope=0.0)
+  assert _strip(seqs[0, 0]) == (EOS_ID,)
+  np.testing.assert_allclose(scores[0, 0], math.log(.4), rtol=1e-6)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_beam_size_one_equals_greedy_when_greedys_end_is_the_best_end_on_its_path(seed):
+  """Beam 1 returns greedy's output whenever that beats every earlier end on greedy's path.
+
+  Here EOS has logit -50 except at one depth per sentence, where it has +50: ending early
+  costs about 50 nats, far more than the <= 7 log 2 nats of the random a/b choices on the
+  way, so the condition holds and the a/b choices (random, history-dependent) must agree.
+  """
+  end_depths, max_lengths = [2, 4, 6], np.array([8, 5, 7], np.int32)
+  table = _random_table(200 + seed, batch=3, max_decode_len=8)
+  table[..., EOS_ID] = -50.0
+  for b, depth in enumerate(end_depths):
+    table[b, _depth_nodes(depth), EOS_ID] = 50.0
+  greedy_seqs, greedy_log_probs = map(np.asarray, _greedy(table, max_lengths, max_decode_len=8))
+  for alpha in [0.0, 0.6]:
+    seqs, scores = map(np.asarray, _beam(table, max_lengths, alpha, beam_size=1,
+                                         max_decode_len=8))
+    np.testing.assert_array_equal(seqs[:, 0], greedy_seqs)
+    lengths = np.sum(greedy_seqs != PAD_ID, axis=1)
+    np.testing.assert_allclose(scores[:, 0] * _ref_lp(lengths, alpha), greedy_log_probs,
+                               rtol=1e-5)
+  for b, depth in enumerate(end_depths):
+    ref_seq, ref_log_prob = _ref_greedy(table[b], max_lengths[b])
+    assert len(ref_seq) == depth + 1
+    assert _strip(greedy_seqs[b]) == ref_seq
+    np.testing.assert_allclose(greedy_log_probs[b], ref_log_prob, rtol=1e-5)
+
+
+def test_greedy_search_equals_numpy_greedy():
+  max_lengths = np.array([8, 5, 7], np.int32)
+  for seed in range(3):
+    table = _random_table(300 + seed, batch=3, max_decode_len=8)
+    seqs, log_probs = _greedy(table, max_lengths, max_decode_len=8)
+    for b in range(3):
+      ref_seq, ref_log_prob = _ref_greedy(table[b], max_lengths[b])
+      assert _strip(seqs[b]) == ref_seq
+      np.testing.assert_allclose(log_probs[b], ref_log_prob, rtol=1e-5)
+
+
+@pytest.mark.parametrize("beam_size", [1, 2])
+def test_length_penalty_flips_the_choice_where_the_formula_says(beam_size):
+  """Short: EOS at once, p = .6 (length 1). Long: a a a EOS, p = .4 (length 4).
+
+  The scores log .6 / lp(1) and log .4 / lp(4) tie where (9/6)^alpha = log .4 / log .6,
+  i.e. alpha* = log(log .4 / log .6) / log 1.5 ~ 1.441; the long output wins above alpha*.
+
+  With beam 1 the short output fills the finished set at step 0 while `a` (log .4) is live:
+  an early stop bounding the live score by lp at the current length instead of the
+  largest reachable one would stop there and miss the long winner above alpha*. With
+  alpha = 0 and beam 2, a stop before the finished set is full would leave slot 2 empty.
+  """
+  probs = {(): {EOS_ID: .6, A: .4}, (A,): {A: 1.0}, (A, A): {A: 1.0}}
+  table = _hand_table(probs, max_decode_len=6)
+  max_lengths = np.array([6], np.int32)
+  alpha_star = math.log(math.log(.4) / math.log(.6)) / math.log(1.5)
+  short, long = (EOS_ID,), (A, A, A, EOS_ID)
+  for alpha, winner, loser in [(0.0, short, long), (alpha_star - 1e-3, short, long),
+                               (alpha_star + 1e-3, long, short)]:
+    seqs, scores = _beam(table, max_lengths, alpha, beam_size=beam_size, max_decode_len=6,
+                         slope=0.0)
+    expected = {short: math.log(.6) / _ref_lp(1, alpha), long: math.log(.4) / _ref_lp(4, alpha)}
+    assert _strip(seqs[0, 0]) == winner
+    np.testing.assert_allclose(scores[0, 0], expected[winner], rtol=1e-6)
+    if beam_size == 2:
+      assert _strip(seqs[0, 1]) == loser
+      np.testing.assert_allclose(scores[0, 1], expected[loser], rtol=1e-6)
+
+
+def test_each_sentence_keeps_its_own_max_length():
+  """Ending is cheap only past each sentence's limit, so outputs must be cut at the limit.
+
+  Per sentence, EOS has logit -30 before the last allowed position, -3 at it (below a and
+  b: greedy must be forced) and +5 after it (a search that ignores the limit ends there).
+  """
+  max_lengths = np.array([1, 3, 6], np.int32)
+  table = _random_table(400, batch=3, max_decode_len=7)
+  for b, max_length in enumerate(max_lengths):
+    for depth in range(6):
+      eos_logit = -30.0 if depth < max_length - 1 else -3.0 if depth == max_length - 1 else 5.0
+      table[b, _depth_nodes(depth), EOS_ID] = eos_logit
+  (seqs, scores), steps = _run_counting_steps(_beam, table, max_lengths, 0.6, beam_size=3,
+                                              max_decode_len=7)
+  assert steps <= 6  # not max_decode_len: every sentence is over once it is at its limit
+  for b, max_length in enumerate(max_lengths):
+    lengths = [len(_strip(row)) for row, score in zip(seqs[b], scores[b]) if score > -np.inf]
+    assert lengths[0] == max_length and max(lengths) <= max_length
+    best_score, best_seq = _ref_exhaustive(table[b], max_length, 0.6)[0]
+    assert _strip(seqs[b, 0]) == best_seq
+    np.testing.assert_allclose(scores[b, 0], best_score, rtol=1e-5)
+  assert _strip(seqs[0, 0]) == (EOS_ID,)
+  assert np.all(scores[0, 1:] == -np.inf)  # only one output of length <= 1 exists
+
+  (greedy_seqs, _), greedy_steps = _run_counting_steps(_greedy, table, max_lengths,
+                                                       max_decode_len=7)
+  assert greedy_steps == 6  # stops when all sentences have ended, not at max_decode_len
+  assert [len(_strip(row)) for row in greedy_seqs] == list(max_lengths)
+
+
+def test_jit_and_eager_calls_agree():
+  table = _random_table(500, batch=2, max_decode_len=5)
+  max_lengths = np.array([5, 4], np.int32)
+  lm, cache = _trie_lm(jnp.asarray(table), 5, SLOPE)
+  search = functools.partial(decode.beam_search, lm, max_lengths=max_lengths,
+                             max_decode_len=5, beam_size=3, alpha=0.6)
+  eager_seqs, eager_scores = search(cache)
+  jit_seqs, jit_scores = jax.jit(search)(cache)
+  np.testing.assert_array_equal(eager_seqs, jit_seqs)
+  np.testing.assert_allclose(eager_scores, jit_scores, rtol=1e-6)
+  for b in range(2):
+    assert _strip(jit_seqs[b, 0]) == _ref_exhaustive(table[b], max_lengths[b], 0.6)[0][1]
+
+
+def test_cache_with_wrong_batch_dim_is_rejected():
+  cache = {"k": jnp.zeros((3, 2)), "index": jnp.array(0)}
+  with pytest.raises(ValueError, match=r"\(3, 2\).*batch = len\(max_lengths\) = 2"):
+    decode.beam_search(lambda ids, c: (None, c), cache, max_lengths=np.array([2, 2]),
+                       max_decode_len=4)
+
+
+def test_length_penalty_values():
+  np.testing.assert_allclose(decode.length_penalty(np.array([1, 4, 25]), 0.6),
+                             [1.0, 1.5 ** 0.6, 5.0 ** 0.6], rtol=1e-6)
