@@ -108,6 +108,14 @@ def tokenized_bleu(hyps: Sequence[str], refs: Sequence[str]) -> CorpusScore:
       score, signature=score.signature.replace("tok:none", "tok:t2t-bleu_tokenize+compound-split"))
 
 
+def exact_match(hyps: Sequence[str], refs: Sequence[str]) -> float:
+  """Fraction of hypotheses identical to their reference (after stripping outer spaces)."""
+  hyps, refs = _check(hyps, refs)
+  if not hyps:
+    return 0.0
+  return sum(h.strip() == r.strip() for h, r in zip(hyps, refs)) / len(hyps)
+
+
 def score_all(hyps: Sequence[str], refs: Sequence[str]) -> Dict[str, CorpusScore]:
   """{'sacrebleu', 'tokenized_bleu', 'chrf'} -> CorpusScore, in that order."""
   hyps, refs = _check(hyps, refs)

@@ -1,0 +1,97 @@
+"""Orbax checkpoints of the training state and the data-iterator state.
+
+Layout: <workdir>/checkpoints/<step>/{state,data}. Resume order (explicit): the latest
+checkpoint in the workdir, else a fresh start. A checkpoint whose shapes differ from the
+model the config builds is refused with the first mismatching parameter named; nothing in
+the workdir is overwritten or deleted by a failed restore.
+"""
+
+import os
+from typing import Any, Optional
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+STATE, DATA = "state", "data"
+
+
+class CheckpointMismatchError(ValueError):
+  """The checkpoint in the workdir does not fit the model the config builds."""
+
+
+def state_tree(state) -> dict:
+  """The saved part of a TrainState (everything but the optimizer definition)."""
+  return dict(step=state.step, params=state.params, opt_state=state.opt_state,
+              rng=state.rng, bad_step=state.bad_step)
+
+
+class Checkpoints:
+  """Keeps the last `max_to_keep` checkpoints of a run (async saves, one writer per host)."""
+
+  def __init__(self, workdir: str, max_to_keep: int = 5):
+    self.directory = os.path.abspath(os.path.join(workdir, "checkpoints"))
+    options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True)
+    handlers = {STATE: ocp.StandardCheckpointHandler(), DATA: ocp.JsonCheckpointHandler()}
+    self.manager = ocp.CheckpointManager(self.directory, options=options,
+                                         item_handlers=handlers)
+
+  def steps(self) -> list:
+    return sorted(self.manager.all_steps())
+
+  def latest_step(self) -> Optional[int]:
+    return self.manager.latest_step()
+
+  def save(self, step: int, state, data_state: Optional[dict]) -> None:
+    items = {STATE: ocp.args.StandardSave(state_tree(state))}
+    if data_state is not None:
+      items[DATA] = ocp.args.JsonSave(data_state)
+    self.manager.save(step, args=ocp.args.Composite(**items), force=True)
+
+  def restore(self, step: int, state):
+    """Restores into the structure of `state` (a host TrainState); returns (state, data)."""
+    target = state_tree(state)
+    self.check_shapes(step, target["params"])
+    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, target)
+    restored = self.manager.restore(step, args=ocp.args.Composite(
+        **{STATE: ocp.args.StandardRestore(abstract)}))[STATE]
+    data_state = None
+    if os.path.isdir(os.path.join(self.directory, str(step), DATA)):
+      data_state = self.manager.restore(
+          step, args=ocp.args.Composite(**{DATA: ocp.args.JsonRestore()}))[DATA]
+    return state.replace(**restored), data_state
+
+  def restore_params(self, step: int, params_like=None):
+    """The parameters of checkpoint `step` as numpy (shape-checked against `params_like`)."""
+    if params_like is not None:
+      self.check_shapes(step, params_like)
+    restored = self.manager.restore(
+        step, args=ocp.args.Composite(**{STATE: ocp.args.StandardRestore()}))
+    return restored[STATE]["params"]
+
+  def check_shapes(self, step: int, params_like) -> None:
+    """Raises CheckpointMismatchError naming the first parameter whose shape differs."""
+    meta = self.manager.item_metadata(step)[STATE]
+    meta = getattr(meta, "tree", meta)
+    saved = _shapes(meta["params"])
+    wanted = _shapes(params_like)
+    where = os.path.join(self.directory, str(step))
+    for name in sorted(set(saved) | set(wanted)):
+      if saved.get(name) != wanted.get(name):
+        raise CheckpointMismatchError(
+            f"checkpoint {where} does not fit the configured model: parameter {name} is "
+            f"{saved.get(name, 'absent')} in the checkpoint but {wanted.get(name, 'absent')} "
+            "in the model. Use a new --workdir for a different model (nothing was changed).")
+
+  def wait(self) -> None:
+    self.manager.wait_until_finished()
+
+  def close(self) -> None:
+    self.manager.close()
+
+
+def _shapes(tree) -> dict:
+  flat = jax.tree_util.tree_flatten_with_path(tree)[0]
+  return {jax.tree_util.keystr(path): tuple(np.shape(leaf) if not hasattr(leaf, "shape")
+                                            else leaf.shape)
+          for path, leaf in flat}

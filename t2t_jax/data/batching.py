@@ -1,0 +1,257 @@
+"""Token-budget batches with static shapes: length buckets, or packing with segment ids.
+
+Layout of every batch: a dict of int32 arrays shaped [num_local_devices, rows_per_device, L],
+ready for pmap. 'inputs'/'targets' end each pair with EOS and are 0-padded; packing adds
+'{inputs,targets}_segmentation' (1, 2, ... per packed pair, 0 on pad) and
+'{inputs,targets}_position' (0-based within each pair, 0 on pad).
+
+Multi-host: bucket batches come from one GLOBAL plan that every process computes identically
+(same data, seed and vocabulary), each taking its own rows, so all processes run the same
+bucket shape at every step, and their rows are disjoint parts of one global batch. Packed rows
+have one fixed shape, so each process simply packs its own shard of the pairs.
+"""
+
+import collections
+import sys
+import threading
+
+import grain
+import numpy as np
+
+from t2t_jax.data.tokenized import TokenizedPairs
+
+PACK_KEYS = ('inputs_segmentation', 'targets_segmentation', 'inputs_position',
+             'targets_position')
+
+
+class Sharding:
+  """Which slice of the global batch this process feeds, and how many devices it has."""
+
+  def __init__(self, process_index: int, process_count: int, num_local_devices: int):
+    if not 0 <= process_index < process_count:
+      raise ValueError(f'process_index={process_index} not in [0, {process_count})')
+    self.process_index = process_index
+    self.process_count = process_count
+    self.num_local_devices = num_local_devices
+
+  @property
+  def num_devices(self) -> int:
+    return self.process_count * self.num_local_devices
+
+
+def _rows(pairs: TokenizedPairs, members: np.ndarray, length: int, side: str) -> np.ndarray:
+  """int32 [len(members), length], one pair per row, 0-padded; member -1 is an all-pad row."""
+  out = np.zeros((len(members), length), np.int32)
+  flat, offsets = getattr(pairs, f'{side}_flat'), getattr(pairs, f'{side}_offsets')
+  for row, i in enumerate(members):
+    if i >= 0:
+      out[row, :offsets[i + 1] - offsets[i]] = flat[offsets[i]:offsets[i + 1]]
+  return out
+
+
+def _device_layout(batch: dict[str, np.ndarray], num_devices: int) -> dict[str, np.ndarray]:
+  """[rows, L] -> [num_devices, rows // num_devices, L], int32."""
+  return {k: v.astype(np.int32).reshape(num_devices, -1, v.shape[-1]) for k, v in batch.items()}
+
+
+def _add_single_pair_segments(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """Packing-layout keys for rows holding one pair each (segment 1, positions 0..n-1)."""
+  for side in ('inputs', 'targets'):
+    real = batch[side] > 0
+    batch[f'{side}_segmentation'] = real.astype(np.int32)
+    batch[f'{side}_position'] = np.where(real, np.arange(real.shape[-1]), 0).astype(np.int32)
+  return batch
+
+
+def _global_rows(rows_per_device: int, sharding: Sharding) -> int:
+  return rows_per_device * sharding.num_devices
+
+
+def _host_slice(members: np.ndarray, sharding: Sharding) -> np.ndarray:
+  per_host = len(members) // sharding.process_count
+  return members[sharding.process_index * per_host:(sharding.process_index + 1) * per_host]
+
+
+class BucketPlan:
+  """The global order of training batches: step -> (bucket, pair indices).
+
+  Each epoch k shuffles all pairs with (seed, k) and streams them into their length buckets;
+  a bucket emits a batch whenever it has collected its rows, as a streaming bucketer would, so
+  lengths interleave and no batch is partial. Bucket b therefore sees the endless sequence
+  "epoch 0's members of b in shuffled order, then epoch 1's, ..." cut into batches of r_b rows;
+  a batch that straddles an epoch end takes its first rows from the old epoch. Everything is
+  computed from counts and per-epoch permutations, so any step is random-access and the
+  iterator state is just the next step.
+  """
+
+  def __init__(self, pairs: TokenizedPairs, boundaries, budget_per_device: int,
+               sharding: Sharding, seed: int):
+    self.pairs = pairs
+    self.boundaries = np.asarray(boundaries)
+    self.sharding = sharding
+    self.seed = seed
+    lengths = np.maximum(pairs.inputs_lengths, pairs.targets_lengths)
+    self.bucket_of = np.searchsorted(self.boundaries, lengths)  # first boundary >= length
+    self.counts = np.bincount(self.bucket_of, minlength=len(self.boundaries))
+    self.rows_per_device = budget_per_device // self.boundaries
+    self.global_rows = self.rows_per_device * sharding.num_devices
+    self._lock = threading.Lock()
+    self._orders = collections.OrderedDict()  # epoch -> per-bucket member order
+    self._plans = collections.OrderedDict()  # epoch -> batches completing in that epoch
+
+  def shapes(self) -> list[tuple[int, int, int]]:
+    """The static [devices, rows_per_device, length] shape of each bucket."""
+    return [(self.sharding.num_local_devices, int(r), int(b))
+            for r, b in zip(self.rows_per_device, self.boundaries)]
+
+  @property
+  def steps_per_epoch(self) -> float:
+    """Mean steps per epoch (epochs differ by at most one batch per bucket)."""
+    return float(np.sum(self.counts / self.global_rows))
+
+  def steps_before(self, epoch: int) -> int:
+    """Steps whose batch completes before epoch `epoch` starts."""
+    return int(np.sum(epoch * self.counts // self.global_rows))
+
+  def _epoch_of(self, step: int) -> int:
+    epoch = int(step // self.steps_per_epoch)
+    while self.steps_before(epoch + 1) <= step:
+      epoch += 1
+    while epoch > 0 and self.steps_before(epoch) > step:
+      epoch -= 1
+    return epoch
+
+  def _order(self, epoch: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Per bucket: its pairs in epoch order, and their positions in the epoch's stream."""
+    if epoch not in self._orders:
+      perm = np.random.default_rng([self.seed, epoch]).permutation(len(self.bucket_of))
+      stream_buckets = self.bucket_of[perm]
+      positions = [np.flatnonzero(stream_buckets == b) for b in range(len(self.boundaries))]
+      self._orders[epoch] = ([perm[p] for p in positions], positions)
+      while len(self._orders) > 4:
+        self._orders.popitem(last=False)
+    return self._orders[epoch]
+
+  def _members(self, b: int, first: int, num: int) -> np.ndarray:
+    """Members [first, first + num) of bucket b's endless epoch-after-epoch sequence."""
+    count, out = int(self.counts[b]), []
+    while num > 0:
+      epoch, rank = divmod(first, count)
+      take = min(num, count - rank)
+      out.append(self._order(epoch)[0][b][rank:rank + take])
+      first, num = first + take, num - take
+    return np.concatenate(out)
+
+  def _plan_epoch(self, epoch: int) -> list[tuple[int, np.ndarray]]:
+    batches = []
+    for b in np.flatnonzero(self.counts):
+      rows, count = int(self.global_rows[b]), int(self.counts[b])
+      positions = self._order(epoch)[1][b]
+      for j in range(epoch * count // rows, (epoch + 1) * count // rows):
+        last = (j + 1) * rows - 1  # a batch is emitted when its last pair arrives
+        batches.append((positions[last - epoch * count], b, self._members(b, j * rows, rows)))
+    batches.sort(key=lambda t: t[0])
+    return [(int(b), members) for _, b, members in batches]
+
+  def global_members(self, step: int) -> tuple[int, np.ndarray]:
+    """(bucket, pair indices of all processes' rows) of training step `step`."""
+    with self._lock:  # plans are computed once per epoch, by whichever thread asks first
+      epoch = self._epoch_of(step)
+      if epoch not in self._plans:
+        self._plans[epoch] = self._plan_epoch(epoch)
+        while len(self._plans) > 2:
+          self._plans.popitem(last=False)
+      return self._plans[epoch][step - self.steps_before(epoch)]
+
+  def __call__(self, step: int) -> dict[str, np.ndarray]:
+    """This process's batch of `step`: 'inputs'/'targets' [devices, rows, bucket length]."""
+    bucket, members = self.global_members(step)
+    mine = _host_slice(members, self.sharding)
+    length = int(self.boundaries[bucket])
+    batch = {side: _rows(self.pairs, mine, length, side) for side in ('inputs', 'targets')}
+    return _device_layout(batch, self.sharding.num_local_devices)
+
+
+def bucket_dataset(plan: BucketPlan, prefetch: int) -> grain.IterDataset:
+  """An infinite, checkpointable stream of bucket batches (state: the next step)."""
+  ds = grain.MapDataset.range(sys.maxsize).map(plan)
+  ds = ds.to_iter_dataset(grain.ReadOptions(num_threads=0))
+  return _prefetch(ds, prefetch)
+
+
+def _prefetch(ds: grain.IterDataset, prefetch: int) -> grain.IterDataset:
+  if prefetch <= 0:
+    return ds
+  return grain.experimental.ThreadPrefetchIterDataset(ds, prefetch_buffer_size=prefetch)
+
+
+def shard_indices(num_pairs: int, sharding: Sharding, seed: int) -> grain.MapDataset:
+  """This process's pair indices: a 1/process_count shard, reshuffled every epoch.
+
+  Shards of different processes are disjoint and together hold every pair; element
+  [e * len : (e + 1) * len] is epoch e of this shard.
+  """
+  ds = grain.MapDataset.range(num_pairs)[sharding.process_index::sharding.process_count]
+  return ds.shuffle(seed=seed).repeat()
+
+
+def pack_dataset(pairs: TokenizedPairs, pack_len: int, rows_per_device: int, num_bins: int,
+                 sharding: Sharding, seed: int, prefetch: int) -> grain.IterDataset:
+  """Infinite, checkpointable stream of packed batches [devices, rows_per_device, pack_len].
+
+  grain's first-fit packer fills `num_bins` rows at a time (a pair goes into the first row
+  where both sides fit) and yields segment ids and positions, which are renamed here.
+  """
+  rows = rows_per_device * sharding.num_local_devices
+  ds = shard_indices(len(pairs), sharding, seed).map(pairs.pair)
+  ds = ds.to_iter_dataset(grain.ReadOptions(num_threads=0))
+  ds = grain.experimental.FirstFitPackIterDataset(
+      ds, length_struct={'inputs': pack_len, 'targets': pack_len},
+      num_packing_bins=num_bins or rows, seed=seed, shuffle_bins=True)
+  ds = ds.batch(rows, drop_remainder=True)
+  ds = ds.map(lambda b: _device_layout(_rename_packed(b), sharding.num_local_devices))
+  return _prefetch(ds, prefetch)
+
+
+def _rename_packed(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+  out = {}
+  for side in ('inputs', 'targets'):
+    out[side] = batch[side]
+    out[f'{side}_segmentation'] = batch[f'{side}_segment_ids']
+    out[f'{side}_position'] = batch[f'{side}_positions']
+  return out
+
+
+def eval_length(length: int, boundaries) -> int:
+  """Padded length for an eval pair: its bucket, or a multiple of the longest bucket.
+
+  Dev/test pairs are never dropped, so pairs longer than max_len get longer (still static)
+  shapes.
+  """
+  boundaries = np.asarray(boundaries)
+  if length <= boundaries[-1]:
+    return int(boundaries[np.searchsorted(boundaries, length)])
+  return int(-(-length // boundaries[-1]) * boundaries[-1])
+
+
+def eval_batches(pairs: TokenizedPairs, boundaries, budget_per_device: int, sharding: Sharding,
+                 pack_keys: bool):
+  """Yields every pair once, grouped by padded length, as this process's share of batches.
+
+  Each process gets the same number of batches with the same shapes; a length group's last
+  batch is completed with all-pad rows (loss weights are 0 there), so nothing is dropped.
+  """
+  lengths = np.maximum(pairs.inputs_lengths, pairs.targets_lengths)
+  padded = np.array([eval_length(int(n), boundaries) for n in lengths], np.int64)
+  for length in np.unique(padded):
+    group = np.flatnonzero(padded == length)
+    rows = _global_rows(max(1, budget_per_device // int(length)), sharding)
+    for start in range(0, len(group), rows):
+      members = np.full(rows, -1, np.int64)
+      chunk = group[start:start + rows]
+      members[:len(chunk)] = chunk
+      mine = _host_slice(members, sharding)
+      batch = {side: _rows(pairs, mine, int(length), side) for side in ('inputs', 'targets')}
+      if pack_keys:
+        batch = _add_single_pair_segments(batch)
+      yield _device_layout(batch, sharding.num_local_devices)

@@ -1,0 +1,235 @@
+"""get_datasets: source -> vocabulary -> tokenize/filter -> token-budget batches per host.
+
+    datasets = get_datasets(config.data, workdir, process_index=jax.process_index(),
+                            process_count=jax.process_count(),
+                            num_local_devices=jax.local_device_count())
+    it = datasets.train_iter()          # grain DatasetIterator: get_state()/set_state()
+    batch = next(it)                    # {'inputs': int32 [devices, rows, L], 'targets': ...}
+    for batch in datasets.eval_batches(): ...
+    print(datasets.stats.summary())
+"""
+
+import atexit
+import contextlib
+import dataclasses
+import logging
+import time
+import weakref
+
+import grain
+import numpy as np
+
+from t2t_jax.data import batching
+from t2t_jax.data import config as config_lib
+from t2t_jax.data import sources
+from t2t_jax.data import tokenized
+from t2t_jax.data import tokenizer as tokenizer_lib
+from t2t_jax.data.errors import DataError
+from t2t_jax.data.tokenized import SplitCounts, TokenizedPairs
+
+
+@dataclasses.dataclass
+class DataStats:
+  """The per-run data report. Batch figures are this process's, over the batches yielded."""
+  train: SplitCounts = dataclasses.field(default_factory=SplitCounts)
+  dev: SplitCounts = dataclasses.field(default_factory=SplitCounts)
+  test: SplitCounts = dataclasses.field(default_factory=SplitCounts)
+  batching: str = ''
+  tokens_per_batch_budget: int = 0  # global, per side
+  budget_per_device: int = 0  # per side
+  shapes: str = ''
+  batches: int = 0
+  input_tokens: int = 0  # non-pad tokens yielded
+  target_tokens: int = 0
+  input_slots: int = 0  # array elements yielded (pad included)
+  target_slots: int = 0
+  setup_seconds: dict = dataclasses.field(default_factory=dict)  # stage -> wall time
+
+  def record(self, batch: dict[str, np.ndarray]) -> None:
+    self.batches += 1
+    self.input_tokens += int(np.count_nonzero(batch['inputs']))
+    self.target_tokens += int(np.count_nonzero(batch['targets']))
+    self.input_slots += batch['inputs'].size
+    self.target_slots += batch['targets'].size
+
+  @property
+  def mean_input_tokens_per_batch(self) -> float:
+    return self.input_tokens / max(1, self.batches)
+
+  @property
+  def mean_target_tokens_per_batch(self) -> float:
+    return self.target_tokens / max(1, self.batches)
+
+  @property
+  def padding_fraction(self) -> float:
+    """Share of yielded input+target elements that are padding."""
+    slots = self.input_slots + self.target_slots
+    return 1.0 - (self.input_tokens + self.target_tokens) / max(1, slots)
+
+  def summary(self) -> str:
+    t = self.train
+    lines = [
+        f'train: {t.read} pairs read, {t.empty_skipped} empty skipped, '
+        f'{t.dropped_too_long} dropped by length, {t.kept} kept',
+        f'dev: {self.dev.read} pairs read, {self.dev.empty_skipped} empty skipped; '
+        f'test: {self.test.read} pairs read, {self.test.empty_skipped} empty skipped',
+        f'batching: {self.batching}, budget {self.tokens_per_batch_budget} tokens/side/step '
+        f'global, {self.budget_per_device} per device; shapes {self.shapes}',
+        'setup: ' + ', '.join(f'{k} {v:.2f}s' for k, v in self.setup_seconds.items()),
+    ]
+    if self.batches:
+      lines.append(
+          f'over {self.batches} batches (this process): mean tokens/batch '
+          f'{self.mean_input_tokens_per_batch:.1f} source + '
+          f'{self.mean_target_tokens_per_batch:.1f} target, padding fraction '
+          f'{self.padding_fraction:.3f}')
+    return '\n'.join(lines)
+
+
+_LIVE_ITERATORS = weakref.WeakSet()
+
+
+@atexit.register
+def _close_live_iterators():
+  # A prefetch thread still running while the interpreter finalizes can abort the process
+  # ("terminate called without an active exception"), so stop them first.
+  for it in list(_LIVE_ITERATORS):
+    it.close()
+
+
+class TrainIterator(grain.DatasetIterator):
+  """The training stream with the run's batch figures recorded; state is the parent's.
+
+  Call `close()` (or rely on exit) to stop its background prefetch thread.
+  """
+
+  def __init__(self, parent: grain.DatasetIterator, stats: DataStats):
+    super().__init__(parent)
+    self._stats = stats
+    _LIVE_ITERATORS.add(self)
+
+  def __next__(self) -> dict[str, np.ndarray]:
+    batch = next(self._parent)
+    self._stats.record(batch)
+    return batch
+
+  def get_state(self):
+    return self._parent.get_state()
+
+  def set_state(self, state) -> None:
+    self._parent.set_state(state)
+
+  def close(self) -> None:
+    super().close()
+    # Drop the stopped pipeline now, while modules are alive: grain's own __del__ would
+    # otherwise run during interpreter teardown and print spurious errors.
+    self._parents = ()
+
+
+class Datasets:
+  """What the trainer and evaluators use; built by `get_datasets`."""
+
+  def __init__(self, c, tokenizer, train: TokenizedPairs, dev_pairs, test_pairs,
+               stats: DataStats, sharding: batching.Sharding):
+    self.config = c
+    self.tokenizer = tokenizer
+    self.train_pairs = train  # tokenized, filtered training pairs (all processes' data)
+    self.dev_pairs = dev_pairs  # [(source_text, target_text)], empty lines skipped
+    self.test_pairs = test_pairs
+    self.stats = stats
+    self.sharding = sharding
+    self.boundaries = config_lib.bucket_boundaries(c)
+    self.budget_per_device = config_lib.per_device_budget(c, sharding.num_devices)
+    self.bucket_plan = None
+    if c.batching == 'bucket':
+      self.bucket_plan = batching.BucketPlan(train, self.boundaries, self.budget_per_device,
+                                             sharding, c.shuffle_seed)
+    self._tokenized = {}
+
+  @property
+  def pack_rows_per_device(self) -> int:
+    return self.budget_per_device // self.config.pack_len
+
+  @property
+  def steps_per_epoch(self) -> float | None:
+    """Mean training steps per epoch in bucket mode; None for packing (data-dependent)."""
+    if self.bucket_plan is not None:
+      return self.bucket_plan.steps_per_epoch
+    return None
+
+  def train_dataset(self) -> grain.IterDataset:
+    """The grain pipeline behind train_iter() (infinite, deterministic from shuffle_seed)."""
+    c = self.config
+    if self.bucket_plan is not None:
+      return batching.bucket_dataset(self.bucket_plan, c.prefetch_batches)
+    return batching.pack_dataset(self.train_pairs, c.pack_len, self.pack_rows_per_device,
+                                 c.pack_bins, self.sharding, c.shuffle_seed, c.prefetch_batches)
+
+  def train_iter(self) -> TrainIterator:
+    """A fresh iterator from step 0; restore a checkpoint with `.set_state(state)`."""
+    return TrainIterator(iter(self.train_dataset()), self.stats)
+
+  def eval_batches(self, split: str = 'dev'):
+    """Every pair of `split` ('dev' | 'test') once, in static-shaped padded batches."""
+    pairs = self._tokenized_split(split)
+    return batching.eval_batches(pairs, self.boundaries, self.budget_per_device, self.sharding,
+                                 pack_keys=self.config.batching == 'pack')
+
+  def _tokenized_split(self, split: str) -> TokenizedPairs:
+    if split not in self._tokenized:
+      raw = {'dev': self.dev_pairs, 'test': self.test_pairs}[split]
+      self._tokenized[split] = tokenized.tokenize_pairs(raw, self.tokenizer)
+    return self._tokenized[split]
+
+
+def get_datasets(data_config, workdir: str, *, process_index: int = 0, process_count: int = 1,
+                 num_local_devices: int = 1) -> Datasets:
+  """Builds the data of one run (see the module docstring). Bad input raises DataError."""
+  c = data_config
+  config_lib.validate(c)
+  sharding = batching.Sharding(process_index, process_count, num_local_devices)
+  config_lib.per_device_budget(c, sharding.num_devices)  # fail before any expensive work
+  stats = DataStats(batching=c.batching, tokens_per_batch_budget=c.tokens_per_batch)
+  with _timed(stats, 'open/prepare source'):
+    splits = sources.open_splits(c, workdir, process_index=process_index)
+  with _timed(stats, 'vocabulary'):
+    tokenizer = tokenizer_lib.load_or_train_tokenizer(
+        c, workdir, process_index=process_index,
+        train_sentences=lambda: tokenizer_lib.sample_sentences(
+            splits['train'], c.vocab_max_sentences, c.vocab_seed))
+  with _timed(stats, 'read+tokenize train'):
+    train, stats.train = tokenized.tokenize_source(splits['train'], tokenizer,
+                                                   max_len=c.max_len)
+  if not len(train):
+    raise DataError(f'no training pairs left ({stats.train}); check the '
+                               'training files and config.data.max_len')
+  with _timed(stats, 'read dev+test'):
+    dev_pairs = _read_all(splits['dev'], stats.dev)
+    test_pairs = _read_all(splits['test'], stats.test)
+  data = Datasets(c, tokenizer, train, dev_pairs, test_pairs, stats, sharding)
+  stats.budget_per_device = data.budget_per_device
+  stats.shapes = _describe_shapes(data)
+  logging.info('Data:\n%s', stats.summary())
+  return data
+
+
+@contextlib.contextmanager
+def _timed(stats: DataStats, stage: str):
+  start = time.perf_counter()
+  yield
+  stats.setup_seconds[stage] = time.perf_counter() - start
+
+
+def _read_all(source, counts: SplitCounts) -> list[tuple[str, str]]:
+  if source is None:
+    return []
+  pairs = tokenized.non_empty(source.read(range(len(source))), counts)
+  counts.kept = len(pairs)
+  return pairs
+
+
+def _describe_shapes(data: Datasets) -> str:
+  d = data.sharding.num_local_devices
+  if data.bucket_plan is not None:
+    return ' '.join(f'[{d},{r},{n}]' for _, r, n in data.bucket_plan.shapes())
+  return f'[{d},{data.pack_rows_per_device},{data.config.pack_len}]'

@@ -1,0 +1,112 @@
+"""Up-front tokenization into a compact ragged store, with the skip/drop counts of the report.
+
+Tokenizing everything once (SentencePiece's multi-threaded batch encoder) makes every later
+stage index-based: batch plans, exact per-epoch coverage, exact resume and exact counts of
+what was dropped, at a cost of one pass over the corpus at startup.
+"""
+
+import dataclasses
+import itertools
+from typing import Sequence
+
+import numpy as np
+
+from t2t_jax.data import textio
+from t2t_jax.tokens import EOS_ID
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenizedPairs:
+  """N pairs of token ids, EOS appended, each side concatenated into one flat array.
+
+  Pair i's source is `inputs_flat[inputs_offsets[i]:inputs_offsets[i + 1]]` (same for
+  targets); offsets have shape [N + 1].
+  """
+  inputs_flat: np.ndarray
+  inputs_offsets: np.ndarray
+  targets_flat: np.ndarray
+  targets_offsets: np.ndarray
+
+  def __len__(self) -> int:
+    return len(self.inputs_offsets) - 1
+
+  @property
+  def inputs_lengths(self) -> np.ndarray:
+    return np.diff(self.inputs_offsets)
+
+  @property
+  def targets_lengths(self) -> np.ndarray:
+    return np.diff(self.targets_offsets)
+
+  def pair(self, i: int) -> dict[str, np.ndarray]:
+    """{'inputs': int32 [len_i], 'targets': int32 [len_t]} of pair i, EOS included."""
+    i = int(i)
+    return {
+        'inputs': self.inputs_flat[self.inputs_offsets[i]:self.inputs_offsets[i + 1]].astype(
+            np.int32),
+        'targets': self.targets_flat[self.targets_offsets[i]:self.targets_offsets[i + 1]]
+                   .astype(np.int32),
+    }
+
+
+@dataclasses.dataclass
+class SplitCounts:
+  """What happened to the pairs of one split."""
+  read: int = 0  # pairs (lines) read from the source
+  empty_skipped: int = 0  # pairs skipped because a side was empty or whitespace
+  dropped_too_long: int = 0  # training pairs dropped because a side exceeded max_len
+  kept: int = 0
+
+
+def non_empty(pairs: Sequence[tuple[str, str]], counts: SplitCounts) -> list[tuple[str, str]]:
+  """The pairs whose both sides have text; skipped ones are counted, alignment is kept."""
+  kept = [p for p in pairs if not (textio.is_empty(p[0]) or textio.is_empty(p[1]))]
+  counts.read += len(pairs)
+  counts.empty_skipped += len(pairs) - len(kept)
+  return kept
+
+
+def tokenize_source(source, tokenizer, *, max_len: int | None, chunk: int = 20000
+                    ) -> tuple[TokenizedPairs, SplitCounts]:
+  """Reads and tokenizes every pair of a PairSource; drops pairs over max_len (None: keep all)."""
+  counts = SplitCounts()
+  parts = []
+  for start in range(0, len(source), chunk):
+    pairs = non_empty(source.read(range(start, min(start + chunk, len(source)))), counts)
+    parts.append(_encode(pairs, tokenizer, max_len, counts))
+  dtype = np.uint16 if tokenizer.vocab_size <= 2**16 else np.int32
+  return _concatenate(parts, dtype), counts
+
+
+def tokenize_pairs(pairs, tokenizer) -> TokenizedPairs:
+  """Tokenizes already-read, non-empty pairs, keeping them all (dev and test sets)."""
+  return _concatenate([_encode(pairs, tokenizer, None, SplitCounts())], np.int32)
+
+
+def _encode(pairs, tokenizer, max_len, counts):
+  sources = tokenizer.encode_batch([p[0] for p in pairs])
+  targets = tokenizer.encode_batch([p[1] for p in pairs])
+  if max_len is not None:
+    keep = [len(s) < max_len and len(t) < max_len for s, t in zip(sources, targets)]  # + EOS
+    counts.dropped_too_long += len(keep) - sum(keep)
+    sources = list(itertools.compress(sources, keep))
+    targets = list(itertools.compress(targets, keep))
+  counts.kept += len(sources)
+  return sources, targets
+
+
+def _flatten(seqs: list[list[int]], dtype) -> tuple[np.ndarray, np.ndarray]:
+  lengths = np.fromiter((len(s) + 1 for s in seqs), np.int64, len(seqs))
+  flat = np.fromiter(itertools.chain.from_iterable(s + [EOS_ID] for s in seqs), dtype,
+                     int(lengths.sum()))
+  return flat, lengths
+
+
+def _concatenate(parts, dtype) -> TokenizedPairs:
+  sides = []
+  for side in (0, 1):
+    flats, lengths = zip(*[_flatten(part[side], dtype) for part in parts]) if parts else (
+        [np.zeros(0, dtype)], [np.zeros(0, np.int64)])
+    offsets = np.concatenate([[0], np.cumsum(np.concatenate(lengths))]).astype(np.int64)
+    sides += [np.concatenate(flats), offsets]
+  return TokenizedPairs(*sides)

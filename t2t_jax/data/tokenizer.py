@@ -1,0 +1,205 @@
+"""Tokenizers: a shared SentencePiece vocabulary for real text, a symbol list for synthetic tasks.
+
+Both have the same interface: `encode(text) -> ids` (no EOS), `encode_batch(texts)`,
+`decode(ids) -> text` (stops at EOS, drops pad/BOS) and `vocab_size`. Reserved ids come from
+`t2t_jax.tokens` (pad 0 so that `ids > 0` is the non-padding mask; unknown deliberately not 0).
+
+The vocabulary is trained once on (a bounded sample of) the training split only, written to the
+workdir and re-used on resume and by translation; a stored vocabulary that disagrees with the
+experiment is an error rather than something silently retrained over.
+"""
+
+import io
+import logging
+import os
+from typing import Callable, Iterable, Sequence
+
+from etils import epath
+import numpy as np
+import sentencepiece as spm
+from sentencepiece import sentencepiece_model_pb2
+
+from t2t_jax.data import synthetic
+from t2t_jax.data.errors import DataError
+from t2t_jax.tokens import BOS_ID, EOS_ID, NUM_RESERVED, PAD_ID, UNK_ID
+
+SENTENCEPIECE_FILE = 'vocab.model'
+SYMBOLS_FILE = 'vocab.symbols'
+
+
+def _strip(ids) -> list[int]:
+  """Ids up to the first EOS, without pad and BOS."""
+  out = []
+  for i in np.asarray(ids).reshape(-1).tolist():
+    if i == EOS_ID:
+      break
+    if i not in (PAD_ID, BOS_ID):
+      out.append(i)
+  return out
+
+
+class SentencePieceTokenizer:
+  """A SentencePiece model (BPE or unigram) with t2t_jax's reserved ids."""
+
+  def __init__(self, model_proto: bytes, num_threads: int = 0):
+    self.model_proto = model_proto
+    self._sp = spm.SentencePieceProcessor(model_proto=model_proto)
+    self._threads = num_threads or os.cpu_count() or 1
+    _check_reserved_ids(self._sp)
+
+  @property
+  def vocab_size(self) -> int:
+    return self._sp.get_piece_size()
+
+  def encode(self, text: str) -> list[int]:
+    return self._sp.encode(text)
+
+  def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+    return self._sp.encode(list(texts), num_threads=self._threads)
+
+  def decode(self, ids) -> str:
+    return self._sp.decode(_strip(ids))
+
+  def normalize(self, text: str) -> str:
+    """The text as decode(encode(text)) returns it (NFKC, whitespace collapsed and trimmed)."""
+    return self._sp.decode(self._sp.encode(text))
+
+
+class SymbolTokenizer:
+  """Whitespace-separated symbols, one id each, after the reserved ids (synthetic tasks)."""
+
+  def __init__(self, symbols: Sequence[str]):
+    self.symbols = list(symbols)
+    self._ids = {s: i + NUM_RESERVED for i, s in enumerate(self.symbols)}
+
+  @property
+  def vocab_size(self) -> int:
+    return NUM_RESERVED + len(self.symbols)
+
+  def encode(self, text: str) -> list[int]:
+    return [self._ids.get(s, UNK_ID) for s in text.split()]
+
+  def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+    return [self.encode(t) for t in texts]
+
+  def decode(self, ids) -> str:
+    return ' '.join(self.symbols[i - NUM_RESERVED] if i >= NUM_RESERVED else '<unk>'
+                    for i in _strip(ids))
+
+
+def _check_reserved_ids(sp: spm.SentencePieceProcessor) -> None:
+  got = (sp.pad_id(), sp.eos_id(), sp.bos_id(), sp.unk_id())
+  if got != (PAD_ID, EOS_ID, BOS_ID, UNK_ID):
+    raise DataError(f'SentencePiece model has pad/eos/bos/unk ids {got}, but t2t_jax needs '
+                    f'{(PAD_ID, EOS_ID, BOS_ID, UNK_ID)}; it was not trained by t2t_jax')
+
+
+def vocab_path(c, workdir: str) -> epath.Path:
+  if c.vocab_path:
+    return epath.Path(c.vocab_path)
+  name = SYMBOLS_FILE if c.source == 'synthetic' else SENTENCEPIECE_FILE
+  return epath.Path(workdir) / name
+
+
+def load_tokenizer(path: str | os.PathLike, num_threads: int = 0):
+  """Loads a stored vocabulary (`*.symbols` -> SymbolTokenizer, else SentencePiece)."""
+  path = epath.Path(path)
+  if path.name.endswith('.symbols'):
+    return SymbolTokenizer(path.read_text(encoding='utf-8').split('\n')[:-1])
+  return SentencePieceTokenizer(path.read_bytes(), num_threads)
+
+
+def load_or_train_tokenizer(c, workdir: str, *, process_index: int = 0,
+                            train_sentences: Callable[[], Iterable[str]] | None = None):
+  """Returns the experiment's tokenizer, training and storing it first if absent.
+
+  Args:
+    c: the data config (`config.data`).
+    workdir: where the vocabulary lives (`<workdir>/vocab.model` unless c.vocab_path is set).
+    process_index: only process 0 trains; the others wait for its file (shared workdir).
+    train_sentences: returns the training sentences to learn from (already a bounded
+      sample); by default the training split of `c` is opened and sampled.
+  """
+  path = vocab_path(c, workdir)
+  expected = _symbols_text(c) if c.source == 'synthetic' else None
+  if not path.exists():
+    if process_index == 0:
+      _write_atomic(path, expected.encode() if expected is not None
+                    else train_sentencepiece(_training_sentences(c, workdir, train_sentences), c))
+    else:
+      from t2t_jax.data.sources import wait_for  # pylint: disable=g-import-not-at-top
+      wait_for(path.exists, str(path), c.wait_for_process0_s)
+  tokenizer = load_tokenizer(path, c.tokenize_threads)
+  _check_matches_config(tokenizer, path, c, expected)
+  return tokenizer
+
+
+def _symbols_text(c) -> str:
+  return ''.join(s + '\n' for s in synthetic.symbols(c))
+
+
+def _training_sentences(c, workdir, train_sentences):
+  if train_sentences is not None:
+    return train_sentences()
+  from t2t_jax.data import sources  # pylint: disable=g-import-not-at-top
+  return sample_sentences(sources.open_splits(c, workdir)['train'], c.vocab_max_sentences,
+                          c.vocab_seed)
+
+
+def _check_matches_config(tokenizer, path, c, expected_symbols) -> None:
+  if expected_symbols is not None:
+    if not isinstance(tokenizer, SymbolTokenizer) or (
+        _symbols_text(c) != ''.join(s + '\n' for s in tokenizer.symbols)):
+      raise DataError(f'{path} does not hold the symbols of synthetic task {c.task!r} '
+                      f'({tokenizer.vocab_size} ids); use a fresh workdir or delete it')
+    return
+  if tokenizer.vocab_size != c.vocab_size:
+    raise DataError(
+        f'{path} has {tokenizer.vocab_size} pieces but config.data.vocab_size={c.vocab_size}; '
+        f'refusing to retrain over it: set --config.data.vocab_size={tokenizer.vocab_size}, '
+        'or delete the file (or use a fresh workdir) to train a new vocabulary')
+  model = sentencepiece_model_pb2.ModelProto.FromString(tokenizer.model_proto)
+  model_type = sentencepiece_model_pb2.TrainerSpec.ModelType.Name(
+      model.trainer_spec.model_type).lower()
+  if model_type != c.vocab_type:
+    raise DataError(f'{path} is a {model_type} model but config.data.vocab_type='
+                    f'{c.vocab_type!r}; delete it or fix the config')
+
+
+def _write_atomic(path: epath.Path, data: bytes) -> None:
+  """Readers on other hosts only ever see a complete file."""
+  path.parent.mkdir(parents=True, exist_ok=True)
+  tmp = path.parent / f'{path.name}.tmp-{os.getpid()}'
+  tmp.write_bytes(data)
+  tmp.rename(path)
+
+
+def train_sentencepiece(sentences: Iterable[str], c) -> bytes:
+  """Trains a shared SentencePiece model on `sentences`; returns the serialized model."""
+  model = io.BytesIO()
+  logging.info('Training a %s vocabulary of %d pieces', c.vocab_type, c.vocab_size)
+  try:
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(sentences), model_writer=model, vocab_size=c.vocab_size,
+        model_type=c.vocab_type, pad_id=PAD_ID, eos_id=EOS_ID, bos_id=BOS_ID, unk_id=UNK_ID,
+        character_coverage=c.vocab_character_coverage, byte_fallback=c.vocab_byte_fallback,
+        num_threads=c.tokenize_threads or os.cpu_count() or 1,
+        input_sentence_size=0,  # the caller already sampled a bounded number of sentences
+        minloglevel=2)
+  except RuntimeError as e:
+    raise DataError(f'SentencePiece training failed for config.data.vocab_size={c.vocab_size}'
+                    f' (vocab_type={c.vocab_type!r}): {e}') from None
+  return model.getvalue()
+
+
+def sample_sentences(train, max_sentences: int, seed: int, chunk: int = 10000):
+  """Yields both sides of at most max_sentences // 2 training pairs, sampled uniformly."""
+  n = len(train)
+  k = min(n, max(1, max_sentences // 2))
+  indices = np.arange(n) if k == n else np.sort(
+      np.random.default_rng(seed).choice(n, size=k, replace=False))
+  for start in range(0, k, chunk):
+    for source, target in train.read(indices[start:start + chunk].tolist()):
+      for text in (source, target):
+        if text.strip():
+          yield text

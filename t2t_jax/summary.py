@@ -1,0 +1,70 @@
+"""Metrics for people and tools: a progress line, JSON lines, and TensorBoard events.
+
+TensorBoard files come from tensorboardX (no TensorFlow needed). Only process 0 writes.
+"""
+
+import json
+import os
+import time
+from typing import Optional
+
+from absl import logging
+
+
+class MetricsWriter:
+  """Writes <workdir>/metrics.jsonl and <workdir>/tensorboard/ (process 0 only)."""
+
+  def __init__(self, workdir: str, enabled: bool = True):
+    self.enabled = enabled
+    self.jsonl_path = os.path.join(workdir, "metrics.jsonl")
+    self._tb = None
+    if enabled:
+      from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
+      self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
+
+  def write(self, step: int, scalars: dict) -> None:
+    if not self.enabled:
+      return
+    record = dict(step=int(step), time=time.time(), **{k: float(v) for k, v in scalars.items()})
+    with open(self.jsonl_path, "a", encoding="utf-8") as f:
+      f.write(json.dumps(record) + "\n")
+    for name, value in scalars.items():
+      self._tb.add_scalar(name, float(value), int(step))
+    self._tb.flush()
+
+  def close(self) -> None:
+    if self._tb is not None:
+      self._tb.close()
+
+
+def read_metrics(workdir: str) -> list:
+  """All records of a workdir's metrics.jsonl, in order."""
+  path = os.path.join(workdir, "metrics.jsonl")
+  with open(path, encoding="utf-8") as f:
+    return [json.loads(line) for line in f if line.strip()]
+
+
+def format_duration(seconds: float) -> str:
+  seconds = int(max(seconds, 0))
+  h, rest = divmod(seconds, 3600)
+  m, s = divmod(rest, 60)
+  return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s"
+
+
+def progress_line(step: int, total: int, train: dict, steps_per_s: float, tokens_per_s: float,
+                  num_devices: int, eval_metrics: Optional[dict] = None) -> str:
+  """'step 200/2000 (10%) | loss 2.31 | lr 4.4e-04 | 51.2k tok/s (6.4k/device) | ...'."""
+  eta = (total - step) / steps_per_s if steps_per_s > 0 else float("nan")
+  line = (f"step {step}/{total} ({100 * step / total:.0f}%) | loss {train['loss']:.4f} | "
+          f"lr {train['learning_rate']:.3g} | {tokens_per_s / 1e3:.1f}k tok/s "
+          f"({tokens_per_s / num_devices / 1e3:.2f}k/device) | {steps_per_s:.2f} steps/s | "
+          f"ETA {format_duration(eta)}")
+  if eval_metrics and "eval_loss" in eval_metrics:
+    line += f" | dev loss {eval_metrics['eval_loss']:.4f} acc {eval_metrics['eval_accuracy']:.3f}"
+  if eval_metrics and "dev_bleu" in eval_metrics:
+    line += f" | dev BLEU {eval_metrics['dev_bleu']:.2f}"
+  return line
+
+
+def log(line: str) -> None:
+  logging.info(line)

@@ -1,0 +1,277 @@
+"""train_and_evaluate(config, workdir): wiring of data, model, steps, checkpoints and logs.
+
+The loop never syncs with the devices between logging points: metrics stay on the devices
+until the next progress line, and a non-finite loss is recorded on the device (the update
+is skipped) and reported at the next sync with the step it happened at.
+"""
+
+import json
+import os
+import signal
+import time
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from absl import logging
+
+from t2t_jax import checkpoint, optim, parallel, scoring, steps, summary
+from t2t_jax.model import Transformer, TransformerConfig
+
+
+class NonFiniteLossError(RuntimeError):
+  """Training produced a NaN/inf loss or gradient."""
+
+
+def build_model(config: ml_collections.ConfigDict, vocab_size: int):
+  model_cfg = TransformerConfig.from_dict(config.model.to_dict(), vocab_size=vocab_size)
+  return Transformer(model_cfg), model_cfg
+
+
+def init_state(model, model_cfg, config) -> steps.TrainState:
+  """Fresh parameters and optimizer state on the host (same on every process: same seed)."""
+  dummy = jnp.ones((1, 8), jnp.int32)
+  init_key, dropout_key = jax.random.split(jax.random.PRNGKey(config.seed))
+  params = jax.jit(model.init)(init_key, dummy, dummy)["params"]
+  tx = optim.make_optimizer(model_cfg.d_model, config.warmup_steps, config.learning_rate_factor)
+  return steps.TrainState.create(params, tx, dropout_key)
+
+
+def prepare_workdir(workdir: str) -> str:
+  """Creates the workdir and proves it writable before any data or model work starts."""
+  workdir = os.path.abspath(workdir)
+  try:
+    os.makedirs(workdir, exist_ok=True)
+    probe = os.path.join(workdir, f".write_test_{os.getpid()}")
+    with open(probe, "w") as f:
+      f.write("ok")
+    os.remove(probe)
+  except OSError as e:
+    raise OSError(f"--workdir={workdir} is not writable: {e.strerror}") from e
+  return workdir
+
+
+def write_config(config, workdir: str) -> None:
+  """The resolved config (after overrides), written once at step 0."""
+  with open(os.path.join(workdir, "config.json"), "w", encoding="utf-8") as f:
+    f.write(config.to_json_best_effort(indent=2, sort_keys=True) + "\n")
+
+
+class StopRequest:
+  """Turns SIGTERM/SIGINT into a flag the loop checks after each step (save, then exit)."""
+
+  def __init__(self):
+    self.signal = None
+    self._previous = {}
+    for sig in (signal.SIGTERM, signal.SIGINT):
+      try:
+        self._previous[sig] = signal.signal(sig, self._handle)
+      except ValueError:  # not the main thread (e.g. a notebook worker): no handler
+        pass
+
+  def _handle(self, signum, frame):
+    del frame
+    self.signal = signal.Signals(signum).name
+
+  def restore(self):
+    for sig, handler in self._previous.items():
+      signal.signal(sig, handler)
+
+
+class Trainer:
+  """Owns the pmapped steps and the bookkeeping of one run."""
+
+  def __init__(self, config, workdir, model, data, ckpts, writer, num_steps):
+    self.config, self.workdir, self.data, self.model = config, workdir, data, model
+    self.ckpts, self.writer, self.num_steps = ckpts, writer, num_steps
+    schedule = optim.optimizer_schedule(model.config.d_model, config.warmup_steps,
+                                        config.learning_rate_factor)
+    self.accum_steps = config.grad_accum_steps
+    if self.accum_steps == 1:
+      self.p_train = parallel.pmap_train_step(model, config.label_smoothing, schedule)
+    else:
+      self.p_zero = parallel.pmap_zero_accumulator()
+      self.p_accum = parallel.pmap_accumulate_step(model, config.label_smoothing)
+      self.p_apply = parallel.pmap_apply_step(schedule)
+    self.p_eval = parallel.pmap_eval_step(model, config.label_smoothing)
+    self.num_devices = jax.device_count()
+    self.last_saved = None
+
+  def train_step(self, p_state, batches):
+    if self.accum_steps == 1:
+      return self.p_train(p_state, next(batches))
+    accum = self.p_zero(p_state.params)
+    for i in range(self.accum_steps):
+      accum = self.p_accum(p_state, accum, next(batches), i)
+    return self.p_apply(p_state, accum)
+
+  def evaluate(self, params) -> dict:
+    totals = None
+    for batch in self.data.eval_batches():
+      sums = parallel.host_metrics(self.p_eval(params, parallel.shard(batch)))
+      totals = sums if totals is None else {k: totals[k] + sums[k] for k in totals}
+    if not totals:
+      return {}
+    denom = max(totals["denominator"], 1.0)
+    return dict(eval_loss=totals["loss"] / denom, eval_nll=totals["nll"] / denom,
+                eval_accuracy=totals["correct"] / denom,
+                eval_perplexity=float(np.exp(min(totals["nll"] / denom, 50.0))))
+
+  def translator(self, p_params):
+    from t2t_jax.translate import Translator  # pylint: disable=g-import-not-at-top
+    return Translator(self.model, parallel.unreplicate(p_params), self.data.tokenizer,
+                      max_output_extra=self.config.max_output_extra)
+
+  def dev_bleu(self, p_params) -> dict:
+    """sacreBLEU of the first `bleu_num_sentences` dev pairs (beam search as configured)."""
+    pairs = self.data.dev_pairs[:self.config.bleu_num_sentences]
+    if not pairs:
+      return {}
+    hyps = self.translator(p_params).translate([s for s, _ in pairs], self.config.beam_size,
+                                               self.config.alpha)
+    return dict(dev_bleu=scoring.sacrebleu_score(hyps, [r for _, r in pairs]).score)
+
+  def test(self, p_params) -> dict:
+    """Translates the test split: prints examples and scores, logs test_* metrics."""
+    pairs = self.data.test_pairs
+    if not pairs or jax.process_index() != 0:
+      return {}
+    sources, refs = [s for s, _ in pairs], [r for _, r in pairs]
+    t0 = time.time()
+    hyps = self.translator(p_params).translate(sources, self.config.beam_size, self.config.alpha)
+    scores = scoring.score_all(hyps, refs)
+    metrics = dict(test_exact_match=scoring.exact_match(hyps, refs),
+                   test_bleu=scores["sacrebleu"].score,
+                   test_tokenized_bleu=scores["tokenized_bleu"].score,
+                   test_chrf=scores["chrf"].score)
+    self.writer.write(self.num_steps, metrics)
+    examples = "\n".join(f"  source:    {s}\n  output:    {h}\n  reference: {r}"
+                          for s, h, r in list(zip(sources, hyps, refs))[:3])
+    summary.log(f"test split: {len(pairs)} sentences translated in {time.time() - t0:.1f}s "
+                f"(beam {self.config.beam_size}, alpha {self.config.alpha})\n{examples}\n"
+                f"exact match {100 * metrics['test_exact_match']:.2f}%\n"
+                f"{scoring.format_scores(scores)}")
+    return metrics
+
+  def check_finite(self, p_state) -> None:
+    bad = int(np.asarray(jax.device_get(p_state.bad_step[0])))
+    if bad >= 0:
+      kept = (f"the last good checkpoint (step {self.last_saved}) is kept in "
+              f"{self.ckpts.directory}" if self.last_saved is not None else
+              "no checkpoint had been saved yet")
+      raise NonFiniteLossError(f"non-finite loss or gradient at step {bad}: training stopped "
+                               f"without saving; {kept}")
+
+  def save(self, p_state, prefetcher) -> None:
+    self.check_finite(p_state)
+    state = parallel.unreplicate(p_state)
+    step = int(state.step)
+    self.ckpts.save(step, state, prefetcher.state())
+    self.last_saved = step
+
+
+def _sum_metrics(pending) -> dict:
+  host = [parallel.host_metrics(m) for m in pending]
+  total = {k: sum(h[k] for h in host) for k in ("loss", "nll", "correct", "denominator")}
+  denom = max(total["denominator"], 1.0)
+  return dict(loss=total["loss"] / denom, nll=total["nll"] / denom,
+              accuracy=total["correct"] / denom, tokens=total["denominator"],
+              learning_rate=host[-1]["learning_rate"], grad_norm=host[-1]["grad_norm"])
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
+  """Trains `config` in `workdir`, resuming from its latest checkpoint; returns last metrics."""
+  from t2t_jax import data as data_lib  # pylint: disable=g-import-not-at-top
+  workdir = prepare_workdir(workdir)
+  data = data_lib.get_datasets(config.data, workdir, process_index=jax.process_index(),
+                               process_count=jax.process_count(),
+                               num_local_devices=parallel.local_device_count())
+  logging.info("data: %s", data.stats.summary() if hasattr(data.stats, "summary") else data.stats)
+  model, model_cfg = build_model(config, data.tokenizer.vocab_size)
+  state = init_state(model, model_cfg, config)
+  ckpts = checkpoint.Checkpoints(workdir, config.keep_checkpoints)
+  train_iter = data.train_iter()
+  state = _resume(ckpts, state, train_iter)
+  writer = summary.MetricsWriter(workdir, enabled=jax.process_index() == 0)
+  if int(state.step) == 0 and jax.process_index() == 0:
+    write_config(config, workdir)
+  _log_sizes(config, state, data)
+  trainer = Trainer(config, workdir, model, data, ckpts, writer, config.num_train_steps)
+  trainer.last_saved = ckpts.latest_step()
+  try:
+    last, p_state = _loop(trainer, state, train_iter)
+    if last["stopped_by"] is None and config.get("test_at_end", False):
+      last.update(trainer.test(p_state.params))
+    return last
+  finally:
+    ckpts.wait()
+    writer.close()
+
+
+def _resume(ckpts, state, train_iter):
+  step = ckpts.latest_step()
+  if step is None:
+    logging.info("no checkpoint in %s: starting from scratch", ckpts.directory)
+    return state
+  state, data_state = ckpts.restore(step, state)
+  if data_state is not None:
+    train_iter.set_state(data_state)
+  logging.info("resumed from %s/%d", ckpts.directory, step)
+  return state
+
+
+def _log_sizes(config, state, data):
+  n_params = sum(int(np.prod(p.shape)) for p in jax.tree.leaves(state.params))
+  logging.info("model: %s parameters; %d devices (%d local, %d processes); global batch "
+               "~%d tokens per side per step, ~%d per device; %d accumulation step(s)",
+               f"{n_params:,}", jax.device_count(), jax.local_device_count(),
+               jax.process_count(), config.data.tokens_per_batch * config.grad_accum_steps,
+               config.data.tokens_per_batch // jax.device_count(), config.grad_accum_steps)
+
+
+def _loop(trainer: Trainer, state, train_iter) -> dict:
+  config = trainer.config
+  step = int(state.step)
+  p_state = parallel.replicate(state)
+  prefetcher = parallel.Prefetcher(train_iter, size=config.prefetch_batches)
+  stop = StopRequest()
+  pending, last = [], {}
+  t_last, step_last = time.time(), step
+  try:
+    while step < trainer.num_steps:
+      p_state, metrics = trainer.train_step(p_state, prefetcher)
+      pending.append(metrics)
+      step += 1
+      final = step == trainer.num_steps
+      eval_due = step % config.eval_every_steps == 0 or final
+      if step % config.log_every_steps == 0 or eval_due or stop.signal:
+        trainer.check_finite(p_state)
+        last = _sum_metrics(pending)
+        now = time.time()
+        steps_per_s = (step - step_last) / max(now - t_last, 1e-9)
+        tokens_per_s = last["tokens"] / max(now - t_last, 1e-9)
+        t_last, step_last, pending = now, step, []
+        eval_metrics = {}
+        if eval_due:
+          eval_metrics = trainer.evaluate(p_state.params)
+        if config.bleu_every_steps and (step % config.bleu_every_steps == 0 or final):
+          eval_metrics.update(trainer.dev_bleu(p_state.params))
+        trainer.writer.write(step, dict(last, steps_per_second=steps_per_s,
+                                        tokens_per_second=tokens_per_s, **eval_metrics))
+        if jax.process_index() == 0:
+          summary.log(summary.progress_line(step, trainer.num_steps, last, steps_per_s,
+                                            tokens_per_s, trainer.num_devices, eval_metrics))
+        last.update(eval_metrics)
+      if step % config.checkpoint_every_steps == 0 or final or stop.signal:
+        trainer.save(p_state, prefetcher)
+      if stop.signal:
+        logging.info("%s received: saved step %d to %s; exiting", stop.signal, step,
+                     trainer.ckpts.directory)
+        break
+  finally:
+    stop.restore()
+  last["step"] = step
+  last["stopped_by"] = stop.signal
+  return last, p_state

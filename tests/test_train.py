@@ -1,0 +1,215 @@
+"""The trainer: pmap equivalence, exact resume, SIGTERM, experiments, and bad input."""
+
+import functools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from t2t_jax import checkpoint, main, optim, parallel, steps, summary, train
+from t2t_jax.model import Transformer, TransformerConfig
+from t2t_jax.experiments import tiny
+
+CFG = TransformerConfig(vocab_size=40, d_model=32, d_ff=64, num_heads=4, num_layers=1,
+                        dropout_rate=0.0, max_len=16)
+
+
+def small_config(**overrides):
+  config = tiny.get_config()
+  config.model.update(d_model=32, d_ff=64, num_layers=1, max_len=16)
+  config.data.update(synthetic_train_size=2000, synthetic_eval_size=64, synthetic_max_len=8,
+                     tokens_per_batch=1024, max_len=16)
+  config.update(num_train_steps=6, warmup_steps=10, log_every_steps=1, eval_every_steps=3,
+                checkpoint_every_steps=3, test_at_end=False)
+  for key, value in overrides.items():
+    target = config
+    *path, leaf = key.split(".")
+    for p in path:
+      target = target[p]
+    target[leaf] = value
+  return config
+
+
+def _random_global_batch(rows=16, length=8, seed=0):
+  rng = np.random.default_rng(seed)
+  inputs = rng.integers(4, 40, size=(rows, length)).astype(np.int32)
+  targets = rng.integers(4, 40, size=(rows, length)).astype(np.int32)
+  for r in range(rows):  # ragged lengths so the token weighting matters
+    inputs[r, rng.integers(2, length):] = 0
+    targets[r, rng.integers(2, length):] = 0
+  return dict(inputs=inputs, targets=targets)
+
+
+def _state(seed=0):
+  model = Transformer(CFG)
+  x = jnp.ones((1, 8), jnp.int32)
+  params = model.init(jax.random.PRNGKey(seed), x, x)["params"]
+  tx = optim.make_optimizer(CFG.d_model, warmup_steps=4)
+  return model, steps.TrainState.create(params, tx, jax.random.PRNGKey(1))
+
+
+def _split(batch, n):
+  return {k: v.reshape((n, -1) + v.shape[1:]) for k, v in batch.items()}
+
+
+def test_eight_devices_equal_one_device():
+  assert jax.local_device_count() == 8, "tests run with 8 simulated CPU devices (conftest)"
+  model, state = _state()
+  schedule = optim.optimizer_schedule(CFG.d_model, 4)
+  batch = _random_global_batch()
+  step8 = parallel.pmap_train_step(model, 0.1, schedule)
+  step1 = jax.pmap(functools.partial(steps.train_step, model=model, label_smoothing=0.1,
+                                     schedule=schedule),
+                   axis_name=parallel.AXIS, devices=jax.local_devices()[:1])
+  s8, m8 = step8(parallel.replicate(state), parallel.shard(_split(batch, 8)))
+  s1, m1 = step1(jax.tree.map(lambda x: np.asarray(x)[None], state), _split(batch, 1))
+  p8, p1 = parallel.unreplicate(s8.params), jax.tree.map(lambda x: np.asarray(x[0]), s1.params)
+  moved = max(float(np.max(np.abs(a - b))) for a, b in
+              zip(jax.tree.leaves(p1), jax.tree.leaves(jax.device_get(state.params))))
+  assert moved > 1e-4  # the step did change the parameters
+  for a, b in zip(jax.tree.leaves(p8), jax.tree.leaves(p1)):
+    np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5)
+  np.testing.assert_allclose(np.asarray(m8["loss"])[0], np.asarray(m1["loss"])[0], rtol=1e-5)
+  assert float(np.asarray(m8["denominator"])[0]) == float((batch["targets"] != 0).sum())
+
+
+def test_gradient_accumulation_equals_one_big_batch():
+  model, state = _state()
+  schedule = optim.optimizer_schedule(CFG.d_model, 4)
+  batch = _split(_random_global_batch(rows=32), 8)        # [8, 4, L]
+  halves = [{k: v[:, i * 2:(i + 1) * 2] for k, v in batch.items()} for i in range(2)]
+  fused = parallel.pmap_train_step(model, 0.1, schedule)
+  s_big, _ = fused(parallel.replicate(state), parallel.shard(batch))
+  accum = parallel.pmap_zero_accumulator()(parallel.replicate(state).params)
+  p_state = parallel.replicate(state)
+  acc_step = parallel.pmap_accumulate_step(model, 0.1)
+  for i, half in enumerate(halves):
+    accum = acc_step(p_state, accum, parallel.shard(half), i)
+  s_acc, _ = parallel.pmap_apply_step(schedule)(p_state, accum)
+  for a, b in zip(jax.tree.leaves(parallel.unreplicate(s_acc.params)),
+                  jax.tree.leaves(parallel.unreplicate(s_big.params))):
+    np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_non_finite_loss_skips_update_and_names_step():
+  model, state = _state()
+  schedule = optim.optimizer_schedule(CFG.d_model, 4)
+  p_state = parallel.replicate(state.replace(params=jax.tree.map(
+      lambda x: x * jnp.nan if x.ndim == 2 and x.shape == (40, 32) else x, state.params)))
+  batch = parallel.shard(_split(_random_global_batch(), 8))
+  new, _ = parallel.pmap_train_step(model, 0.1, schedule)(p_state, batch)
+  assert int(np.asarray(new.bad_step)[0]) == 1
+  trainer = train.Trainer.__new__(train.Trainer)
+  trainer.last_saved, trainer.ckpts = 3, type("C", (), {"directory": "/w/checkpoints"})()
+  with pytest.raises(train.NonFiniteLossError,
+                     match=r"non-finite loss or gradient at step 1.*step 3\) is kept"):
+    trainer.check_finite(new)
+
+
+def test_resume_is_exact(tmp_path):
+  """2N steps straight == N steps, stop, resume N steps: same params and logged losses."""
+  config = small_config(**{"model.dropout_rate": 0.2})
+  straight, split = str(tmp_path / "straight"), str(tmp_path / "split")
+  train.train_and_evaluate(config, straight)
+  half = small_config(**{"model.dropout_rate": 0.2, "num_train_steps": 3})
+  train.train_and_evaluate(half, split)
+  train.train_and_evaluate(config, split)  # resumes from step 3
+  losses = lambda w: [(r["step"], r["loss"]) for r in summary.read_metrics(w) if "loss" in r]
+  assert losses(straight) == losses(split)
+  assert len(losses(straight)) == 6
+  ref = checkpoint.Checkpoints(straight).restore_params(6)
+  got = checkpoint.Checkpoints(split).restore_params(6)
+  for x, y in zip(jax.tree.leaves(ref), jax.tree.leaves(got)):
+    np.testing.assert_array_equal(x, y)
+  with open(os.path.join(straight, "config.json")) as f:
+    assert json.load(f)["model"]["dropout_rate"] == 0.2
+
+
+def test_checkpoint_of_another_model_is_refused(tmp_path):
+  workdir = str(tmp_path / "w")
+  train.train_and_evaluate(small_config(num_train_steps=3), workdir)
+  before = sorted(os.listdir(os.path.join(workdir, "checkpoints")))
+  with pytest.raises(checkpoint.CheckpointMismatchError, match=r"parameter .*wi.*bias.* is \(64,\) in the checkpoint but \(128,\) in the model"):
+    train.train_and_evaluate(small_config(**{"model.d_ff": 128, "num_train_steps": 6}), workdir)
+  assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == before
+
+
+def test_unwritable_workdir_fails_before_training(tmp_path):
+  blocker = tmp_path / "file"
+  blocker.write_text("x")
+  with pytest.raises(OSError, match=r"--workdir=.*file/sub is not writable"):
+    train.train_and_evaluate(small_config(), str(blocker / "sub"))
+
+
+@pytest.mark.parametrize("name", main.available_experiments())
+def test_every_experiment_builds_and_steps(name, tmp_path):
+  config = main_config(name)
+  config.model.update(d_model=16, d_ff=32, num_heads=2, num_layers=1, num_encoder_layers=0,
+                      num_decoder_layers=0, max_len=16, dtype="float32",
+                      attention_impl="reference")
+  config.data.update(source="synthetic", synthetic_train_size=200, synthetic_eval_size=16,
+                     synthetic_max_len=6, tokens_per_batch=256, max_len=16, pack_len=16,
+                     bucket_boundaries=(8, 16))
+  config.update(num_train_steps=1, checkpoint_every_steps=1, eval_every_steps=1,
+                grad_accum_steps=1)
+  out = train.train_and_evaluate(config, str(tmp_path / name))
+  assert out["step"] == 1 and np.isfinite(out["loss"])
+
+
+def main_config(name):
+  import importlib.util
+  spec = importlib.util.spec_from_file_location(name, main.experiment_path(name))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config()
+
+
+def _cli(*args, **kw):
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2",
+             JAX_PLATFORMS="cpu")
+  return subprocess.Popen([sys.executable, "-m", "t2t_jax.main", *args], env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+
+
+def test_cli_bad_experiment_and_override(tmp_path):
+  out, _ = _cli("--experiment=nope", f"--workdir={tmp_path}").communicate(timeout=120)
+  assert "--experiment=nope: unknown experiment; available:" in out and "tiny" in out
+  out, _ = _cli("--experiment=tiny", f"--workdir={tmp_path}",
+                "--config.model.d_modle=8").communicate(timeout=120)
+  assert "d_modle" in out
+  proc = _cli("--experiment=tiny", f"--workdir={tmp_path}", "--config.num_train_steps=abc")
+  out, _ = proc.communicate(timeout=120)
+  assert proc.returncode != 0 and "num_train_steps" in out
+
+
+def test_sigterm_saves_and_resumes(tmp_path):
+  workdir = str(tmp_path / "w")
+  args = ["--experiment=tiny", f"--workdir={workdir}", "--config.num_train_steps=100000",
+          "--config.log_every_steps=5", "--config.checkpoint_every_steps=100000",
+          "--config.eval_every_steps=100000", "--config.model.d_model=32",
+          "--config.model.d_ff=64", "--config.model.num_layers=1",
+          "--config.data.synthetic_train_size=2000"]
+  proc = _cli(*args)
+  metrics = os.path.join(workdir, "metrics.jsonl")
+  deadline = time.time() + 240
+  while not (os.path.exists(metrics) and os.path.getsize(metrics) > 0):
+    assert proc.poll() is None and time.time() < deadline, proc.communicate()[0]
+    time.sleep(0.5)
+  proc.send_signal(signal.SIGTERM)
+  out, _ = proc.communicate(timeout=120)
+  assert proc.returncode == 0, out
+  assert "SIGTERM received: saved step" in out
+  saved = checkpoint.Checkpoints(workdir).latest_step()
+  assert saved is not None and saved >= 5
+  resumed = _cli(*[a.replace("100000", str(saved + 2), 1) if "num_train_steps" in a else a
+                   for a in args])
+  out, _ = resumed.communicate(timeout=240)
+  assert resumed.returncode == 0, out
+  assert f"resumed from" in out and checkpoint.Checkpoints(workdir).latest_step() == saved + 2
