@@ -19,6 +19,8 @@ def model_config() -> ml_collections.ConfigDict:
       d_model=512,
       d_ff=2048,
       num_heads=8,
+      d_k=0,                       # 0: d_model / num_heads
+      d_v=0,
       num_layers=6,
       num_encoder_layers=0,        # 0: same as num_layers
       num_decoder_layers=0,

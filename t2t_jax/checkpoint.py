@@ -7,7 +7,8 @@ the workdir is overwritten or deleted by a failed restore.
 """
 
 import os
-from typing import Any, Optional
+import shutil
+from typing import Optional, Sequence
 
 import jax
 import numpy as np
@@ -95,3 +96,37 @@ def _shapes(tree) -> dict:
   return {jax.tree_util.keystr(path): tuple(np.shape(leaf) if not hasattr(leaf, "shape")
                                             else leaf.shape)
           for path, leaf in flat}
+
+
+def average_params(param_trees: Sequence) -> dict:
+  """Element-wise mean of parameter trees (accumulated in float64, cast back)."""
+  if not param_trees:
+    raise ValueError("nothing to average")
+  total = jax.tree.map(lambda x: np.asarray(x, np.float64), param_trees[0])
+  for tree in param_trees[1:]:
+    total = jax.tree.map(lambda a, b: a + np.asarray(b, np.float64), total, tree)
+  return jax.tree.map(lambda a, ref: (a / len(param_trees)).astype(np.asarray(ref).dtype),
+                      total, param_trees[0])
+
+
+def write_averaged_workdir(workdir: str, steps: Sequence[int], output: str) -> str:
+  """Averages the parameters of `steps` into a new workdir usable by t2t-translate.
+
+  The output holds config.json, the vocabulary files and one checkpoint (named after the
+  last averaged step) with only the parameters. Refuses to write into an existing
+  checkpoint directory, so nothing is overwritten.
+  """
+  source = Checkpoints(workdir)
+  params = average_params([source.restore_params(step) for step in steps])
+  target_dir = os.path.join(output, "checkpoints")
+  if os.path.exists(target_dir) and os.listdir(target_dir):
+    raise FileExistsError(f"{target_dir} already holds checkpoints; choose a new --output")
+  os.makedirs(output, exist_ok=True)
+  for name in os.listdir(workdir):
+    if name == "config.json" or name.startswith("vocab."):
+      shutil.copy2(os.path.join(workdir, name), os.path.join(output, name))
+  out = Checkpoints(output, max_to_keep=1)
+  out.manager.save(max(steps), args=ocp.args.Composite(
+      **{STATE: ocp.args.StandardSave({"params": params})}), force=True)
+  out.wait()
+  return os.path.join(target_dir, str(max(steps)))

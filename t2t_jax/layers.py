@@ -25,7 +25,7 @@ def _dense(config, features, axis=-1, name=None, use_bias=True):
 class MultiHeadAttention(nn.Module):
   """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(Q W^Q_i, K W^K_i, V W^V_i).
 
-  d_k = d_v = d_model / h. W^K has no bias: a key bias adds the same q.b to every logit of a
+  d_k = d_v = d_model / h unless the config sets them (Table 3 row B). W^K has no bias: a key bias adds the same q.b to every logit of a
   query row, which the softmax cancels, so its gradient is exactly zero and Adam would turn
   rounding noise in it into full-size random updates. In decode mode the module keeps a key/value cache: for
   self-attention the keys/values of the positions generated so far (written one position
@@ -40,13 +40,14 @@ class MultiHeadAttention(nn.Module):
                *, deterministic: bool = True, decode: bool = False) -> Array:
     """inputs_q [batch, q_len, d_model], inputs_kv [batch, kv_len, d_model] -> [batch, q_len, d_model]."""
     cfg = self.config
-    head_dim = cfg.d_model // cfg.num_heads
-    proj = functools.partial(_dense, cfg, (cfg.num_heads, head_dim))
-    query = proj(name="query")(inputs_q)
+    proj_k = functools.partial(_dense, cfg, (cfg.num_heads, cfg.key_dim))
+    proj_v = functools.partial(_dense, cfg, (cfg.num_heads, cfg.value_dim))
+    query = proj_k(name="query")(inputs_q)
     if decode and self.cross:
-      key, value = self._cross_cache(inputs_kv, proj)
+      key, value = self._cross_cache(inputs_kv, proj_k, proj_v)
     else:
-      key, value = proj(name="key", use_bias=False)(inputs_kv), proj(name="value")(inputs_kv)
+      key = proj_k(name="key", use_bias=False)(inputs_kv)
+      value = proj_v(name="value")(inputs_kv)
       if decode:
         key, value, mask = self._self_cache(key, value, mask)
     dropout_rng = None
@@ -62,14 +63,14 @@ class MultiHeadAttention(nn.Module):
                attention.attention_weights(query, key, mask))
     return _dense(cfg, cfg.d_model, axis=(-2, -1), name="out")(x)
 
-  def _cross_cache(self, inputs_kv, proj):
+  def _cross_cache(self, inputs_kv, proj_k, proj_v):
     """Encoder keys/values: projected when the cache is built, read at every step."""
     have_cache = self.has_variable("cache", "cross_key")
     if not have_cache and inputs_kv is None:
       raise ValueError("encoder-decoder attention: no cache yet and no encoder output given")
     key = self.variable("cache", "cross_key",
-                        lambda: proj(name="key", use_bias=False)(inputs_kv))
-    value = self.variable("cache", "cross_value", lambda: proj(name="value")(inputs_kv))
+                        lambda: proj_k(name="key", use_bias=False)(inputs_kv))
+    value = self.variable("cache", "cross_value", lambda: proj_v(name="value")(inputs_kv))
     return key.value, value.value
 
   def _self_cache(self, key, value, mask):

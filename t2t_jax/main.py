@@ -3,8 +3,9 @@
     t2t-train --experiment=NAME --workdir=DIR [--config.FIELD=VALUE ...]
     python -m t2t_jax.main --experiment=NAME --workdir=DIR
 
-NAME is a file in experiments/ (tiny, base, big, ...) or a path to any get_config() file;
-any config field can be overridden with --config.FIELD=VALUE (e.g. --config.model.d_model=256).
+NAME is a file in experiments/ (tiny, base, big, ...) or a path to any get_config() file,
+optionally followed by :ARG for get_config(ARG) (e.g. table3:A2, multi30k:de-en); any config
+field can be overridden with --config.FIELD=VALUE (e.g. --config.model.d_model=256).
 """
 
 import os
@@ -17,7 +18,8 @@ import t2t_jax.experiments
 
 EXPERIMENTS_DIR = os.path.dirname(t2t_jax.experiments.__file__)
 
-flags.DEFINE_string("experiment", "tiny", "experiment name (a file in experiments/) or path")
+flags.DEFINE_string("experiment", "tiny",
+                    "experiment: a file in experiments/ or a path, optionally NAME:ARG")
 flags.DEFINE_string("workdir", None, "directory for checkpoints, vocabulary and logs")
 
 
@@ -27,14 +29,15 @@ def available_experiments() -> list:
 
 
 def experiment_path(name: str) -> str:
-  """Resolves --experiment to a config file; an unknown name lists the known ones."""
+  """Resolves --experiment=NAME[:ARG] to 'file.py[:ARG]' (ARG goes to get_config)."""
+  name, sep, arg = name.partition(":")
   if name.endswith(".py") and os.path.isfile(name):
-    return name
+    return name + sep + arg
   path = os.path.join(EXPERIMENTS_DIR, f"{name}.py")
   if not os.path.isfile(path):
     raise app.UsageError(f"--experiment={name}: unknown experiment; available: "
                          f"{', '.join(available_experiments())}")
-  return path
+  return path + sep + arg
 
 
 def _experiment_from_argv(argv) -> str:

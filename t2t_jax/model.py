@@ -28,6 +28,8 @@ class TransformerConfig:
   d_model: int = 512
   d_ff: int = 2048
   num_heads: int = 8                  # h
+  d_k: int = 0                        # query/key size per head; 0: d_model / h
+  d_v: int = 0                        # value size per head; 0: d_model / h
   num_layers: int = 6                 # N, for encoder and decoder unless given separately
   num_encoder_layers: Optional[int] = None  # None or 0: num_layers
   num_decoder_layers: Optional[int] = None
@@ -51,9 +53,13 @@ class TransformerConfig:
     for name in ("num_encoder_layers", "num_decoder_layers"):
       if getattr(self, name):  # None or 0 mean "num_layers"
         _check_positive(name, getattr(self, name))
-    if self.d_model % self.num_heads:
-      raise ValueError(f"TransformerConfig.d_model={self.d_model} is not divisible by "
-                       f"num_heads={self.num_heads} (d_k = d_model / h must be whole)")
+    for name in ("d_k", "d_v"):
+      if getattr(self, name):
+        _check_positive(name, getattr(self, name))
+      elif self.d_model % self.num_heads:
+        raise ValueError(f"TransformerConfig.d_model={self.d_model} is not divisible by "
+                         f"num_heads={self.num_heads} ({name} = d_model / h must be whole; "
+                         f"or set {name})")
     if self.d_model % 2:
       raise ValueError(f"TransformerConfig.d_model={self.d_model} must be even "
                        "(sin/cos pairs of the positional encoding)")
@@ -64,6 +70,14 @@ class TransformerConfig:
       rate = getattr(self, name)
       if not 0.0 <= rate < 1.0:
         raise ValueError(f"TransformerConfig.{name}={rate}: must be in [0, 1)")
+
+  @property
+  def key_dim(self) -> int:
+    return self.d_k or self.d_model // self.num_heads
+
+  @property
+  def value_dim(self) -> int:
+    return self.d_v or self.d_model // self.num_heads
 
   @property
   def encoder_layers(self) -> int:

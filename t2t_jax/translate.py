@@ -64,22 +64,11 @@ def choose_steps(ckpts: checkpoint.Checkpoints, spec: str) -> List[int]:
                        f"{available} in {ckpts.directory}")
 
 
-def average_params(param_trees: Sequence) -> dict:
-  """Element-wise mean of parameter trees (accumulated in float64, cast back)."""
-  if not param_trees:
-    raise ValueError("nothing to average")
-  total = jax.tree.map(lambda x: np.asarray(x, np.float64), param_trees[0])
-  for tree in param_trees[1:]:
-    total = jax.tree.map(lambda a, b: a + np.asarray(b, np.float64), total, tree)
-  return jax.tree.map(lambda a, ref: (a / len(param_trees)).astype(np.asarray(ref).dtype),
-                      total, param_trees[0])
-
-
 def load_params(workdir: str, spec: str, params_like):
   ckpts = checkpoint.Checkpoints(workdir)
   chosen = choose_steps(ckpts, spec)
   trees = [ckpts.restore_params(step, params_like) for step in chosen]
-  return (trees[0] if len(trees) == 1 else average_params(trees)), chosen
+  return (trees[0] if len(trees) == 1 else checkpoint.average_params(trees)), chosen
 
 
 def _round_up(n: int, multiple: int) -> int:

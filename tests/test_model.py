@@ -157,6 +157,20 @@ def test_parameter_counts_match_table3(experiment, paper_millions):
   assert abs(counted / 1e6 - paper_millions) / paper_millions < 0.03
 
 
+def test_separate_key_and_value_sizes():
+  """Table 3 row B: d_k differs from d_model / h; W^O maps h * d_v back to d_model."""
+  cfg = TINY.replace(d_k=3, d_v=5)
+  x = jnp.ones((2, 4), jnp.int32)
+  params = Transformer(cfg).init(jax.random.PRNGKey(0), x, x)["params"]
+  attn = params["encoder"]["layer_0"]["self_attention"]
+  assert attn["query"]["kernel"].shape == (32, 4, 3) and attn["key"]["kernel"].shape == (32, 4, 3)
+  assert attn["value"]["kernel"].shape == (32, 4, 5) and attn["out"]["kernel"].shape == (4, 5, 32)
+  d, h = 32, 4
+  mha = 2 * d * h * 3 + h * 3 + d * h * 5 + h * 5 + h * 5 * d + d
+  mha_default = 4 * d * d + 3 * d
+  assert _count(cfg) == _count(TINY) + 3 * 2 * (mha - mha_default)  # 2 enc + 4 dec attentions
+
+
 def test_parameter_count_variants():
   cfg = TINY.replace(norm="pre", share_embeddings=False, num_encoder_layers=3)
   # Separate matrices: source and target embeddings plus an output layer with bias.

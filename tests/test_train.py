@@ -1,6 +1,7 @@
 """The trainer: pmap equivalence, exact resume, SIGTERM, experiments, and bad input."""
 
 import functools
+import importlib.util
 import json
 import os
 import signal
@@ -164,11 +165,26 @@ def test_every_experiment_builds_and_steps(name, tmp_path):
 
 
 def main_config(name):
-  import importlib.util
-  spec = importlib.util.spec_from_file_location(name, main.experiment_path(name))
+  path, _, arg = main.experiment_path(name).partition(":")
+  spec = importlib.util.spec_from_file_location(name, path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
-  return module.get_config()
+  return module.get_config(arg) if arg else module.get_config()
+
+
+def test_table3_rows_and_multi30k_directions():
+  from t2t_jax.experiments import multi30k, table3
+  for row in table3.VARIANTS:
+    config = main_config(f"table3:{row}")
+    cfg = TransformerConfig.from_dict(config.model.to_dict(), vocab_size=37000)
+    assert config.variant == row and cfg.d_model in (256, 512, 1024)
+  assert main_config("table3:B1").model.d_k == 16
+  assert main_config("table3:D3").label_smoothing == 0.0
+  with pytest.raises(ValueError, match="unknown row 'Z9'"):
+    main_config("table3:Z9")
+  de_en = main_config("multi30k:de-en")
+  assert de_en.data.train_source.endswith("train.de") and de_en.data.test_target.endswith(
+      "test2016.en")
 
 
 def _cli(*args, **kw):

@@ -38,10 +38,10 @@ def test_average_checkpoints(workdir):
   ckpts = checkpoint.Checkpoints(workdir)
   assert ckpts.steps() == [2, 4, 6]
   p2, p4, p6 = (ckpts.restore_params(s) for s in (2, 4, 6))
-  same = translate.average_params([p6, p6, p6])
+  same = checkpoint.average_params([p6, p6, p6])
   for a, b in zip(jax.tree.leaves(same), jax.tree.leaves(p6)):
     np.testing.assert_array_equal(a, b)
-  mean = translate.average_params([p2, p4])
+  mean = checkpoint.average_params([p2, p4])
   for a, b, c in zip(jax.tree.leaves(mean), jax.tree.leaves(p2), jax.tree.leaves(p4)):
     np.testing.assert_allclose(a, (np.float64(b) + c) / 2, rtol=1e-6)
   t = translate.Translator.from_workdir(workdir, "average:3")
@@ -98,3 +98,20 @@ def test_cli_bad_input(workdir, tmp_path):
   assert "no config.json" in err
   err = _cli(f"--workdir={workdir}", f"--input={src}", "--checkpoint=average:9").stderr.decode()
   assert "fewer than 9" in err
+
+
+def test_average_command_writes_a_translatable_workdir(workdir, tmp_path):
+  out = tmp_path / "avg"
+  env = dict(os.environ, XLA_FLAGS="", JAX_PLATFORMS="cpu")
+  run = lambda: subprocess.run([sys.executable, "-m", "t2t_jax.average", f"--workdir={workdir}",
+                                "--num=2", f"--output={out}"], env=env, capture_output=True,
+                               text=True, timeout=300)
+  proc = run()
+  assert proc.returncode == 0, proc.stderr
+  assert "averaged steps [4, 6]" in proc.stdout
+  ckpts = checkpoint.Checkpoints(workdir)
+  want = checkpoint.average_params([ckpts.restore_params(4), ckpts.restore_params(6)])
+  t = translate.Translator.from_workdir(str(out))
+  for a, b in zip(jax.tree.leaves(t.params), jax.tree.leaves(want)):
+    np.testing.assert_array_equal(a, b)
+  assert "already holds checkpoints" in run().stderr  # never overwrites
