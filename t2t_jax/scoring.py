@@ -1,4 +1,4 @@
-"""Corpus scores of detokenized translations against one reference each.
+r"""Corpus scores of detokenized translations against one reference each.
 
 Three figures, reported side by side because they are not comparable with each other:
 
@@ -10,37 +10,29 @@ Three figures, reported side by side because they are not comparable with each o
   comes out higher than sacreBLEU.
 - chrF (sacrebleu defaults), with its signature.
 
-How the tokenized BLEU differs from get_ende_bleu.sh: that script runs Moses'
-replace-unicode-punctuation.perl and tokenizer.perl -l de, then the compound split, then
-multi-bleu.perl. Here the tokenizer is t2t's own `bleu_hook.bleu_tokenize` (the mteval-v14
-international tokenization: split punctuation except between digits, split symbols), run
-after the compound split with the `##AT##-##AT##` marks kept whole, and BLEU is sacrebleu's
-on the pre-tokenized text (tokenize='none', smooth_method='none'), which computes what
-multi-bleu.perl computes. Figures can differ from the Moses pipeline by a few tenths.
+The tokenized BLEU follows get_ende_bleu.sh step by step: Moses tokenizer.perl -l LANG (here
+sacremoses, the Python port, with the same default escaping of & < > ' " as the script),
+then the compound split perl -ple 's{(\S)-(\S)}{$1 ##AT##-##AT## $2}g', then
+multi-bleu.perl, computed as sacrebleu's BLEU on the tokenized text (tokenize='none',
+smooth_method='none', cased), which gives multi-bleu.perl's figure.
 """
 
 import dataclasses
+import functools
+import re
 from typing import Dict, List, Mapping, Sequence
 
-import regex
 from sacrebleu.metrics import BLEU, CHRF
+from sacremoses import MosesTokenizer
 
 COMPOUND_MARK = "##AT##-##AT##"
 SACREBLEU_LABEL = "sacreBLEU (cased, 13a)"
-TOKENIZED_BLEU_LABEL = "tokenized BLEU (t2t, compound-split)"
+TOKENIZED_BLEU_LABEL = "tokenized BLEU (Moses, compound-split)"
 CHRF_LABEL = "chrF"
 
 # get_ende_bleu.sh: perl -ple 's{(\S)-(\S)}{$1 ##AT##-##AT## $2}g'. Matches do not overlap,
 # as in perl, so a one-character part between two hyphens ("a-b-c") keeps its second hyphen.
-_COMPOUND_RE = regex.compile(r"(\S)-(\S)")
-# t2t bleu_hook.bleu_tokenize; \p{P} / \p{S} are the Unicode punctuation / symbol categories
-# that t2t enumerates with unicodedata.
-_NONDIGIT_PUNCT_RE = regex.compile(r"([^\d])(\p{P})")
-_PUNCT_NONDIGIT_RE = regex.compile(r"(\p{P})([^\d])")
-_SYMBOL_RE = regex.compile(r"(\p{S})")
-# Stands in for COMPOUND_MARK while tokenizing: a private-use character is neither
-# punctuation, symbol nor digit, so the tokenizer leaves it (and its neighbours) alone.
-_MARK_PLACEHOLDER = "\ue000"
+_COMPOUND_RE = re.compile(r"(\S)-(\S)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,18 +48,14 @@ def split_compounds(text: str) -> str:
   return _COMPOUND_RE.sub(r"\1 " + COMPOUND_MARK + r" \2", text)
 
 
-def bleu_tokenize(text: str) -> List[str]:
-  """t2t's bleu_hook.bleu_tokenize: splits punctuation (not between digits) and symbols."""
-  text = _NONDIGIT_PUNCT_RE.sub(r"\1 \2 ", text)
-  text = _PUNCT_NONDIGIT_RE.sub(r" \1 \2", text)
-  text = _SYMBOL_RE.sub(r" \1 ", text)
-  return text.split()
+@functools.lru_cache(maxsize=None)
+def _moses(lang: str) -> MosesTokenizer:
+  return MosesTokenizer(lang=lang)
 
 
-def tokenize_for_bleu(text: str) -> List[str]:
-  """Compound split, then `bleu_tokenize` with the ##AT##-##AT## marks kept as tokens."""
-  text = split_compounds(text).replace(COMPOUND_MARK, _MARK_PLACEHOLDER)
-  return [COMPOUND_MARK if t == _MARK_PLACEHOLDER else t for t in bleu_tokenize(text)]
+def tokenize_for_bleu(text: str, lang: str = "de") -> List[str]:
+  """Moses tokenization (tokenizer.perl -l lang, escaping on), then the compound split."""
+  return split_compounds(_moses(lang).tokenize(text, escape=True, return_str=True)).split()
 
 
 def _check(hyps: Sequence[str], refs: Sequence[str]):
@@ -98,14 +86,14 @@ def chrf_score(hyps: Sequence[str], refs: Sequence[str]) -> CorpusScore:
   return _score(CHRF(), CHRF_LABEL, hyps, refs)
 
 
-def tokenized_bleu(hyps: Sequence[str], refs: Sequence[str]) -> CorpusScore:
+def tokenized_bleu(hyps: Sequence[str], refs: Sequence[str], lang: str = "de") -> CorpusScore:
   """The paper-style figure: `tokenize_for_bleu`, then unsmoothed 4-gram corpus BLEU."""
   hyps, refs = _check(hyps, refs)
-  tokenize = lambda lines: [" ".join(tokenize_for_bleu(line)) for line in lines]
+  tokenize = lambda lines: [" ".join(tokenize_for_bleu(line, lang)) for line in lines]
   metric = BLEU(tokenize="none", smooth_method="none", force=True)
   score = _score(metric, TOKENIZED_BLEU_LABEL, tokenize(hyps), tokenize(refs))
-  return dataclasses.replace(
-      score, signature=score.signature.replace("tok:none", "tok:t2t-bleu_tokenize+compound-split"))
+  return dataclasses.replace(score, signature=score.signature.replace(
+      "tok:none", f"tok:moses-{lang}+compound-split"))
 
 
 def exact_match(hyps: Sequence[str], refs: Sequence[str]) -> float:
@@ -116,11 +104,12 @@ def exact_match(hyps: Sequence[str], refs: Sequence[str]) -> float:
   return sum(h.strip() == r.strip() for h, r in zip(hyps, refs)) / len(hyps)
 
 
-def score_all(hyps: Sequence[str], refs: Sequence[str]) -> Dict[str, CorpusScore]:
-  """{'sacrebleu', 'tokenized_bleu', 'chrf'} -> CorpusScore, in that order."""
+def score_all(hyps: Sequence[str], refs: Sequence[str], lang: str = "de"
+              ) -> Dict[str, CorpusScore]:
+  """{'sacrebleu', 'tokenized_bleu', 'chrf'} -> CorpusScore; `lang` is the target language."""
   hyps, refs = _check(hyps, refs)
   return {"sacrebleu": sacrebleu_score(hyps, refs),
-          "tokenized_bleu": tokenized_bleu(hyps, refs),
+          "tokenized_bleu": tokenized_bleu(hyps, refs, lang),
           "chrf": chrf_score(hyps, refs)}
 
 

@@ -141,7 +141,8 @@ class Trainer:
     sources, refs = [s for s, _ in pairs], [r for _, r in pairs]
     t0 = time.time()
     hyps = self.translator(p_params).translate(sources, self.config.beam_size, self.config.alpha)
-    scores = scoring.score_all(hyps, refs)
+    from t2t_jax.translate import target_language  # pylint: disable=g-import-not-at-top
+    scores = scoring.score_all(hyps, refs, target_language(self.config))
     metrics = dict(test_exact_match=scoring.exact_match(hyps, refs),
                    test_bleu=scores["sacrebleu"].score,
                    test_tokenized_bleu=scores["tokenized_bleu"].score,

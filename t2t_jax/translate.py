@@ -37,6 +37,15 @@ def load_config(workdir: str) -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict(json.load(f))
 
 
+def target_language(config) -> str:
+  """The target language code (Moses tokenization of the paper-style BLEU)."""
+  data = config.data
+  if data.get("target_lang"):
+    return data.target_lang
+  other = [lang for lang in data.get("pair", "de-en").split("-") if lang != "en"]
+  return other[0] if other else "en"
+
+
 def _load_tokenizer(config, workdir):
   from t2t_jax import data  # pylint: disable=g-import-not-at-top
   path = data.vocab_path(config.data, workdir)
@@ -105,6 +114,7 @@ class Translator:
     self.max_output_extra = max_output_extra
     self.batch_tokens = batch_tokens
     self.checkpoint_steps: List[int] = []
+    self.target_lang = "de"
 
   @classmethod
   def from_workdir(cls, workdir: str, checkpoint_spec: str = "latest", **kwargs):
@@ -120,6 +130,7 @@ class Translator:
     kwargs.setdefault("max_output_extra", config.get("max_output_extra", 50))
     translator = cls(model, params, tokenizer, **kwargs)
     translator.checkpoint_steps = steps
+    translator.target_lang = target_language(config)
     return translator
 
   def _source_ids(self, sentences: Sequence[str]) -> List[List[int]]:
@@ -263,7 +274,8 @@ def main(argv):
   if references is not None:
     print(f"checkpoint(s) {translator.checkpoint_steps}, beam {flags.beam_size}, "
           f"alpha {flags.alpha}", file=sys.stderr)
-    print(scoring.format_scores(scoring.score_all(hyps, references)), file=sys.stderr)
+    scores = scoring.score_all(hyps, references, translator.target_lang)
+    print(scoring.format_scores(scores), file=sys.stderr)
 
 
 def run():

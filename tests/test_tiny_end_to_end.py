@@ -1,18 +1,20 @@
-"""The main job: `t2t-train --experiment=tiny` trains, translates its test split, and scores."""
+"""The main job: `t2t-train --experiment=tiny` trains, translates its test split, and scores;
+then `t2t-translate` on the same split reproduces the exact-match figure training reported."""
 
 import os
 import re
 import subprocess
 import sys
 
-from t2t_jax import summary
+from t2t_jax import data, summary, translate
+
+ENV = dict(os.environ, XLA_FLAGS="", JAX_PLATFORMS="cpu")  # one CPU device, as a user has
 
 
 def test_tiny_reaches_99_percent_exact_match(tmp_path):
   workdir = str(tmp_path / "tiny")
-  env = dict(os.environ, XLA_FLAGS="", JAX_PLATFORMS="cpu")  # one CPU device, as a user has
   proc = subprocess.run([sys.executable, "-m", "t2t_jax.main", "--experiment=tiny",
-                         f"--workdir={workdir}"], env=env, capture_output=True, text=True,
+                         f"--workdir={workdir}"], env=ENV, capture_output=True, text=True,
                         timeout=1200)
   assert proc.returncode == 0, proc.stderr[-3000:]
   match = re.search(r"exact match ([\d.]+)%", proc.stderr)
@@ -22,3 +24,16 @@ def test_tiny_reaches_99_percent_exact_match(tmp_path):
   print(f"\ntiny: test exact match {exact:.2f}%, sacreBLEU {test['test_bleu']:.2f}")
   assert abs(100 * test["test_exact_match"] - exact) < 0.01  # printed with 2 decimals
   assert exact >= 99.0
+
+  # The same split through the command-line translator, from the saved checkpoint.
+  pairs = data.get_datasets(translate.load_config(workdir).data, workdir).test_pairs
+  src, out = tmp_path / "test.src", tmp_path / "test.out"
+  src.write_text("".join(s + "\n" for s, _ in pairs))
+  proc = subprocess.run([sys.executable, "-m", "t2t_jax.translate", f"--workdir={workdir}",
+                         f"--input={src}", f"--output={out}"], env=ENV, capture_output=True,
+                        text=True, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  hyps = out.read_text().split("\n")[:-1]
+  assert len(hyps) == len(pairs)
+  again = sum(h == r for h, (_, r) in zip(hyps, pairs)) / len(pairs)
+  assert again == test["test_exact_match"]

@@ -98,6 +98,18 @@ def test_cli_bad_input(workdir, tmp_path):
   assert "no config.json" in err
   err = _cli(f"--workdir={workdir}", f"--input={src}", "--checkpoint=average:9").stderr.decode()
   assert "fewer than 9" in err
+  untrained = tmp_path / "untrained"
+  untrained.mkdir()
+  (untrained / "config.json").write_text(open(os.path.join(workdir, "config.json")).read())
+  err = _cli(f"--workdir={untrained}", f"--input={src}").stderr.decode()
+  assert f"{untrained}: vocabulary" in err and "is missing" in err
+  for name in os.listdir(workdir):
+    if name.startswith("vocab."):
+      (untrained / name).write_bytes(open(os.path.join(workdir, name), "rb").read())
+  err = _cli(f"--workdir={untrained}", f"--input={src}").stderr.decode()
+  assert f"{untrained}/checkpoints: no checkpoint to translate with" in err
+  err = _cli(f"--workdir={workdir}", f"--input={tmp_path / 'nope'}").stderr.decode()
+  assert f"{tmp_path / 'nope'}: cannot read" in err
 
 
 def test_average_command_writes_a_translatable_workdir(workdir, tmp_path):
