@@ -24,8 +24,15 @@ def local_device_count() -> int:
 
 
 def replicate(tree):
-  """Copies a host pytree onto every local device (leading axis = device)."""
-  return jax_utils.replicate(tree)
+  """Copies a host pytree onto every local device (leading axis = device).
+
+  Goes through a pmapped identity so the arrays carry exactly the sharding the pmapped
+  steps return: the first step's output then feeds the second without a recompilation.
+  """
+  return _pmap_identity(jax_utils.replicate(tree))
+
+
+_pmap_identity = jax.pmap(lambda x: x, axis_name=AXIS)
 
 
 def unreplicate(tree):
@@ -34,8 +41,8 @@ def unreplicate(tree):
 
 
 def _device_sharding():
-  mesh = jax.sharding.Mesh(np.array(jax.local_devices()), ("devices",))
-  return jax.NamedSharding(mesh, jax.P("devices"))
+  mesh = jax.sharding.Mesh(np.array(jax.local_devices()), (AXIS,))
+  return jax.NamedSharding(mesh, jax.P(AXIS))
 
 
 def shard(batch):

@@ -84,9 +84,15 @@ def _round_up(n: int, multiple: int) -> int:
   return -(-n // multiple) * multiple
 
 
-@functools.partial(jax.jit, static_argnames=("model", "max_decode_len", "beam_size"))
-def _search(params, inputs, max_lengths, alpha, *, model, max_decode_len, beam_size):
-  """Encodes once, builds the cache, then beam search (beam_size > 1) or greedy decoding."""
+@functools.partial(jax.jit, static_argnames=("model", "max_decode_len", "beam_size",
+                                             "suppress_eos"))
+def _search(params, inputs, max_lengths, alpha, *, model, max_decode_len, beam_size,
+            suppress_eos=False):
+  """Encodes once, builds the cache, then beam search (beam_size > 1) or greedy decoding.
+
+  suppress_eos (benchmarks only): EOS is never chosen before the length limit, so every
+  output has exactly its max length whatever the parameters.
+  """
   encoded = model.apply({"params": params}, inputs, method=Transformer.encode)
   _, state = model.apply({"params": params}, encoded, inputs, max_decode_len,
                          method=Transformer.init_cache, mutable=["cache"])
@@ -94,6 +100,8 @@ def _search(params, inputs, max_lengths, alpha, *, model, max_decode_len, beam_s
   def tokens_to_logits(ids, cache):
     logits, new = model.apply({"params": params, "cache": cache}, ids,
                               method=Transformer.decode_step, mutable=["cache"])
+    if suppress_eos:
+      logits = logits.at[:, EOS_ID].set(-1e9)
     return logits, new["cache"]
 
   if beam_size == 1:

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2t_jax import checkpoint, main, optim, parallel, steps, summary, train
+from t2t_jax import checkpoint, cli, optim, parallel, steps, summary, train
 from t2t_jax.model import Transformer, TransformerConfig
 from t2t_jax.experiments import tiny
 
@@ -149,7 +149,7 @@ def test_unwritable_workdir_fails_before_training(tmp_path):
     train.train_and_evaluate(small_config(), str(blocker / "sub"))
 
 
-@pytest.mark.parametrize("name", main.available_experiments())
+@pytest.mark.parametrize("name", cli.available_experiments())
 def test_every_experiment_builds_and_steps(name, tmp_path):
   config = main_config(name)
   config.model.update(d_model=16, d_ff=32, num_heads=2, num_layers=1, num_encoder_layers=0,
@@ -165,7 +165,7 @@ def test_every_experiment_builds_and_steps(name, tmp_path):
 
 
 def main_config(name):
-  path, _, arg = main.experiment_path(name).partition(":")
+  path, _, arg = cli.experiment_path(name).partition(":")
   spec = importlib.util.spec_from_file_location(name, path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
@@ -229,3 +229,16 @@ def test_sigterm_saves_and_resumes(tmp_path):
   out, _ = resumed.communicate(timeout=240)
   assert resumed.returncode == 0, out
   assert f"resumed from" in out and checkpoint.Checkpoints(workdir).latest_step() == saved + 2
+
+
+def test_no_recompilation_after_the_first_step():
+  from t2t_jax.benchmark import CompileCounter
+  model, state = _state()
+  step = parallel.pmap_train_step(model, 0.1, optim.optimizer_schedule(CFG.d_model, 4))
+  batch = parallel.shard(_split(_random_global_batch(), 8))
+  p_state, _ = step(parallel.replicate(state), batch)
+  counter = CompileCounter()
+  for _ in range(3):
+    p_state, metrics = step(p_state, parallel.shard(_split(_random_global_batch(seed=1), 8)))
+  jax.block_until_ready(metrics)
+  assert counter.count == 0

@@ -1,0 +1,49 @@
+"""Command-line plumbing shared by t2t-train and t2t-bench: --experiment -> config flag."""
+
+import os
+import sys
+
+from absl import app
+from ml_collections import config_flags
+
+import t2t_jax.experiments
+
+EXPERIMENTS_DIR = os.path.dirname(t2t_jax.experiments.__file__)
+DEFAULT_EXPERIMENT = "tiny"
+
+
+def available_experiments() -> list:
+  return sorted(f[:-3] for f in os.listdir(EXPERIMENTS_DIR)
+                if f.endswith(".py") and not f.startswith("_"))
+
+
+def experiment_path(name: str) -> str:
+  """Resolves --experiment=NAME[:ARG] to 'file.py[:ARG]' (ARG goes to get_config)."""
+  name, sep, arg = name.partition(":")
+  if name.endswith(".py") and os.path.isfile(name):
+    return name + sep + arg
+  path = os.path.join(EXPERIMENTS_DIR, f"{name}.py")
+  if not os.path.isfile(path):
+    raise app.UsageError(f"--experiment={name}: unknown experiment; available: "
+                         f"{', '.join(available_experiments())}")
+  return path + sep + arg
+
+
+def experiment_from_argv(argv) -> str:
+  """--experiment must be known before flag parsing: it picks the file --config.* overrides."""
+  for i, arg in enumerate(argv):
+    if arg.startswith("--experiment="):
+      return arg.split("=", 1)[1]
+    if arg == "--experiment" and i + 1 < len(argv):
+      return argv[i + 1]
+  return DEFAULT_EXPERIMENT
+
+
+def define_config_flag(tool: str) -> None:
+  """Defines --config from --experiment in sys.argv; exits with the known names if unknown."""
+  try:
+    path = experiment_path(experiment_from_argv(sys.argv))
+  except app.UsageError as e:
+    sys.exit(f"{tool}: {e}")
+  config_flags.DEFINE_config_file("config", path, "experiment config (set by --experiment)",
+                                  lock_config=True)
