@@ -22,7 +22,6 @@ Model FLOPs (per training step, on full-length synthetic batches, so every token
   counted (standard MFU practice).
 """
 
-import functools
 import json
 import os
 import resource
@@ -94,12 +93,10 @@ def model_flops_per_step(cfg: TransformerConfig, params, rows: int, src_len: int
   src_tokens, tgt_tokens = rows * src_len, rows * tgt_len
   dense = 6 * (enc * src_tokens + dec * tgt_tokens)
   softmax = 6 * cfg.d_model * cfg.vocab_size * tgt_tokens
-  width = cfg.num_heads * cfg.key_dim  # QK^T uses d_k, AV uses d_v: use both
   per_pair = lambda q, k: 2 * q * k * cfg.num_heads * (cfg.key_dim + cfg.value_dim)
   attention = rows * (cfg.encoder_layers * per_pair(src_len, src_len) +
                       cfg.decoder_layers * (per_pair(tgt_len, tgt_len) +
                                             per_pair(tgt_len, src_len)))
-  del width
   return dense + softmax + 3 * attention
 
 

@@ -74,7 +74,7 @@ def apply_step(state: TrainState, accum, *, schedule: Callable):
   grads, sums = jax.lax.psum(accum, AXIS)
   denom = jnp.maximum(sums["denominator"], 1.0)
   grads = jax.tree.map(lambda g: g / denom, grads)
-  grad_norm = optax.global_norm(grads)
+  grad_norm = optax.tree.norm(grads)
   finite = jnp.isfinite(sums["loss"]) & jnp.isfinite(grad_norm)
   updates, opt_state = state.tx.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)

@@ -5,11 +5,9 @@ until the next progress line, and a non-finite loss is recorded on the device (t
 is skipped) and reported at the next sync with the step it happened at.
 """
 
-import json
 import os
 import signal
 import time
-from typing import Optional
 
 import jax
 import jax.numpy as jnp

@@ -173,7 +173,7 @@ def main_config(name):
 
 
 def test_table3_rows_and_multi30k_directions():
-  from t2t_jax.experiments import multi30k, table3
+  from t2t_jax.experiments import table3
   for row in table3.VARIANTS:
     config = main_config(f"table3:{row}")
     cfg = TransformerConfig.from_dict(config.model.to_dict(), vocab_size=37000)
@@ -228,7 +228,7 @@ def test_sigterm_saves_and_resumes(tmp_path):
                    for a in args])
   out, _ = resumed.communicate(timeout=240)
   assert resumed.returncode == 0, out
-  assert f"resumed from" in out and checkpoint.Checkpoints(workdir).latest_step() == saved + 2
+  assert "resumed from" in out and checkpoint.Checkpoints(workdir).latest_step() == saved + 2
 
 
 def test_no_recompilation_after_the_first_step():
