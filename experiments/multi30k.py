@@ -6,7 +6,12 @@
 29,000 training pairs, val (1,014) as dev, test2016 (1,000) as test, read from local text
 files: by default ../shared/data/multi30k beside the repository; point elsewhere with
 --config.corpus_dir=/path/to/multi30k (files train/val/test2016 .en/.de). Shared BPE
-vocabulary of 8,000 pieces. The test split is translated and scored after training.
+vocabulary of 8,000 pieces. The test split is translated and scored after training with the
+average of the last 5 checkpoints.
+
+Measured (en->de, 2-core CPU, commit in the issue note): 50.7 minutes of training, dev BLEU
+(first 200 val sentences) 36.1 at the end; test2016 sacreBLEU 35.15 with the last checkpoint,
+35.22 with the last 5 averaged (tokenized BLEU 35.27, chrF 58.9).
 """
 
 import os
@@ -31,17 +36,17 @@ def get_config(direction: str = "en-de"):
   for split, name in (("train", "train"), ("dev", "val"), ("test", "test2016")):
     config.data[f"{split}_source"] = corpus + f"/{name}.{source}"
     config.data[f"{split}_target"] = corpus + f"/{name}.{target}"
-  config.model.update(d_model=256, d_ff=1024, num_heads=4, num_layers=3, dropout_rate=0.2,
+  config.model.update(d_model=256, d_ff=1024, num_heads=4, num_layers=3, dropout_rate=0.3,
                       max_len=128)
-  config.num_train_steps = 8000
-  config.warmup_steps = 1000
-  config.learning_rate_factor = 2.0
+  config.num_train_steps = 2400    # about 50 minutes on a 2-core CPU, ~22 epochs
+  config.warmup_steps = 800
+  config.learning_rate_factor = 1.5
   config.log_every_steps = 100
-  config.eval_every_steps = 1000
-  config.checkpoint_every_steps = 500
+  config.eval_every_steps = 400
+  config.checkpoint_every_steps = 200
   config.keep_checkpoints = 10
   config.average_checkpoints = 5
-  config.bleu_every_steps = 1000
+  config.bleu_every_steps = 400
   config.bleu_num_sentences = 200
   config.test_at_end = True
   return config

@@ -9,7 +9,7 @@ The paper averages the last 5 (base) or 20 (big) checkpoints, written at 10-minu
 
 from absl import app, flags
 
-from t2t_jax import checkpoint, translate
+from t2t_jax import checkpoint, cli, translate
 
 flags.DEFINE_string("workdir", None, "a t2t-train workdir")
 flags.DEFINE_integer("num", 5, "how many of the latest checkpoints to average")
@@ -22,6 +22,7 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments {argv[1:]}")
   if not FLAGS.workdir or not FLAGS.output:
     raise app.UsageError("--workdir and --output are required")
+  cli.quiet_library_logs()
   try:
     steps = translate.choose_steps(checkpoint.Checkpoints(FLAGS.workdir), f"average:{FLAGS.num}")
     path = checkpoint.write_averaged_workdir(FLAGS.workdir, steps, FLAGS.output)

@@ -300,6 +300,7 @@ def _table(results: dict) -> str:
 
 def main(argv):
   del argv
+  cli.quiet_library_logs()
   config = FLAGS.config
   vocab = FLAGS.vocab_size or config.data.vocab_size
   if config.data.source == "synthetic" and not FLAGS.vocab_size:

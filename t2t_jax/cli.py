@@ -1,9 +1,10 @@
 """Command-line plumbing shared by t2t-train and t2t-bench: --experiment -> config flag."""
 
+import logging as std_logging
 import os
 import sys
 
-from absl import app
+from absl import app, logging
 from ml_collections import config_flags
 
 import t2t_jax.experiments
@@ -47,3 +48,13 @@ def define_config_flag(tool: str) -> None:
     sys.exit(f"{tool}: {e}")
   config_flags.DEFINE_config_file("config", path, "experiment config (set by --experiment)",
                                   lock_config=True)
+
+
+def quiet_library_logs() -> None:
+  """Keeps the console to our progress lines: orbax's and TFDS's INFO chatter is dropped."""
+  noisy = ("/orbax/", "/tensorflow_datasets/", "/etils/", "/grain/")
+
+  def keep(record: std_logging.LogRecord) -> bool:
+    return record.levelno >= std_logging.WARNING or not any(n in record.pathname for n in noisy)
+
+  logging.get_absl_handler().addFilter(keep)

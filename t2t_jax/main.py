@@ -23,6 +23,7 @@ def main(argv):
   if not flags.FLAGS.workdir:
     raise app.UsageError("--workdir is required")
   from t2t_jax import train  # pylint: disable=g-import-not-at-top
+  cli.quiet_library_logs()
   config = flags.FLAGS.config
   logging.info("experiment %s, workdir %s", flags.FLAGS.experiment, flags.FLAGS.workdir)
   train.train_and_evaluate(config, flags.FLAGS.workdir)

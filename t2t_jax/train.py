@@ -117,10 +117,19 @@ class Trainer:
                 eval_accuracy=totals["correct"] / denom,
                 eval_perplexity=float(np.exp(min(totals["nll"] / denom, 50.0))))
 
-  def translator(self, p_params):
-    from t2t_jax.translate import Translator  # pylint: disable=g-import-not-at-top
-    return Translator(self.model, parallel.unreplicate(p_params), self.data.tokenizer,
-                      max_output_extra=self.config.max_output_extra)
+  def translator(self, p_params=None):
+    """A Translator on the given parameters, or (None) on the average of the last
+    `average_checkpoints` checkpoints, as the paper evaluates (5 for base, 20 for big)."""
+    from t2t_jax import translate  # pylint: disable=g-import-not-at-top
+    if p_params is not None:
+      params = parallel.unreplicate(p_params)
+    else:
+      self.ckpts.wait()
+      n = min(self.config.average_checkpoints, len(self.ckpts.steps()))
+      params, steps_used = translate.load_params(self.workdir, f"average:{n}", None)
+      summary.log(f"test: parameters averaged over checkpoints {steps_used}")
+    return translate.Translator(self.model, params, self.data.tokenizer,
+                                max_output_extra=self.config.max_output_extra)
 
   def dev_bleu(self, p_params) -> dict:
     """sacreBLEU of the first `bleu_num_sentences` dev pairs (beam search as configured)."""
@@ -138,7 +147,9 @@ class Trainer:
       return {}
     sources, refs = [s for s, _ in pairs], [r for _, r in pairs]
     t0 = time.time()
-    hyps = self.translator(p_params).translate(sources, self.config.beam_size, self.config.alpha)
+    averaged = self.config.average_checkpoints > 1 and self.ckpts.steps()
+    translator = self.translator(None if averaged else p_params)
+    hyps = translator.translate(sources, self.config.beam_size, self.config.alpha)
     from t2t_jax.translate import target_language  # pylint: disable=g-import-not-at-top
     scores = scoring.score_all(hyps, refs, target_language(self.config))
     metrics = dict(test_exact_match=scoring.exact_match(hyps, refs),

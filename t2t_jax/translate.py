@@ -256,7 +256,8 @@ def _define_flags():
 
 
 def main(argv):
-  from t2t_jax import scoring  # pylint: disable=g-import-not-at-top
+  from t2t_jax import cli, scoring  # pylint: disable=g-import-not-at-top
+  cli.quiet_library_logs()
   flags = _define_flags.flags
   if len(argv) > 1:
     raise SystemExit(f"t2t-translate: unexpected arguments {argv[1:]}")

@@ -242,3 +242,12 @@ def test_no_recompilation_after_the_first_step():
     p_state, metrics = step(p_state, parallel.shard(_split(_random_global_batch(seed=1), 8)))
   jax.block_until_ready(metrics)
   assert counter.count == 0
+
+
+def test_test_split_is_scored_on_averaged_checkpoints(tmp_path, caplog):
+  caplog.set_level("INFO")
+  config = small_config(num_train_steps=4, checkpoint_every_steps=2, eval_every_steps=100,
+                        average_checkpoints=2, test_at_end=True)
+  out = train.train_and_evaluate(config, str(tmp_path / "w"))
+  assert "parameters averaged over checkpoints [2, 4]" in caplog.text
+  assert 0.0 <= out["test_exact_match"] <= 1.0 and "test_bleu" in out
