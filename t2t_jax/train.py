@@ -198,7 +198,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   data = data_lib.get_datasets(config.data, workdir, process_index=jax.process_index(),
                                process_count=jax.process_count(),
                                num_local_devices=parallel.local_device_count())
-  logging.info("data: %s", data.stats.summary() if hasattr(data.stats, "summary") else data.stats)
   model, model_cfg = build_model(config, data.tokenizer.vocab_size)
   state = init_state(model, model_cfg, config)
   ckpts = checkpoint.Checkpoints(workdir, config.keep_checkpoints)
@@ -214,6 +213,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     last, p_state = _loop(trainer, state, train_iter)
     if last["stopped_by"] is None and config.get("test_at_end", False):
       last.update(trainer.test(p_state.params))
+    if jax.process_index() == 0:
+      summary.log(f"done at step {last['step']}: checkpoints in {ckpts.directory}, metrics in "
+                  f"{writer.jsonl_path} (TensorBoard: tensorboard --logdir "
+                  f"{os.path.join(workdir, 'tensorboard')}); translate with t2t-translate "
+                  f"--workdir={workdir}")
     return last
   finally:
     ckpts.wait()
