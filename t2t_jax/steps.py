@@ -42,11 +42,8 @@ def loss_and_grads(params, batch, dropout_rng, *, model, label_smoothing: float)
   def loss_fn(p):
     logits = model.apply({"params": p}, **_model_args(batch), deterministic=False,
                          rngs={"dropout": dropout_rng})
-    loss_sum, denom = losses.label_smoothed_cross_entropy(logits, batch["targets"],
-                                                          label_smoothing=label_smoothing)
-    nll_sum, _ = losses.negative_log_likelihood(logits, batch["targets"])
-    correct, _ = losses.token_accuracy(logits, batch["targets"])
-    return loss_sum, dict(loss=loss_sum, nll=nll_sum, correct=correct, denominator=denom)
+    sums = losses.loss_sums(logits, batch["targets"], label_smoothing)
+    return sums["loss"], sums
   grads, sums = jax.grad(loss_fn, has_aux=True)(params)
   return grads, sums
 
@@ -104,9 +101,4 @@ def zero_accumulator(params):
 def eval_step(params, batch, *, model, label_smoothing: float):
   """Teacher-forced dev metrics as sums over all devices: loss, NLL, correct tokens, tokens."""
   logits = model.apply({"params": params}, **_model_args(batch), deterministic=True)
-  loss_sum, denom = losses.label_smoothed_cross_entropy(logits, batch["targets"],
-                                                        label_smoothing=label_smoothing)
-  nll_sum, _ = losses.negative_log_likelihood(logits, batch["targets"])
-  correct, _ = losses.token_accuracy(logits, batch["targets"])
-  sums = dict(loss=loss_sum, nll=nll_sum, correct=correct, denominator=denom)
-  return jax.lax.psum(sums, AXIS)
+  return jax.lax.psum(losses.loss_sums(logits, batch["targets"], label_smoothing), AXIS)

@@ -22,6 +22,21 @@ def test_label_smoothed_cross_entropy_matches_numpy(eps):
   assert float(denom) == want_denom == 13
 
 
+def test_loss_sums_agree_with_the_separate_functions():
+  rng = np.random.default_rng(4)
+  logits = rng.normal(size=(2, 6, 9)).astype(np.float32)
+  targets = rng.integers(1, 9, size=(2, 6))
+  targets[1, 4:] = 0
+  sums = losses.loss_sums(logits, targets, 0.1)
+  np.testing.assert_allclose(
+      sums["loss"], losses.label_smoothed_cross_entropy(logits, targets, label_smoothing=0.1)[0],
+      rtol=1e-6)
+  np.testing.assert_allclose(sums["nll"], losses.negative_log_likelihood(logits, targets)[0],
+                             rtol=1e-6)
+  assert float(sums["correct"]) == float(losses.token_accuracy(logits, targets)[0])
+  assert float(sums["denominator"]) == 10
+
+
 def test_smoothed_loss_is_zero_at_the_smoothed_target():
   vocab, eps = 7, 0.1
   targets = np.array([[3, 5]])
