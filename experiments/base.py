@@ -69,4 +69,10 @@ def get_config() -> ml_collections.ConfigDict:
   config.bleu_every_steps = 0      # sacreBLEU on dev sentences every M steps (0 = off)
   config.bleu_num_sentences = 500
   config.test_at_end = False       # translate and score the test split after training
+  # Checkpoint selection on dev only: candidates ('latest', 'average:N', 'STEP', comma
+  # separated) are scored by dev sacreBLEU and the best one translates the test split;
+  # '' = the average of the last `average_checkpoints` (the paper's practice).
+  config.select_checkpoints = ""
+  config.select_num_sentences = 0  # dev sentences scored per candidate (0 = all)
+  config.train_time_limit_minutes = 0.0  # stop, save and evaluate after this long (0 = no limit)
   return config

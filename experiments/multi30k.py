@@ -49,4 +49,7 @@ def get_config(direction: str = "en-de"):
   config.bleu_every_steps = 400
   config.bleu_num_sentences = 200
   config.test_at_end = True
+  # The test split is translated by the candidate with the best BLEU on all of val.
+  config.select_checkpoints = "latest,average:3,average:5,average:8"
+  config.train_time_limit_minutes = 58.0
   return config

@@ -103,6 +103,14 @@ class Prefetcher:
     return self._queue[0][0] if self._queue else self._iterator.get_state()
 
 
+def any_host(flag: bool) -> bool:
+  """True on every process when `flag` is True on any (a collective: call it on all hosts)."""
+  if jax.process_count() == 1:
+    return bool(flag)
+  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+  return bool(np.any(multihost_utils.process_allgather(np.asarray(flag))))
+
+
 def host_metrics(metrics) -> dict:
   """Device-0 copy of psum-reduced metrics as python floats (a host sync)."""
   return {k: float(np.asarray(v)) for k, v in unreplicate(metrics).items()}

@@ -5,9 +5,11 @@ until the next progress line, and a non-finite loss is recorded on the device (t
 is skipped) and reported at the next sync with the step it happened at.
 """
 
+import json
 import os
 import signal
 import time
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -117,41 +119,83 @@ class Trainer:
                 eval_accuracy=totals["correct"] / denom,
                 eval_perplexity=float(np.exp(min(totals["nll"] / denom, 50.0))))
 
-  def translator(self, p_params=None):
-    """A Translator on the given parameters, or (None) on the average of the last
-    `average_checkpoints` checkpoints, as the paper evaluates (5 for base, 20 for big)."""
+  def translator(self, p_params=None, spec: Optional[str] = None):
+    """A Translator on the given parameters, or on checkpoint(s) named like t2t-translate's
+    --checkpoint ('latest', 'average:N', 'STEP')."""
     from t2t_jax import translate  # pylint: disable=g-import-not-at-top
     if p_params is not None:
       params = parallel.unreplicate(p_params)
     else:
       self.ckpts.wait()
-      n = min(self.config.average_checkpoints, len(self.ckpts.steps()))
-      params, steps_used = translate.load_params(self.workdir, f"average:{n}", None)
-      summary.log(f"test: parameters averaged over checkpoints {steps_used}")
+      params, steps_used = translate.load_params(self.workdir, spec, None)
+      logging.info("%s: parameters from checkpoint(s) %s", spec, steps_used)
     return translate.Translator(self.model, params, self.data.tokenizer,
                                 max_output_extra=self.config.max_output_extra)
+
+  def _bleu(self, translator, pairs) -> float:
+    hyps = translator.translate([s for s, _ in pairs], self.config.beam_size, self.config.alpha)
+    return scoring.sacrebleu_score(hyps, [r for _, r in pairs]).score
+
+  def select(self) -> str:
+    """Scores each of `select_checkpoints` by dev sacreBLEU and returns the best (ties: the
+    first listed). Only dev is read; the choice goes to <workdir>/selected.json."""
+    from t2t_jax import translate  # pylint: disable=g-import-not-at-top
+    n = self.config.get("select_num_sentences", 0)
+    pairs = self.data.dev_pairs[:n] if n else self.data.dev_pairs
+    specs = [s.strip() for s in self.config.select_checkpoints.split(",") if s.strip()]
+    available = len(self.ckpts.steps())
+    scores, steps_of = {}, {}
+    for spec in specs:
+      if spec.startswith("average:") and int(spec.split(":")[1]) > available:
+        logging.warning("select: %s skipped, only %d checkpoints kept", spec, available)
+        continue
+      steps_of[spec] = translate.choose_steps(self.ckpts, spec)
+      scores[spec] = self._bleu(self.translator(None, spec), pairs)
+    if not scores:
+      raise ValueError(f"config.select_checkpoints={self.config.select_checkpoints!r}: no "
+                       f"candidate can be built from the {available} checkpoint(s) kept")
+    best = max(scores, key=scores.get)
+    with open(os.path.join(self.workdir, translate.SELECTED_FILE), "w") as f:
+      json.dump(dict(checkpoint=best, steps=steps_of[best], dev_bleu=scores,
+                     dev_sentences=len(pairs), beam_size=self.config.beam_size,
+                     alpha=self.config.alpha), f, indent=1)
+    table = "\n".join(f"  {spec:12s} {scores[spec]:6.2f}  steps {steps_of[spec]}"
+                       + ("  <- selected" if spec == best else "") for spec in scores)
+    summary.log(f"checkpoint selection on dev ({len(pairs)} sentences, sacreBLEU):\n{table}")
+    self.writer.write(self.num_steps, dict(selected_dev_bleu=scores[best]))
+    return best
+
+  def test_spec(self) -> Optional[str]:
+    """Which checkpoint(s) translate the test split: chosen on dev, the average of the last
+    `average_checkpoints`, or (None) the parameters in memory."""
+    if self.config.get("select_checkpoints", ""):
+      return self.select()
+    if self.config.average_checkpoints > 1 and self.ckpts.steps():
+      n = min(self.config.average_checkpoints, len(self.ckpts.steps()))
+      return f"average:{n}"
+    return None
 
   def dev_bleu(self, p_params) -> dict:
     """sacreBLEU of the first `bleu_num_sentences` dev pairs (beam search as configured)."""
     pairs = self.data.dev_pairs[:self.config.bleu_num_sentences]
     if not pairs:
       return {}
-    hyps = self.translator(p_params).translate([s for s, _ in pairs], self.config.beam_size,
-                                               self.config.alpha)
-    return dict(dev_bleu=scoring.sacrebleu_score(hyps, [r for _, r in pairs]).score)
+    return dict(dev_bleu=self._bleu(self.translator(p_params), pairs))
 
   def test(self, p_params) -> dict:
     """Translates the test split: prints examples and scores, logs test_* metrics."""
+    from t2t_jax import translate  # pylint: disable=g-import-not-at-top
     pairs = self.data.test_pairs
     if not pairs or jax.process_index() != 0:
       return {}
     sources, refs = [s for s, _ in pairs], [r for _, r in pairs]
+    spec = self.test_spec()
     t0 = time.time()
-    averaged = self.config.average_checkpoints > 1 and self.ckpts.steps()
-    translator = self.translator(None if averaged else p_params)
+    translator = self.translator(p_params if spec is None else None, spec)
+    summary.log(f"test: parameters from {spec or 'the last step'}"
+                + (f" = checkpoint(s) {translate.choose_steps(self.ckpts, spec)}" if spec else ""))
     hyps = translator.translate(sources, self.config.beam_size, self.config.alpha)
-    from t2t_jax.translate import target_language  # pylint: disable=g-import-not-at-top
-    scores = scoring.score_all(hyps, refs, target_language(self.config))
+    scores = scoring.score_all(hyps, refs, translate.target_language(self.config))
     metrics = dict(test_exact_match=scoring.exact_match(hyps, refs),
                    test_bleu=scores["sacrebleu"].score,
                    test_tokenized_bleu=scores["tokenized_bleu"].score,
@@ -253,12 +297,21 @@ def _loop(trainer: Trainer, state, train_iter) -> dict:
   stop = StopRequest()
   pending, last = [], {}
   t_last, step_last = time.time(), step
+  limit_s = 60.0 * config.get("train_time_limit_minutes", 0.0)
+  deadline = time.time() + limit_s if limit_s > 0 else None
+  timed_out = False
   try:
-    while step < trainer.num_steps:
+    while step < trainer.num_steps and not timed_out:
       p_state, metrics = trainer.train_step(p_state, prefetcher)
       pending.append(metrics)
       step += 1
-      final = step == trainer.num_steps
+      # The time limit ends training like the last step: evaluate, save, then test. It is
+      # checked at logging steps only, where every host agrees on whether it was reached.
+      if deadline is not None and step % config.log_every_steps == 0:
+        timed_out = parallel.any_host(time.time() > deadline)
+      if timed_out:
+        logging.info("train_time_limit_minutes=%s reached at step %d", limit_s / 60, step)
+      final = step == trainer.num_steps or timed_out
       eval_due = step % config.eval_every_steps == 0 or final
       if step % config.log_every_steps == 0 or eval_due or stop.signal:
         trainer.check_finite(p_state)
@@ -288,4 +341,5 @@ def _loop(trainer: Trainer, state, train_iter) -> dict:
     stop.restore()
   last["step"] = step
   last["stopped_by"] = stop.signal
+  last["time_limit_reached"] = timed_out
   return last, p_state

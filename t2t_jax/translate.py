@@ -1,7 +1,7 @@
 """Translation of a trained workdir: the Translator (notebooks) and the t2t-translate command.
 
     t2t-translate --workdir=DIR [--input=FILE] [--output=FILE] [--reference=FILE]
-                  [--beam_size=4] [--alpha=0.6] [--checkpoint=latest|average:N|STEP]
+                  [--beam_size=4] [--alpha=0.6] [--checkpoint=latest|average:N|STEP|selected]
 
 Reads stdin and writes stdout by default: one output line per input line, in input order
 (sentences are sorted by length for batching and put back). With --reference it prints
@@ -73,7 +73,25 @@ def choose_steps(ckpts: checkpoint.Checkpoints, spec: str) -> List[int]:
                        f"{available} in {ckpts.directory}")
 
 
+SELECTED_FILE = "selected.json"
+
+
+def selected_spec(workdir: str) -> str:
+  """The checkpoint choice t2t-train made on dev (written to <workdir>/selected.json)."""
+  path = os.path.join(workdir, SELECTED_FILE)
+  try:
+    with open(path) as f:
+      return json.load(f)["checkpoint"]
+  except FileNotFoundError:
+    raise TranslateError(f"--checkpoint=selected: {path} does not exist (set "
+                         "config.select_checkpoints in training to write it)") from None
+  except (ValueError, KeyError) as e:
+    raise TranslateError(f"--checkpoint=selected: {path} is not a selection file: {e}") from None
+
+
 def load_params(workdir: str, spec: str, params_like):
+  if spec == "selected":
+    spec = selected_spec(workdir)
   ckpts = checkpoint.Checkpoints(workdir)
   chosen = choose_steps(ckpts, spec)
   trees = [ckpts.restore_params(step, params_like) for step in chosen]
@@ -250,7 +268,8 @@ def _define_flags():
   flags.DEFINE_string("reference", None, "reference translations: prints BLEU and chrF")
   flags.DEFINE_integer("beam_size", 4, "beam width; 1 = greedy decoding")
   flags.DEFINE_float("alpha", 0.6, "length penalty exponent")
-  flags.DEFINE_string("checkpoint", "latest", "'latest', 'average:N' (last N) or a step")
+  flags.DEFINE_string("checkpoint", "latest", "'latest', 'average:N' (last N), a step, or "
+                      "'selected' (the choice t2t-train made on dev)")
   flags.DEFINE_integer("batch_tokens", 4096, "source tokens per decoding batch")
   return flags.FLAGS
 

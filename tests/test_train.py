@@ -249,5 +249,33 @@ def test_test_split_is_scored_on_averaged_checkpoints(tmp_path, caplog):
   config = small_config(num_train_steps=4, checkpoint_every_steps=2, eval_every_steps=100,
                         average_checkpoints=2, test_at_end=True)
   out = train.train_and_evaluate(config, str(tmp_path / "w"))
-  assert "parameters averaged over checkpoints [2, 4]" in caplog.text
+  assert "test: parameters from average:2 = checkpoint(s) [2, 4]" in caplog.text
   assert 0.0 <= out["test_exact_match"] <= 1.0 and "test_bleu" in out
+
+
+def test_checkpoint_selected_on_dev_then_used_for_test(tmp_path, caplog):
+  caplog.set_level("INFO")
+  config = small_config(num_train_steps=6, checkpoint_every_steps=2, eval_every_steps=100,
+                        test_at_end=True, select_checkpoints="latest, average:2,average:9")
+  workdir = str(tmp_path / "w")
+  out = train.train_and_evaluate(config, workdir)
+  with open(os.path.join(workdir, "selected.json")) as f:
+    chosen = json.load(f)
+  # average:9 cannot be built from 3 checkpoints and is skipped, not an error.
+  assert sorted(chosen["dev_bleu"]) == ["average:2", "latest"]
+  best = max(chosen["dev_bleu"], key=chosen["dev_bleu"].get)
+  assert chosen["checkpoint"] == best
+  assert chosen["steps"] == {"latest": [6], "average:2": [4, 6]}[best]
+  assert chosen["dev_sentences"] == config.data.synthetic_eval_size
+  assert f"test: parameters from {best}" in caplog.text and "test_bleu" in out
+  from t2t_jax import translate
+  t = translate.Translator.from_workdir(workdir, "selected")
+  assert t.checkpoint_steps == chosen["steps"]
+
+
+def test_time_limit_stops_saves_and_tests(tmp_path):
+  config = small_config(num_train_steps=1000, log_every_steps=2, checkpoint_every_steps=500,
+                        train_time_limit_minutes=1e-6, test_at_end=True)
+  out = train.train_and_evaluate(config, str(tmp_path / "w"))
+  assert out["step"] == 2 and out["time_limit_reached"] and "test_bleu" in out
+  assert checkpoint.Checkpoints(str(tmp_path / "w")).steps() == [2]

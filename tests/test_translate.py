@@ -50,6 +50,8 @@ def test_average_checkpoints(workdir):
     translate.Translator.from_workdir(workdir, "average:5")
   with pytest.raises(translate.TranslateError, match="not 'latest', 'average:N'"):
     translate.Translator.from_workdir(workdir, "7")
+  with pytest.raises(translate.TranslateError, match="selected.json does not exist"):
+    translate.Translator.from_workdir(workdir, "selected")
 
 
 def test_attention_weights_match_forward_and_sum_to_one(workdir):
