@@ -14,8 +14,15 @@ DEFAULT_EXPERIMENT = "tiny"
 
 
 def available_experiments() -> list:
-  return sorted(f[:-3] for f in os.listdir(EXPERIMENTS_DIR)
-                if f.endswith(".py") and not f.startswith("_"))
+  """Training experiments: files in experiments/ that define get_config() (not programs such
+  as why_self_attention)."""
+  names = []
+  for f in sorted(os.listdir(EXPERIMENTS_DIR)):
+    if f.endswith(".py") and not f.startswith("_"):
+      with open(os.path.join(EXPERIMENTS_DIR, f), encoding="utf-8") as source:
+        if "\ndef get_config(" in source.read():
+          names.append(f[:-3])
+  return names
 
 
 def experiment_path(name: str) -> str:
@@ -24,7 +31,7 @@ def experiment_path(name: str) -> str:
   if name.endswith(".py") and os.path.isfile(name):
     return name + sep + arg
   path = os.path.join(EXPERIMENTS_DIR, f"{name}.py")
-  if not os.path.isfile(path):
+  if name not in available_experiments():
     raise app.UsageError(f"--experiment={name}: unknown experiment; available: "
                          f"{', '.join(available_experiments())}")
   return path + sep + arg
@@ -58,3 +65,5 @@ def quiet_library_logs() -> None:
     return record.levelno >= std_logging.WARNING or not any(n in record.pathname for n in noisy)
 
   logging.get_absl_handler().addFilter(keep)
+  # Outside absl.app (a notebook) the absl handler is not installed: filter at the logger.
+  std_logging.getLogger("absl").addFilter(keep)

@@ -1,8 +1,9 @@
 """train_and_evaluate(config, workdir): wiring of data, model, steps, checkpoints and logs.
 
-The loop never syncs with the devices between logging points: metrics stay on the devices
-until the next progress line, and a non-finite loss is recorded on the device (the update
-is skipped) and reported at the next sync with the step it happened at.
+The loop never copies from the devices between logging points: metrics stay on the devices
+until the next progress line (the host runs at most two steps ahead), and a non-finite loss
+is recorded on the device (the update is skipped) and reported at the next sync with the
+step it happened at.
 """
 
 import json
@@ -155,7 +156,8 @@ class Trainer:
       raise ValueError(f"config.select_checkpoints={self.config.select_checkpoints!r}: no "
                        f"candidate can be built from the {available} checkpoint(s) kept")
     best = max(scores, key=scores.get)
-    with open(os.path.join(self.workdir, translate.SELECTED_FILE), "w") as f:
+    with open(os.path.join(self.workdir, translate.SELECTED_FILE)
+              if jax.process_index() == 0 else os.devnull, "w") as f:  # process 0 writes
       json.dump(dict(checkpoint=best, steps=steps_of[best], dev_bleu=scores,
                      dev_sentences=len(pairs), beam_size=self.config.beam_size,
                      alpha=self.config.alpha), f, indent=1)
@@ -186,7 +188,9 @@ class Trainer:
     """Translates the test split: prints examples and scores, logs test_* metrics."""
     from t2t_jax import translate  # pylint: disable=g-import-not-at-top
     pairs = self.data.test_pairs
-    if not pairs or jax.process_index() != 0:
+    # Every process takes part (they restore checkpoints together: orbax synchronises
+    # them); only process 0's metrics and files are written.
+    if not pairs:
       return {}
     sources, refs = [s for s, _ in pairs], [r for _, r in pairs]
     spec = self.test_spec()
@@ -289,6 +293,9 @@ def _log_sizes(config, state, data):
                config.data.tokens_per_batch // jax.device_count(), config.grad_accum_steps)
 
 
+MAX_STEPS_AHEAD = 2
+
+
 def _loop(trainer: Trainer, state, train_iter) -> dict:
   config = trainer.config
   step = int(state.step)
@@ -305,6 +312,11 @@ def _loop(trainer: Trainer, state, train_iter) -> dict:
       p_state, metrics = trainer.train_step(p_state, prefetcher)
       pending.append(metrics)
       step += 1
+      # Dispatch is asynchronous: without a bound the host could run a hundred steps ahead
+      # of the devices, and a SIGTERM would wait for all of them before saving. Waiting for
+      # the step before last costs nothing (it is finished by the time this one runs).
+      if len(pending) > MAX_STEPS_AHEAD:
+        jax.block_until_ready(pending[-1 - MAX_STEPS_AHEAD])
       # The time limit ends training like the last step: evaluate, save, then test. It is
       # checked at logging steps only, where every host agrees on whether it was reached.
       if deadline is not None and step % config.log_every_steps == 0:
