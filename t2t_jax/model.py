@@ -8,11 +8,12 @@ time for search (see `t2t_jax.decode`), with the encoder's keys/values computed 
 import dataclasses
 from typing import Any, Optional
 
+import jax
 import jax.numpy as jnp
 import flax.linen as nn
 
 from t2t_jax import masks
-from t2t_jax.layers import AddPositions, DecoderLayer, Embed, EncoderLayer, _dense, _layer_norm
+from t2t_jax.layers import AddPositions, DecoderLayer, Embed, EncoderLayer, _layer_norm, xavier
 from t2t_jax.tokens import BOS_ID, PAD_ID
 
 Array = jnp.ndarray
@@ -41,6 +42,9 @@ class TransformerConfig:
   dtype: Any = jnp.float32            # computation dtype; parameters stay float32
   max_len: int = 512                  # longest sequence (position table size)
   attention_impl: str = "reference"   # 'reference', 'xla' or 'cudnn'
+  # Training/eval loss: the pre-softmax layer and the loss run over chunks of this many
+  # target tokens, never holding all logits (losses.output_loss_sums); 0: whole logits.
+  loss_chunk_tokens: int = 512
 
   def __post_init__(self):
     try:
@@ -53,6 +57,9 @@ class TransformerConfig:
     for name in ("num_encoder_layers", "num_decoder_layers"):
       if getattr(self, name):  # None or 0 mean "num_layers"
         _check_positive(name, getattr(self, name))
+    if self.loss_chunk_tokens < 0:
+      raise ValueError(f"TransformerConfig.loss_chunk_tokens={self.loss_chunk_tokens}: must "
+                       "be >= 0 (0: whole logits)")
     for name in ("d_k", "d_v"):
       if getattr(self, name):
         _check_positive(name, getattr(self, name))
@@ -148,6 +155,22 @@ class Encoder(nn.Module):
     return x
 
 
+class OutputLayer(nn.Module):
+  """The pre-softmax linear layer when it does not share the embedding matrix."""
+  config: TransformerConfig
+
+  def setup(self):
+    cfg = self.config
+    self.kernel = self.param("kernel", xavier, (cfg.d_model, cfg.vocab_size), jnp.float32)
+    self.bias = self.param("bias", nn.initializers.zeros, (cfg.vocab_size,), jnp.float32)
+
+  def __call__(self, y):
+    return y @ self.kernel.astype(y.dtype) + self.bias.astype(y.dtype)
+
+  def weights(self, y):
+    return y, self.kernel.T, self.bias
+
+
 class Decoder(nn.Module):
   """N identical layers of masked self-attention, encoder-decoder attention, feed-forward."""
   config: TransformerConfig
@@ -155,8 +178,10 @@ class Decoder(nn.Module):
 
   @nn.compact
   def __call__(self, encoded, decoder_inputs, self_mask, cross_mask, decoder_position=None, *,
-               deterministic: bool = True, decode: bool = False):
-    """decoder_inputs int [batch, tgt_len] -> float32 logits [batch, tgt_len, vocab]."""
+               deterministic: bool = True, decode: bool = False, features: bool = False):
+    """decoder_inputs int [batch, tgt_len] -> float32 logits [batch, tgt_len, vocab]; with
+    `features`, (outputs [batch, tgt_len, d_model], W [vocab, d_model], bias or None) such
+    that logits = outputs W^T + bias (for losses.output_loss_sums)."""
     cfg = self.config
     if decode:
       cross_mask = self._cached_cross_mask(cross_mask)
@@ -168,10 +193,11 @@ class Decoder(nn.Module):
     if cfg.norm == "pre":
       y = _layer_norm(cfg, "final_norm")(y)
     if cfg.share_embeddings:
-      logits = self.embed.attend(y)
-    else:
-      logits = _dense(cfg, cfg.vocab_size, name="logits")(y)
-    return logits.astype(jnp.float32)
+      if features:
+        return y, self.embed.embedding, None
+      return self.embed.attend(y).astype(jnp.float32)
+    output = OutputLayer(cfg, name="logits")
+    return output.weights(y) if features else output(y).astype(jnp.float32)
 
   def _cached_cross_mask(self, cross_mask):
     """The source padding mask [batch, 1, 1, src_len], stored when the cache is built."""
@@ -201,8 +227,10 @@ class Transformer(nn.Module):
                         deterministic=deterministic)
 
   def decode(self, encoded, inputs, targets, inputs_segmentation=None,
-             targets_segmentation=None, targets_position=None, *, deterministic: bool = True):
-    """Teacher-forced decoder: logits float32 [batch, tgt_len, vocab] for predicting `targets`."""
+             targets_segmentation=None, targets_position=None, *, deterministic: bool = True,
+             features: bool = False):
+    """Teacher-forced decoder: logits float32 [batch, tgt_len, vocab] for predicting `targets`
+    (with `features`: the decoder outputs and output layer, see Decoder)."""
     self_mask = masks.combine_masks(masks.padding_mask(targets, targets),
                                     masks.causal_mask(targets.shape[1]))
     cross_mask = masks.padding_mask(targets, inputs)
@@ -213,10 +241,11 @@ class Transformer(nn.Module):
           cross_mask, masks.segment_mask(targets_segmentation, inputs_segmentation))
     decoder_inputs = shift_right(targets, targets_segmentation)
     return self.decoder(encoded, decoder_inputs, self_mask, cross_mask, targets_position,
-                        deterministic=deterministic)
+                        deterministic=deterministic, features=features)
 
   def __call__(self, inputs, targets, inputs_segmentation=None, targets_segmentation=None,
-               inputs_position=None, targets_position=None, *, deterministic: bool = True):
+               inputs_position=None, targets_position=None, *, deterministic: bool = True,
+               features: bool = False):
     """Teacher-forced forward pass.
 
     Args:
@@ -226,6 +255,7 @@ class Transformer(nn.Module):
       inputs_segmentation, targets_segmentation: int [batch, len] packed-pair ids, or None.
       inputs_position, targets_position: int [batch, len] per-pair positions, or None.
       deterministic: False enables dropout (needs a 'dropout' rng).
+      features: return (decoder outputs, W, bias) instead of logits = outputs W^T + bias.
 
     Returns:
       float32 logits [batch, tgt_len, vocab_size].
@@ -235,7 +265,7 @@ class Transformer(nn.Module):
     encoded = self.encode(inputs, inputs_segmentation, inputs_position,
                           deterministic=deterministic)
     return self.decode(encoded, inputs, targets, inputs_segmentation, targets_segmentation,
-                       targets_position, deterministic=deterministic)
+                       targets_position, deterministic=deterministic, features=features)
 
   def init_cache(self, encoded, inputs, max_decode_len: int):
     """Creates the decoding cache (apply with mutable=['cache']).
@@ -255,5 +285,32 @@ class Transformer(nn.Module):
     Needs a cache from `init_cache` (apply with mutable=['cache']); the encoder output is
     not needed again.
     """
+    if ids.shape[1] != 1:
+      raise ValueError(f"decode step takes one position at a time, got length {ids.shape[1]}")
     logits = self.decoder(None, ids, None, None, deterministic=True, decode=True)
     return logits[:, -1]
+
+  def decode_beam_step(self, ids, self_mask):
+    """One position for `beam` hypotheses per sentence: ids int [batch, beam] -> logits
+    float32 [batch, beam, vocab].
+
+    Needs `beam_search_cache(cache, beam)` of an `init_cache` cache. The hypotheses share
+    the sentence's encoder keys/values (never copied per hypothesis); each writes its
+    self-attention key/value into its own slot of this position, in place. `self_mask` bool
+    [batch, 1, beam, max_decode_len * beam] says which slots each hypothesis attends to
+    (slot position * beam + b holds hypothesis b's entry at that position; see
+    `t2t_jax.decode.BeamSlots`), so reordering hypotheses never moves the cache.
+    """
+    return self.decoder(None, ids, self_mask, None, deterministic=True, decode=True)
+
+
+def beam_search_cache(cache, beam_size: int):
+  """An `init_cache` cache made ready for `Transformer.decode_beam_step` with beam_size
+  hypotheses per sentence: each self-attention cache gets beam_size slots per position
+  ([batch, max_decode_len * beam_size, heads, d]); the encoder keys/values, source mask
+  and counters are kept as they are ([batch, ...], shared by the hypotheses)."""
+  def expand(path, x):
+    if getattr(path[-1], "key", None) in ("cached_key", "cached_value"):
+      return jnp.zeros((x.shape[0], x.shape[1] * beam_size) + x.shape[2:], x.dtype)
+    return x
+  return jax.tree_util.tree_map_with_path(expand, cache)

@@ -37,12 +37,23 @@ def _model_args(batch):
   return {k: batch[k] for k in MODEL_KEYS if k in batch}
 
 
+def batch_loss_sums(params, batch, *, model, label_smoothing: float, rngs=None) -> dict:
+  """losses.loss_sums of the model on `batch` (dropout when `rngs` are given); the output
+  layer and loss run chunk by chunk unless the config's loss_chunk_tokens is 0."""
+  kw = dict(deterministic=rngs is None, rngs=rngs)
+  chunk = model.config.loss_chunk_tokens
+  if not chunk:
+    logits = model.apply({"params": params}, **_model_args(batch), **kw)
+    return losses.loss_sums(logits, batch["targets"], label_smoothing)
+  y, weights, bias = model.apply({"params": params}, **_model_args(batch), features=True, **kw)
+  return losses.output_loss_sums(y, weights, bias, batch["targets"], label_smoothing, chunk)
+
+
 def loss_and_grads(params, batch, dropout_rng, *, model, label_smoothing: float):
   """Summed label-smoothed loss of one (micro)batch and its gradient (not yet normalised)."""
   def loss_fn(p):
-    logits = model.apply({"params": p}, **_model_args(batch), deterministic=False,
-                         rngs={"dropout": dropout_rng})
-    sums = losses.loss_sums(logits, batch["targets"], label_smoothing)
+    sums = batch_loss_sums(p, batch, model=model, label_smoothing=label_smoothing,
+                           rngs={"dropout": dropout_rng})
     return sums["loss"], sums
   grads, sums = jax.grad(loss_fn, has_aux=True)(params)
   return grads, sums
@@ -100,5 +111,5 @@ def zero_accumulator(params):
 
 def eval_step(params, batch, *, model, label_smoothing: float):
   """Teacher-forced dev metrics as sums over all devices: loss, NLL, correct tokens, tokens."""
-  logits = model.apply({"params": params}, **_model_args(batch), deterministic=True)
-  return jax.lax.psum(losses.loss_sums(logits, batch["targets"], label_smoothing), AXIS)
+  return jax.lax.psum(batch_loss_sums(params, batch, model=model,
+                                      label_smoothing=label_smoothing), AXIS)

@@ -48,3 +48,21 @@ def smoothed_cross_entropy(logits, targets, weights, eps):
   np.put_along_axis(q, np.asarray(targets)[..., None], 1.0 - eps, axis=-1)
   kl = np.sum(np.where(q > 0, q * (np.log(np.where(q > 0, q, 1.0)) - logp), 0.0), axis=-1)
   return float(np.sum(kl * weights)), float(np.sum(weights))
+
+
+def output_layer_loss_and_grads(x, weights, bias, targets, eps):
+  """Smoothed cross-entropy of logits = x W^T + b over non-pad tokens, and its gradients
+  (d/dlogits = w (p - q)) with respect to x, W and b, in float64."""
+  x, weights = np.asarray(x, np.float64), np.asarray(weights, np.float64)
+  bias = np.zeros(weights.shape[0]) if bias is None else np.asarray(bias, np.float64)
+  targets = np.asarray(targets)
+  w = (targets != 0).astype(np.float64)
+  logits = x @ weights.T + bias
+  total, _ = smoothed_cross_entropy(logits, targets, w, eps)
+  p = np.exp(logits - logits.max(-1, keepdims=True))
+  p /= p.sum(-1, keepdims=True)
+  q = np.full(logits.shape, eps / (weights.shape[0] - 1))
+  np.put_along_axis(q, targets[..., None], 1.0 - eps, axis=-1)
+  g = w[..., None] * (p - q)
+  g2 = g.reshape(-1, g.shape[-1])
+  return total, (g @ weights, g2.T @ x.reshape(-1, x.shape[-1]), g2.sum(0))

@@ -93,3 +93,27 @@ def test_adam_is_the_papers():
     m_hat, v_hat = m / (1 - 0.9 ** step), v / (1 - 0.98 ** step)
     p = p - lr * m_hat / (np.sqrt(v_hat) + 1e-9)
     np.testing.assert_allclose(np.asarray(params["w"]), p, rtol=1e-6)
+
+
+@pytest.mark.parametrize("eps,chunk,with_bias", [(0.1, 4, True), (0.0, 5, False),
+                                                 (0.1, 64, False)])
+def test_chunked_output_loss_matches_numpy(eps, chunk, with_bias):
+  """Loss, NLL, accuracy and all three gradients of the fused, chunked output layer."""
+  rng = np.random.default_rng(1)
+  x = rng.normal(size=(3, 7, 8)).astype(np.float32)  # 21 tokens: chunks 4 and 5 need padding
+  weights = (rng.normal(size=(13, 8)) * 0.5).astype(np.float32)
+  bias = rng.normal(size=(13,)).astype(np.float32) if with_bias else None
+  targets = rng.integers(1, 13, size=(3, 7))
+  targets[1, 4:] = 0
+  fn = lambda x, w, b: losses.output_loss_sums(x, w, b, targets, eps, chunk_tokens=chunk)
+  sums = jax.jit(fn)(x, weights, bias)
+  want, want_grads = ref.output_layer_loss_and_grads(x, weights, bias, targets, eps)
+  np.testing.assert_allclose(float(sums["loss"]), want, rtol=1e-5)
+  logits = np.einsum("bld,vd->blv", x, weights) + (0 if bias is None else bias)
+  plain = losses.loss_sums(jnp.asarray(logits), targets, eps)
+  for key in ("nll", "correct", "denominator"):
+    np.testing.assert_allclose(float(sums[key]), float(plain[key]), rtol=1e-5)
+  grads = jax.jit(jax.grad(lambda *a: fn(*a)["loss"], argnums=(0, 1, 2) if with_bias else (0, 1)))(
+      x, weights, bias)
+  for got, expected in zip(grads, want_grads):
+    np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-4, atol=1e-5)

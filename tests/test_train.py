@@ -279,3 +279,24 @@ def test_time_limit_stops_saves_and_tests(tmp_path):
   out = train.train_and_evaluate(config, str(tmp_path / "w"))
   assert out["step"] == 2 and out["time_limit_reached"] and "test_bleu" in out
   assert checkpoint.Checkpoints(str(tmp_path / "w")).steps() == [2]
+
+
+@pytest.mark.parametrize("share", [True, False])
+def test_chunked_output_loss_step_equals_whole_logits_step(share):
+  """The fused, chunked pre-softmax layer + loss gives the update of the plain one."""
+  results = []
+  for chunk in (0, 5):
+    cfg = CFG.replace(loss_chunk_tokens=chunk, share_embeddings=share, dropout_rate=0.1)
+    model = Transformer(cfg)
+    x = jnp.ones((1, 8), jnp.int32)
+    params = model.init(jax.random.PRNGKey(0), x, x)["params"]
+    state = steps.TrainState.create(params, optim.make_optimizer(cfg.d_model, 4),
+                                    jax.random.PRNGKey(1))
+    step = parallel.pmap_train_step(model, 0.1, optim.optimizer_schedule(cfg.d_model, 4))
+    s, m = step(parallel.replicate(state), parallel.shard(_split(_random_global_batch(), 8)))
+    results.append((parallel.unreplicate(s.params), jax.device_get(m)))
+  (p0, m0), (p5, m5) = results
+  for a, b in zip(jax.tree.leaves(p0), jax.tree.leaves(p5)):
+    np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5)
+  for key in ("loss", "nll", "correct", "denominator", "grad_norm"):
+    np.testing.assert_allclose(m0[key][0], m5[key][0], rtol=1e-5)
