@@ -6,15 +6,21 @@
 NAME is a file in experiments/ (tiny, base, big, ...) or a path to any get_config() file,
 optionally followed by :ARG for get_config(ARG) (e.g. table3:A2, multi30k:de-en); any config
 field can be overridden with --config.FIELD=VALUE (e.g. --config.model.d_model=256).
+
+Several hosts: every process runs the same command; t2t_jax.distributed joins them (TPU pod
+slices and Slurm srun steps are detected; elsewhere --coordinator_address=HOST:PORT
+--num_processes=N --process_id=I). See launch/ for launchers.
 """
 
 from absl import app, flags, logging
 
 from t2t_jax import cli
+from t2t_jax import distributed
 
 flags.DEFINE_string("experiment", cli.DEFAULT_EXPERIMENT,
                     "experiment: a file in experiments/ or a path, optionally NAME:ARG")
 flags.DEFINE_string("workdir", None, "directory for checkpoints, vocabulary and logs")
+distributed.define_flags()
 
 
 def main(argv):
@@ -22,11 +28,18 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   if not flags.FLAGS.workdir:
     raise app.UsageError("--workdir is required")
+  try:  # before anything touches the devices
+    plan = distributed.setup(flags.FLAGS)
+  except distributed.DistributedSetupError as e:
+    raise app.UsageError(str(e)) from e
+  except distributed.DistributedInitError as e:
+    raise SystemExit(f"t2t-train: {e}") from e
   from t2t_jax import train  # pylint: disable=g-import-not-at-top
   cli.quiet_library_logs()
   config = flags.FLAGS.config
   logging.info("experiment %s, workdir %s", flags.FLAGS.experiment, flags.FLAGS.workdir)
-  train.train_and_evaluate(config, flags.FLAGS.workdir)
+  with distributed.fail_fast(plan):
+    train.train_and_evaluate(config, flags.FLAGS.workdir)
 
 
 def run():

@@ -296,6 +296,16 @@ def _log_sizes(config, state, data):
 MAX_STEPS_AHEAD = 2
 
 
+def _agreed_stop(stop: StopRequest, step: int, every: int) -> Optional[str]:
+  """The signal to stop on now. With several hosts, all must stop (and save) at the same
+  step, so they agree at logging steps whether any of them was signalled."""
+  if jax.process_count() == 1:
+    return stop.signal
+  if step % every or not parallel.any_host(stop.signal is not None):
+    return None
+  return stop.signal or "SIGTERM (on another host)"
+
+
 def _loop(trainer: Trainer, state, train_iter) -> dict:
   config = trainer.config
   step = int(state.step)
@@ -306,7 +316,9 @@ def _loop(trainer: Trainer, state, train_iter) -> dict:
   t_last, step_last = time.time(), step
   limit_s = 60.0 * config.get("train_time_limit_minutes", 0.0)
   deadline = time.time() + limit_s if limit_s > 0 else None
-  timed_out = False
+  timed_out, stopping = False, None
+  # Wall-clock curves start here, not at the first progress line.
+  trainer.writer.write(step, dict(train_start=1.0))
   try:
     while step < trainer.num_steps and not timed_out:
       p_state, metrics = trainer.train_step(p_state, prefetcher)
@@ -323,9 +335,10 @@ def _loop(trainer: Trainer, state, train_iter) -> dict:
         timed_out = parallel.any_host(time.time() > deadline)
       if timed_out:
         logging.info("train_time_limit_minutes=%s reached at step %d", limit_s / 60, step)
+      stopping = _agreed_stop(stop, step, config.log_every_steps)
       final = step == trainer.num_steps or timed_out
       eval_due = step % config.eval_every_steps == 0 or final
-      if step % config.log_every_steps == 0 or eval_due or stop.signal:
+      if step % config.log_every_steps == 0 or eval_due or stopping:
         trainer.check_finite(p_state)
         last = _sum_metrics(pending)
         now = time.time()
@@ -343,15 +356,15 @@ def _loop(trainer: Trainer, state, train_iter) -> dict:
           summary.log(summary.progress_line(step, trainer.num_steps, last, steps_per_s,
                                             tokens_per_s, trainer.num_devices, eval_metrics))
         last.update(eval_metrics)
-      if step % config.checkpoint_every_steps == 0 or final or stop.signal:
+      if step % config.checkpoint_every_steps == 0 or final or stopping:
         trainer.save(p_state, prefetcher)
-      if stop.signal:
-        logging.info("%s received: saved step %d to %s; exiting", stop.signal, step,
+      if stopping:
+        logging.info("%s received: saved step %d to %s; exiting", stopping, step,
                      trainer.ckpts.directory)
         break
   finally:
     stop.restore()
   last["step"] = step
-  last["stopped_by"] = stop.signal
+  last["stopped_by"] = stopping
   last["time_limit_reached"] = timed_out
   return last, p_state

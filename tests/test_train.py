@@ -215,7 +215,7 @@ def test_sigterm_saves_and_resumes(tmp_path):
   proc = _cli(*args)
   metrics = os.path.join(workdir, "metrics.jsonl")
   deadline = time.time() + 240
-  while not (os.path.exists(metrics) and os.path.getsize(metrics) > 0):
+  while not (os.path.exists(metrics) and '"loss"' in open(metrics).read()):
     assert proc.poll() is None and time.time() < deadline, proc.communicate()[0]
     time.sleep(0.5)
   proc.send_signal(signal.SIGTERM)
