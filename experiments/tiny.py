@@ -27,5 +27,8 @@ def get_config():
   config.checkpoint_every_steps = 500
   config.keep_checkpoints = 5
   config.average_checkpoints = 1
+  # The learning rate is still high at the end; picking the last checkpoint or an average
+  # of the last few on dev makes >= 99% hold across seeds (seed 0, last checkpoint: 98.05%).
+  config.select_checkpoints = "latest,average:2,average:3,average:5"
   config.test_at_end = True
   return config

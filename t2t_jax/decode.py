@@ -8,7 +8,14 @@ output over a function
 where `ids` is int32 [N, 1] (the last token of each hypothesis; `BOS_ID` at the first step),
 `logits` is [N, vocab] and unnormalised (the search applies log-softmax), and `cache` is any
 pytree whose scalar leaves are shared by all rows (e.g. a step index) and whose other leaves
-have leading dim N.
+have leading dim N. Beam search then keeps a copy of the cache per hypothesis and gathers
+those copies after every step.
+
+A model that knows about beams can do better (`beam_search(..., reorder_cache=...)`): it
+takes ids [batch, beam] and returns logits [batch, beam, vocab], keeps whatever cache layout
+it likes (the Transformer shares the encoder keys/values between a sentence's hypotheses
+and writes each hypothesis's self-attention entry in place, see `BeamSlots`), and is told
+after every step which parent each new hypothesis continues.
 
 Conventions of both searches:
 
@@ -20,11 +27,12 @@ Conventions of both searches:
   -inf, and EOS keeps its model log-probability (no renormalisation), so scores stay model
   probabilities of the sequences returned.
 - `max_decode_len` is the static array length; the self-attention cache must hold that many
-  positions. Everything runs in one `jax.lax.while_loop`, so both searches work under
-  `jax.jit` with `tokens_to_logits` closed over.
+  positions. Everything runs in `jax.lax.while_loop`s (greedy: one; beam search: one per
+  batch size, see its `compact`), so both searches work under `jax.jit` with
+  `tokens_to_logits` closed over.
 """
 
-from typing import Any, Callable, NamedTuple, Tuple
+from typing import Any, Callable, NamedTuple, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -90,30 +98,39 @@ def _last_tokens(seqs, step, bos_id):
   return jnp.where(step == 0, jnp.asarray(bos_id, seqs.dtype), prev)
 
 
-def _next_log_probs(tokens_to_logits, ids, cache, step, max_lengths, eos_id):
-  """Calls the model once and applies the forced end at each sentence's limit.
+def _at_limit_log_probs(logits, step, max_lengths, eos_id):
+  """log-softmax in float32, with the forced end at each sentence's limit.
 
-  Args:
-    ids: int32 [batch, beam] (beam may be absent: [batch]).
-    cache: leaves [batch, beam, ...] (or [batch, ...]), scalars shared.
-    step: number of tokens generated so far (scalar).
-    max_lengths: int32 [batch], already clipped.
-
-  Returns:
-    (log_probs float32 [batch, beam, vocab] (or [batch, vocab]), new cache, same layout).
+  logits [batch, ...rest, vocab]; max_lengths int32 [batch], already clipped. Every token
+  but EOS gets -inf where `step + 1 >= max_length`. The log-softmax runs on [rows, vocab]
+  whatever the leading dims: XLA's CPU reductions round differently by rank, and this way
+  beam search matches the per-row computation bit for bit.
   """
-  batch_size = ids.shape[0]
-  has_beam = ids.ndim == 2
-  flat_ids = ids.reshape(-1, 1)
-  flat_cache = flatten_beam_dim(cache) if has_beam else cache
-  logits, new_cache = tokens_to_logits(flat_ids, flat_cache)
-  log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-  log_probs = log_probs.reshape(ids.shape + log_probs.shape[-1:])
-  if has_beam:
-    new_cache = unflatten_beam_dim(new_cache, batch_size)
-  at_limit = (step + 1 >= max_lengths).reshape((batch_size,) + (1,) * ids.ndim)
+  shape = logits.shape
+  log_probs = jax.nn.log_softmax(logits.astype(jnp.float32).reshape(-1, shape[-1]), axis=-1)
+  log_probs = log_probs.reshape(shape)
+  at_limit = (step + 1 >= max_lengths).reshape((-1,) + (1,) * (log_probs.ndim - 1))
   not_eos = jnp.arange(log_probs.shape[-1]) != eos_id
-  return jnp.where(at_limit & not_eos, NEG_INF, log_probs), new_cache
+  return jnp.where(at_limit & not_eos, NEG_INF, log_probs)
+
+
+def _next_log_probs(tokens_to_logits, ids, cache, step, max_lengths, eos_id):
+  """Calls a per-row model once (ids [batch]) and applies the forced end at the limits.
+
+  Returns (log_probs float32 [batch, vocab], new cache).
+  """
+  logits, new_cache = tokens_to_logits(ids.reshape(-1, 1), cache)
+  return _at_limit_log_probs(logits, step, max_lengths, eos_id), new_cache
+
+
+def _materialized(tree):
+  """A while loop's initial state, computed once before the loop.
+
+  Without the barrier XLA may sink cheap ops on loop-invariant leaves into the loop body
+  (e.g. the transpose that puts the encoder keys/values into the cache layout), where they
+  run at every step.
+  """
+  return lax.optimization_barrier(tree)
 
 
 def _check_args(cache, max_lengths, max_decode_len):
@@ -128,6 +145,59 @@ def _check_args(cache, max_lengths, max_decode_len):
   return jnp.clip(jnp.asarray(max_lengths, jnp.int32), 1, max_decode_len)
 
 
+# --- caches with one slot per hypothesis and position ------------------------------------------
+
+class BeamSlots(NamedTuple):
+  """Where each hypothesis's history lives in a cache that is never reordered.
+
+  For a beam-aware model whose self-attention cache holds max_decode_len * beam slots per
+  sentence, position-major: at step t hypothesis b writes slot t * beam + b, in place. After
+  reordering, a hypothesis's entries at earlier positions sit in its ancestors' slots;
+  `slots` records which. Instead of gathering the cache (every step, all of it), the model
+  attends through `attention_mask()`, and `reorder` gathers only this int32 table.
+
+  Put it in the cache given to `beam_search` and call `reorder` from its `reorder_cache`.
+  """
+  slots: jax.Array  # int32 [batch, beam, max_decode_len]: [i, b, s] = beam index whose slot
+                    # holds position s of hypothesis b of sentence i (valid for s < step)
+  step: jax.Array   # int32 scalar: the position written next
+
+  @classmethod
+  def create(cls, batch_size: int, beam_size: int, max_decode_len: int) -> "BeamSlots":
+    return cls(slots=jnp.zeros((batch_size, beam_size, max_decode_len), jnp.int32),
+               step=jnp.array(0, jnp.int32))
+
+  def _with_current(self):
+    """`slots` with position `step` set to each hypothesis's own slot (what it writes now)."""
+    beam_size, length = self.slots.shape[1:]
+    now = jnp.arange(length) == self.step
+    return jnp.where(now, jnp.arange(beam_size)[:, None], self.slots)
+
+  def attention_mask(self):
+    """bool [batch, 1, beam, max_decode_len * beam]: the slots each hypothesis reads at this
+    step (its history at positions < step and its own entry at `step`)."""
+    batch_size, beam_size, length = self.slots.shape
+    visible = (jnp.arange(length) <= self.step)[:, None]
+    mask = (self._with_current()[..., None] == jnp.arange(beam_size)) & visible
+    return mask.reshape(batch_size, 1, beam_size, length * beam_size)
+
+  def reorder(self, parents) -> "BeamSlots":
+    """After the step: new hypothesis b continues old hypothesis parents[:, b] ([batch, beam])."""
+    return BeamSlots(slots=gather_beams(self._with_current(), parents), step=self.step + 1)
+
+
+def _per_row_model(tokens_to_logits, cache, beam_size):
+  """A per-row `tokens_to_logits` as a beam-aware one: (tokens_to_logits, cache, reorder).
+
+  The cache is copied to every hypothesis ([batch, beam, ...]) and gathered by parent.
+  """
+  def beam_tokens_to_logits(ids, cache):
+    logits, new_cache = tokens_to_logits(ids.reshape(-1, 1), flatten_beam_dim(cache))
+    logits = logits.reshape(ids.shape + logits.shape[-1:])
+    return logits, unflatten_beam_dim(new_cache, ids.shape[0])
+  return beam_tokens_to_logits, add_beam_dim(cache, beam_size), gather_beams
+
+
 # --- beam search ------------------------------------------------------------------------------
 
 class _BeamState(NamedTuple):
@@ -136,7 +206,7 @@ class _BeamState(NamedTuple):
   live_log_probs: jax.Array    # float32 [batch, beam], sorted best first; -inf = empty slot
   finished_seqs: jax.Array     # int32 [batch, beam, max_decode_len], EOS-terminated
   finished_scores: jax.Array   # float32 [batch, beam], sorted best first; -inf = empty slot
-  cache: Cache                 # leaves [batch, beam, ...]
+  cache: Cache                 # the model's, for beams (see beam_search)
 
 
 def _merge_finished(seqs, scores, new_seqs, new_scores):
@@ -151,14 +221,59 @@ def _merge_finished(seqs, scores, new_seqs, new_scores):
   return gather_beams(all_seqs, top), top_scores
 
 
-def _beam_step(state, tokens_to_logits, max_lengths, alpha, eos_id, bos_id):
+def _top_k(x, k: int, chunk: int = 128):
+  """lax.top_k(x, k) on the last axis, exactly (values, indices, lower index first on ties),
+  pruned by chunks: the top k elements lie in the k chunks with the largest maxima (an
+  element of the top k whose chunk is not among them would have k better chunk maxima
+  above it; equal maxima order chunks by index, as equal elements are ordered). So one
+  max-reduction over x, a top_k over the chunk maxima, and a top_k over the k chosen
+  chunks, gathered in index order so that ties still go to the lower index. On CPU, XLA's
+  TopK over [512, 8000] took 5.2 ms, this 1.5 ms.
+  """
+  n = x.shape[-1]
+  if 4 * k * chunk > n:  # not worth it (and at least 4k chunks to choose from)
+    return lax.top_k(x, k)
+  lead = x.shape[:-1]
+  full = n // chunk
+  maxima = jnp.max(x[..., :full * chunk].reshape(lead + (full, chunk)), axis=-1)
+  if full * chunk < n:
+    maxima = jnp.concatenate([maxima, jnp.max(x[..., full * chunk:], axis=-1, keepdims=True)],
+                             axis=-1)
+  _, chunks = lax.top_k(maxima, k)
+  chunks = jnp.sort(chunks, axis=-1)
+  index = (chunks[..., None] * chunk + jnp.arange(chunk)).reshape(lead + (k * chunk,))
+  values = jnp.take_along_axis(x, jnp.minimum(index, n - 1), axis=-1)
+  values = jnp.where(index < n, values, NEG_INF)  # past the end of a short last chunk
+  top_values, top = lax.top_k(values, k)
+  return top_values, jnp.take_along_axis(index, top, axis=-1)
+
+
+def _top_extensions(candidates, k):
+  """lax.top_k over each sentence's [beam * vocab] candidates, in two stages.
+
+  candidates float32 [batch, beam, vocab] -> (values [batch, k], parent [batch, k], token
+  [batch, k]), exactly what top_k of candidates.reshape(batch, -1) gives, ties included:
+  each element of the overall top k is in its own beam's top k (the elements above it in
+  its beam are above it overall), and the second stage sees the per-beam winners in
+  flat-index order (beam-major, each beam's sorted with lower token first on ties), so
+  lower-index-first on ties carries over.
+  """
+  batch_size, beam_size, vocab_size = candidates.shape
+  per_beam = min(k, vocab_size)
+  values, tokens = _top_k(candidates, per_beam)                   # [batch, beam, per_beam]
+  top_values, top = lax.top_k(values.reshape(batch_size, -1), k)  # [batch, k]
+  parent = top // per_beam
+  token = jnp.take_along_axis(tokens.reshape(batch_size, -1), top, axis=1)
+  return top_values, parent, token.astype(jnp.int32)
+
+
+def _beam_step(state, tokens_to_logits, reorder_cache, max_lengths, alpha, eos_id, bos_id):
   """One search step: extends every live hypothesis by one token."""
   batch_size, beam_size, _ = state.live_seqs.shape
   ids = _last_tokens(state.live_seqs, state.step, bos_id)
-  log_probs, cache = _next_log_probs(tokens_to_logits, ids, state.cache, state.step,
-                                     max_lengths, eos_id)
+  logits, cache = tokens_to_logits(ids, state.cache)
+  log_probs = _at_limit_log_probs(logits, state.step, max_lengths, eos_id)
   candidates = state.live_log_probs[..., None] + log_probs  # [batch, beam, vocab]
-  vocab_size = candidates.shape[-1]
 
   # Every live hypothesis's EOS extension is offered to the finished set.
   eos_log_probs = candidates[..., eos_id]
@@ -168,14 +283,14 @@ def _beam_step(state, tokens_to_logits, max_lengths, alpha, eos_id, bos_id):
   finished_seqs, finished_scores = _merge_finished(
       state.finished_seqs, state.finished_scores, eos_seqs, eos_scores)
 
-  # The live set is the beam_size best non-EOS extensions.
-  candidates = candidates.at[..., eos_id].set(NEG_INF)
-  live_log_probs, flat_index = lax.top_k(candidates.reshape(batch_size, -1), beam_size)
-  parent, token = flat_index // vocab_size, flat_index % vocab_size
+  # The live set is the beam_size best non-EOS extensions. (A select, not .at[].set: that
+  # is a scatter, which makes XLA copy the [batch, beam, vocab] array first.)
+  candidates = jnp.where(jnp.arange(candidates.shape[-1]) == eos_id, NEG_INF, candidates)
+  live_log_probs, parent, token = _top_extensions(candidates, beam_size)
   live_seqs = _write_tokens(gather_beams(state.live_seqs, parent), state.step, token)
   return _BeamState(step=state.step + 1, live_seqs=live_seqs, live_log_probs=live_log_probs,
                     finished_seqs=finished_seqs, finished_scores=finished_scores,
-                    cache=gather_beams(cache, parent))
+                    cache=reorder_cache(cache, parent))
 
 
 def _beam_search_done(state, max_lengths, alpha):
@@ -200,16 +315,18 @@ def _beam_search_done(state, max_lengths, alpha):
 
 def beam_search(tokens_to_logits: TokensToLogits, cache: Cache, *, max_lengths,
                 max_decode_len: int, beam_size: int = 4, alpha=0.6, eos_id: int = EOS_ID,
-                bos_id: int = BOS_ID, early_stop: bool = True):
+                bos_id: int = BOS_ID, early_stop: bool = True,
+                reorder_cache: Optional[Callable[[Cache, jax.Array], Cache]] = None,
+                compact: bool = True):
   """Beam search with the GNMT length penalty, as in tensor2tensor (paper: beam 4, alpha 0.6).
 
   Each step extends the live hypotheses by one token. Each live hypothesis's EOS extension
   is offered to a finished set, which keeps the beam_size best by
   score = log p(sequence) / length_penalty(length incl. EOS, alpha). The beam_size most
-  probable non-EOS extensions become the next live set; their caches are gathered from
-  their parents so each hypothesis carries its own history. The search stops when no live
-  hypothesis can still enter the finished set (see `_beam_search_done`; exact, not a
-  heuristic) or at `max_decode_len`.
+  probable non-EOS extensions become the next live set; each carries its parent's history
+  (its cache is reordered by parent). The search stops when no live hypothesis can still
+  enter the finished set (see `_beam_search_done`; exact, not a heuristic) or at
+  `max_decode_len`.
 
   One deliberate difference from t2t's beam_search.py (and Flax's examples/wmt): those take
   the top 2 * beam_size extensions by log-prob and finish only the EOS extensions among
@@ -222,14 +339,27 @@ def beam_search(tokens_to_logits: TokensToLogits, cache: Cache, *, max_lengths,
   finished set while the live one continues, and the better of the two by score wins.
 
   Args:
-    tokens_to_logits: see the module docstring.
-    cache: pytree for `batch` sentences (leading dim batch; scalar leaves shared).
+    tokens_to_logits: without `reorder_cache`, a per-row model (see the module docstring):
+      the search copies `cache` to every hypothesis and gathers the copies by parent after
+      each step. With `reorder_cache`, a beam-aware model: ids int32 [batch, beam] ->
+      logits [batch, beam, vocab] and the new cache.
+    cache: without `reorder_cache`, a pytree for `batch` sentences (leading dim batch;
+      scalar leaves shared); with it, the model's cache for batch * beam hypotheses in any
+      layout whose non-scalar leaves have leading dim batch.
     max_lengths: int [batch] output limit per sentence, EOS included.
     max_decode_len: static length of the returned arrays (>= max(max_lengths)).
     beam_size: hypotheses kept per sentence.
     alpha: length-penalty exponent (a Python float or a traced scalar).
     eos_id, bos_id: end and start token ids.
     early_stop: False runs every sentence to its limit (for tests; same results).
+    reorder_cache: (cache, parents int32 [batch, beam]) -> cache, called after every step:
+      new hypothesis b of sentence i continues old hypothesis parents[i, b]. Hypotheses
+      start identical (all with BOS; only hypothesis 0 is expanded at the first step).
+    compact: drop finished sentences from the batch (with early_stop, from 32 sentences
+      up): once at most a quarter of the rows are still searching, those are gathered
+      into a batch a quarter the size (every state and cache leaf along its leading dim),
+      down to 8 rows. Results are the same either way, provided the model computes each
+      sentence on its own: a finished sentence's result is final.
 
   Returns:
     sequences int32 [batch, beam_size, max_decode_len] (no BOS, EOS then PAD) and scores
@@ -239,32 +369,71 @@ def beam_search(tokens_to_logits: TokensToLogits, cache: Cache, *, max_lengths,
     returns its live hypotheses, scored log p / lp(length).
   """
   max_lengths = _check_args(cache, max_lengths, max_decode_len)
+  if reorder_cache is None:
+    tokens_to_logits, cache, reorder_cache = _per_row_model(tokens_to_logits, cache, beam_size)
   batch_size = max_lengths.shape[0]
   empty_seqs = jnp.full((batch_size, beam_size, max_decode_len), PAD_ID, jnp.int32)
   first_beam_only = jnp.where(jnp.arange(beam_size) == 0, 0.0, NEG_INF)
-  init = _BeamState(
+  state = _BeamState(
       step=jnp.array(0, jnp.int32),
       live_seqs=empty_seqs,
       # All beams start identical; only the first may expand or it would be found k times.
       live_log_probs=jnp.broadcast_to(first_beam_only, (batch_size, beam_size)),
       finished_seqs=empty_seqs,
       finished_scores=jnp.full((batch_size, beam_size), NEG_INF, jnp.float32),
-      cache=add_beam_dim(cache, beam_size))
+      cache=cache)
 
-  def cond(state):
-    running = state.step < max_decode_len
-    if early_stop:
-      return running & ~jnp.all(_beam_search_done(state, max_lengths, alpha))
-    return running & (state.step < jnp.max(max_lengths))
+  def run(state, lengths, next_rows):
+    """Steps until every sentence is done, or only next_rows of them are still running."""
+    def cond(state):
+      running = state.step < max_decode_len
+      if not early_stop:
+        return running & (state.step < jnp.max(lengths))
+      not_done = ~_beam_search_done(state, lengths, alpha)
+      return running & (jnp.sum(not_done) > next_rows)
 
-  def body(state):
-    return _beam_step(state, tokens_to_logits, max_lengths, alpha, eos_id, bos_id)
+    def body(state):
+      return _beam_step(state, tokens_to_logits, reorder_cache, lengths, alpha, eos_id,
+                        bos_id)
 
-  final = lax.while_loop(cond, body, init)
-  has_finished = final.finished_scores[:, 0] > NEG_INF
-  live_scores = final.live_log_probs / length_penalty(final.step, alpha)
-  sequences = jnp.where(has_finished[:, None, None], final.finished_seqs, final.live_seqs)
-  scores = jnp.where(has_finished[:, None], final.finished_scores, live_scores)
+    return lax.while_loop(cond, body, _materialized(state))
+
+  sizes = _batch_sizes(batch_size) if early_stop and compact else [batch_size]
+  if len(sizes) == 1:
+    return _beam_outputs(run(state, max_lengths, 0), alpha)
+  # Finished sentences leave the batch: each loop runs until at most the next size is left,
+  # then those rows are gathered (padded with finished ones, whose results are final).
+  state = run(state, max_lengths, sizes[1])
+  sequences, scores = _beam_outputs(state, alpha)
+  rows, lengths = jnp.arange(batch_size), max_lengths
+  for size, next_size in zip(sizes[1:], sizes[2:] + [0]):
+    keep = jnp.argsort(_beam_search_done(state, lengths, alpha), stable=True)[:size]
+    state = _map_nonscalar(lambda x: x[keep], state)  # pylint: disable=cell-var-from-loop
+    rows, lengths = rows[keep], lengths[keep]
+    state = run(state, lengths, next_size)
+    row_sequences, row_scores = _beam_outputs(state, alpha)
+    sequences, scores = sequences.at[rows].set(row_sequences), scores.at[rows].set(row_scores)
+  return sequences, scores
+
+
+def _batch_sizes(batch_size: int, factor: int = 4, smallest: int = 8):
+  """Batch sizes the search steps through as sentences finish: batch, batch / 4, ... >= 8.
+
+  Each size compiles its own loop: on t2t-bench's decoding figure, halving (128, 64, 32,
+  16, 8) ran 6% faster than quartering (128, 32, 8) but took 50% longer to compile.
+  """
+  sizes = [batch_size]
+  while sizes[-1] // factor >= smallest:
+    sizes.append(sizes[-1] // factor)
+  return sizes
+
+
+def _beam_outputs(state, alpha):
+  """(sequences, scores) as beam_search returns them, from a search state."""
+  has_finished = state.finished_scores[:, 0] > NEG_INF
+  live_scores = state.live_log_probs / length_penalty(state.step, alpha)
+  sequences = jnp.where(has_finished[:, None, None], state.finished_seqs, state.live_seqs)
+  scores = jnp.where(has_finished[:, None], state.finished_scores, live_scores)
   return jnp.where((scores > NEG_INF)[..., None], sequences, PAD_ID), scores
 
 
@@ -295,7 +464,7 @@ def greedy_search(tokens_to_logits: TokensToLogits, cache: Cache, *, max_lengths
       seqs=jnp.full((batch_size, max_decode_len), PAD_ID, jnp.int32),
       log_probs=jnp.zeros((batch_size,), jnp.float32),
       finished=jnp.zeros((batch_size,), bool),
-      cache=cache)
+      cache=_materialized(cache))
 
   def cond(state):
     return (state.step < max_decode_len) & ~jnp.all(state.finished)

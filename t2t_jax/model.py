@@ -307,10 +307,10 @@ class Transformer(nn.Module):
 def beam_search_cache(cache, beam_size: int):
   """An `init_cache` cache made ready for `Transformer.decode_beam_step` with beam_size
   hypotheses per sentence: each self-attention cache gets beam_size slots per position
-  ([batch, max_decode_len * beam_size, heads, d]); the encoder keys/values, source mask
+  ([batch, heads, d, max_decode_len * beam_size]); the encoder keys/values, source mask
   and counters are kept as they are ([batch, ...], shared by the hypotheses)."""
   def expand(path, x):
     if getattr(path[-1], "key", None) in ("cached_key", "cached_value"):
-      return jnp.zeros((x.shape[0], x.shape[1] * beam_size) + x.shape[2:], x.dtype)
+      return jnp.zeros(x.shape[:-1] + (x.shape[-1] * beam_size,), x.dtype)
     return x
   return jax.tree_util.tree_map_with_path(expand, cache)

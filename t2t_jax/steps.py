@@ -84,13 +84,17 @@ def apply_step(state: TrainState, accum, *, schedule: Callable):
   grads = jax.tree.map(lambda g: g / denom, grads)
   grad_norm = optax.tree.norm(grads)
   finite = jnp.isfinite(sums["loss"]) & jnp.isfinite(grad_norm)
-  updates, opt_state = state.tx.update(grads, state.opt_state, state.params)
-  params = optax.apply_updates(state.params, updates)
-  keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)
+
+  def update(operands):
+    params, opt_state = operands
+    updates, opt_state = state.tx.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state
+
+  # A branch, not a select over every parameter and moment: only one side runs.
+  params, opt_state = jax.lax.cond(finite, update, lambda operands: operands,
+                                   (state.params, state.opt_state))
   new_state = state.replace(
-      step=state.step + 1,
-      params=keep(params, state.params),
-      opt_state=keep(opt_state, state.opt_state),
+      step=state.step + 1, params=params, opt_state=opt_state,
       bad_step=jnp.where(~finite & (state.bad_step < 0), state.step + 1, state.bad_step))
   metrics = dict(sums, grad_norm=grad_norm, learning_rate=schedule(state.step))
   return new_state, metrics

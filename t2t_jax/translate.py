@@ -1,7 +1,7 @@
 """Translation of a trained workdir: the Translator (notebooks) and the t2t-translate command.
 
     t2t-translate --workdir=DIR [--input=FILE] [--output=FILE] [--reference=FILE]
-                  [--beam_size=4] [--alpha=0.6] [--checkpoint=latest|average:N|STEP|selected]
+                  [--beam_size=4] [--alpha=0.6] [--checkpoint=auto|latest|average:N|STEP|selected]
 
 Reads stdin and writes stdout by default: one output line per input line, in input order
 (sentences are sorted by length for batching and put back). With --reference it prints
@@ -21,7 +21,7 @@ import numpy as np
 from absl import logging
 
 from t2t_jax import checkpoint, decode
-from t2t_jax.model import Transformer, TransformerConfig
+from t2t_jax.model import Transformer, TransformerConfig, beam_search_cache
 from t2t_jax.tokens import EOS_ID, PAD_ID
 
 
@@ -90,6 +90,9 @@ def selected_spec(workdir: str) -> str:
 
 
 def load_params(workdir: str, spec: str, params_like):
+  if spec == "auto":  # what t2t-train scored the test split with, when it chose on dev
+    has_choice = os.path.exists(os.path.join(workdir, SELECTED_FILE))
+    spec = "selected" if has_choice else "latest"
   if spec == "selected":
     spec = selected_spec(workdir)
   ckpts = checkpoint.Checkpoints(workdir)
@@ -102,32 +105,68 @@ def _round_up(n: int, multiple: int) -> int:
   return -(-n // multiple) * multiple
 
 
-@functools.partial(jax.jit, static_argnames=("model", "max_decode_len", "beam_size",
-                                             "suppress_eos"))
-def _search(params, inputs, max_lengths, alpha, *, model, max_decode_len, beam_size,
-            suppress_eos=False):
+def search(params, inputs, max_lengths, alpha, *, model, max_decode_len: int, beam_size: int,
+           suppress_eos: bool = False):
   """Encodes once, builds the cache, then beam search (beam_size > 1) or greedy decoding.
+
+  Beam search runs the decoder on [batch, beam] ids (`Transformer.decode_beam_step`): the
+  hypotheses of a sentence share its encoder keys/values, and their self-attention entries
+  are written in place and read through `decode.BeamSlots`, so no cache is copied per
+  hypothesis or gathered after a step.
 
   suppress_eos (benchmarks only): EOS is never chosen before the length limit, so every
   output has exactly its max length whatever the parameters.
+
+  Returns:
+    beam search: `decode.beam_search`'s (sequences [batch, beam, max_decode_len], scores
+    [batch, beam]); greedy: (sequences [batch, 1, max_decode_len], log-probs [batch, 1]).
   """
   encoded = model.apply({"params": params}, inputs, method=Transformer.encode)
   _, state = model.apply({"params": params}, encoded, inputs, max_decode_len,
                          method=Transformer.init_cache, mutable=["cache"])
 
-  def tokens_to_logits(ids, cache):
-    logits, new = model.apply({"params": params, "cache": cache}, ids,
-                              method=Transformer.decode_step, mutable=["cache"])
-    if suppress_eos:
-      logits = logits.at[:, EOS_ID].set(-1e9)
-    return logits, new["cache"]
+  def no_eos(logits):
+    if not suppress_eos:
+      return logits
+    return jnp.where(jnp.arange(logits.shape[-1]) == EOS_ID, -1e9, logits)
 
   if beam_size == 1:
-    seqs, _ = decode.greedy_search(tokens_to_logits, state["cache"], max_lengths=max_lengths,
-                                   max_decode_len=max_decode_len)
-    return seqs
-  seqs, _ = decode.beam_search(tokens_to_logits, state["cache"], max_lengths=max_lengths,
-                               max_decode_len=max_decode_len, beam_size=beam_size, alpha=alpha)
+    def tokens_to_logits(ids, cache):
+      logits, new = model.apply({"params": params, "cache": cache}, ids,
+                                method=Transformer.decode_step, mutable=["cache"])
+      return no_eos(logits), new["cache"]
+
+    seqs, log_probs = decode.greedy_search(tokens_to_logits, state["cache"],
+                                           max_lengths=max_lengths,
+                                           max_decode_len=max_decode_len)
+    return seqs[:, None], log_probs[:, None]
+
+  def beam_tokens_to_logits(ids, cache):
+    model_cache, slots = cache
+    logits, new = model.apply({"params": params, "cache": model_cache}, ids,
+                              slots.attention_mask(), method=Transformer.decode_beam_step,
+                              mutable=["cache"])
+    return no_eos(logits), (new["cache"], slots)
+
+  def reorder(cache, parents):
+    model_cache, slots = cache
+    return model_cache, slots.reorder(parents)
+
+  cache = (beam_search_cache(state["cache"], beam_size),
+           decode.BeamSlots.create(inputs.shape[0], beam_size, max_decode_len))
+  return decode.beam_search(beam_tokens_to_logits, cache, max_lengths=max_lengths,
+                            max_decode_len=max_decode_len, beam_size=beam_size, alpha=alpha,
+                            reorder_cache=reorder)
+
+
+@functools.partial(jax.jit, static_argnames=("model", "max_decode_len", "beam_size",
+                                             "suppress_eos"))
+def _search(params, inputs, max_lengths, alpha, *, model, max_decode_len, beam_size,
+            suppress_eos=False):
+  """The best output of `search` per sentence: int32 [batch, max_decode_len]."""
+  seqs, _ = search(params, inputs, max_lengths, alpha, model=model,
+                   max_decode_len=max_decode_len, beam_size=beam_size,
+                   suppress_eos=suppress_eos)
   return seqs[:, 0]
 
 
@@ -268,8 +307,9 @@ def _define_flags():
   flags.DEFINE_string("reference", None, "reference translations: prints BLEU and chrF")
   flags.DEFINE_integer("beam_size", 4, "beam width; 1 = greedy decoding")
   flags.DEFINE_float("alpha", 0.6, "length penalty exponent")
-  flags.DEFINE_string("checkpoint", "latest", "'latest', 'average:N' (last N), a step, or "
-                      "'selected' (the choice t2t-train made on dev)")
+  flags.DEFINE_string("checkpoint", "auto", "'latest', 'average:N' (last N), a step, "
+                      "'selected' (the choice t2t-train made on dev), or 'auto': 'selected' "
+                      "when the workdir has one, else 'latest'")
   flags.DEFINE_integer("batch_tokens", 4096, "source tokens per decoding batch")
   return flags.FLAGS
 

@@ -247,7 +247,7 @@ def test_no_recompilation_after_the_first_step():
 def test_test_split_is_scored_on_averaged_checkpoints(tmp_path, caplog):
   caplog.set_level("INFO")
   config = small_config(num_train_steps=4, checkpoint_every_steps=2, eval_every_steps=100,
-                        average_checkpoints=2, test_at_end=True)
+                        average_checkpoints=2, test_at_end=True, select_checkpoints="")
   out = train.train_and_evaluate(config, str(tmp_path / "w"))
   assert "test: parameters from average:2 = checkpoint(s) [2, 4]" in caplog.text
   assert 0.0 <= out["test_exact_match"] <= 1.0 and "test_bleu" in out
