@@ -20,6 +20,8 @@ when given `path=`:
     viz.learning_rate_schedule(tiny.get_config())
     viz.training_curves("workdirs/tiny")
     viz.learning_curve("workdirs/multi30k", path="dev_bleu.png")
+    viz.architecture_diagram(model_config)   # the paper's Figure 1 with real sizes
+    viz.bleu_chart({"ours": "workdirs/multi30k"})  # beside the paper's Table 2
 
 `weights` may also be a Translator, with `source=` and `target=` given. Query tokens label
 the rows and key tokens the columns. A decoder position is labelled with the token it
@@ -33,7 +35,11 @@ from typing import Optional, Sequence, Union
 
 import numpy as np
 
-from t2t_jax import optim, positional, summary
+from t2t_jax import diagram, optim, positional, summary
+
+# The paper's Figure 1 from a TransformerConfig, and our BLEU beside its Table 2.
+architecture_diagram = diagram.architecture_diagram
+bleu_chart = diagram.bleu_chart
 
 KINDS = {"encoder_self": "encoder self-attention",
          "decoder_self": "decoder self-attention (masked)",

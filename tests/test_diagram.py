@@ -99,3 +99,9 @@ def test_bleu_chart_labels_and_missing_workdir(tmp_path):
   assert "ours: my label" in _texts(diagram.bleu_chart({"my label": workdir}))
   with pytest.raises(FileNotFoundError):
     diagram.bleu_chart([str(tmp_path / "absent")])
+
+
+def test_viz_offers_the_diagram_and_chart():
+  from t2t_jax import viz
+  assert viz.architecture_diagram is diagram.architecture_diagram
+  assert viz.bleu_chart is diagram.bleu_chart
