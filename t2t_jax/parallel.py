@@ -64,8 +64,10 @@ def pmap_accumulate_step(model, label_smoothing: float):
 
 
 def pmap_apply_step(schedule: Callable):
+  # Only the state is donated: the new parameters and moments take its buffers, and the
+  # summed gradients have no output of their shape left to reuse theirs.
   return jax.pmap(functools.partial(steps.apply_step, schedule=schedule),
-                  axis_name=AXIS, donate_argnums=(0, 1))
+                  axis_name=AXIS, donate_argnums=(0,))
 
 
 def pmap_zero_accumulator():
