@@ -68,3 +68,48 @@ def progress_line(step: int, total: int, train: dict, steps_per_s: float, tokens
 
 def log(line: str) -> None:
   logging.info(line)
+
+
+def run_summary(workdir: str) -> dict:
+  """What a finished run reports: steps, training wall time (from the loop's start to the
+  last training record, evaluations included, the final test excluded), the checkpoint
+  chosen on dev (selected.json) and the last test scores."""
+  records = read_metrics(workdir)
+  starts = [r for r in records if "train_start" in r]
+  trained = [r for r in records if "loss" in r]
+  out = dict(workdir=workdir, steps=trained[-1]["step"] if trained else 0)
+  if starts and trained:
+    out["train_minutes"] = (trained[-1]["time"] - starts[0]["time"]) / 60
+    out["resumed"] = len(starts) > 1
+  selected = os.path.join(workdir, "selected.json")
+  if os.path.exists(selected):
+    with open(selected, encoding="utf-8") as f:
+      out["selected"] = json.load(f)
+  tests = [r for r in records if "test_bleu" in r]
+  if tests:
+    out.update({k: v for k, v in tests[-1].items() if k.startswith("test_")})
+  return out
+
+
+def _row(s: dict) -> str:
+  pick = s.get("selected", {})
+  chosen = (f"{pick['checkpoint']} (dev {pick['dev_bleu'][pick['checkpoint']]:.2f})"
+            if pick else "-")
+  minutes = f"{s['train_minutes']:.1f}" if "train_minutes" in s else "-"
+  scores = (f"{s['test_bleu']:.2f} | {s['test_tokenized_bleu']:.2f} | {s['test_chrf']:.2f}"
+            if "test_bleu" in s else "- | - | -")
+  return f"| {s['workdir']} | {s['steps']} | {minutes} | {chosen} | {scores} |"
+
+
+def main(argv) -> None:
+  """python -m t2t_jax.summary WORKDIR... : one markdown row per finished run."""
+  print("| workdir | steps | training minutes | checkpoint (chosen on dev) | test sacreBLEU | "
+        "tokenized BLEU | chrF |")
+  print("|---|---|---|---|---|---|---|")
+  for workdir in argv[1:]:
+    print(_row(run_summary(workdir)))
+
+
+if __name__ == "__main__":
+  import sys  # pylint: disable=g-import-not-at-top
+  main(sys.argv)

@@ -271,6 +271,10 @@ def test_checkpoint_selected_on_dev_then_used_for_test(tmp_path, caplog):
   from t2t_jax import translate
   t = translate.Translator.from_workdir(workdir, "selected")
   assert t.checkpoint_steps == chosen["steps"]
+  report = summary.run_summary(workdir)
+  assert report["steps"] == 6 and report["train_minutes"] > 0 and not report["resumed"]
+  assert report["selected"]["checkpoint"] == best and report["test_bleu"] == out["test_bleu"]
+  assert f"| {workdir} | 6 |" in summary._row(report)
 
 
 def test_time_limit_stops_saves_and_tests(tmp_path):
