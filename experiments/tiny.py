@@ -3,7 +3,7 @@
     t2t-train --experiment=tiny --workdir=/tmp/tiny
 
 Synthetic task generated in-package (no download): reverse a sequence of 4-12 symbols.
-Expected: >= 99% exact-match translations of the test split after about 3 minutes on a
+Expected: >= 99% exact-match translations of the test split after about 2.5 minutes on a
 2-core CPU.
 """
 
