@@ -150,7 +150,11 @@ class Trainer:
       if spec.startswith("average:") and int(spec.split(":")[1]) > available:
         logging.warning("select: %s skipped, only %d checkpoints kept", spec, available)
         continue
-      steps_of[spec] = translate.choose_steps(self.ckpts, spec)
+      try:
+        steps_of[spec] = translate.choose_steps(self.ckpts, spec)
+      except translate.TranslateError as e:  # name the config field, not t2t-translate's flag
+        raise ValueError(f"config.select_checkpoints: candidate {spec!r} is not 'latest', "
+                         f"'average:N' or a kept step ({e})") from None
       scores[spec] = self._bleu(self.translator(None, spec), pairs)
     if not scores:
       raise ValueError(f"config.select_checkpoints={self.config.select_checkpoints!r}: no "

@@ -304,3 +304,11 @@ def test_chunked_output_loss_step_equals_whole_logits_step(share):
     np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5)
   for key in ("loss", "nll", "correct", "denominator", "grad_norm"):
     np.testing.assert_allclose(m0[key][0], m5[key][0], rtol=1e-5)
+
+
+def test_bad_selection_candidate_names_the_config_field(tmp_path):
+  config = small_config(num_train_steps=2, checkpoint_every_steps=2, eval_every_steps=100,
+                        test_at_end=True, select_checkpoints="latest,best")
+  with pytest.raises(ValueError, match="config.select_checkpoints: candidate 'best'"):
+    train.train_and_evaluate(config, str(tmp_path / "w"))
+  assert checkpoint.Checkpoints(str(tmp_path / "w")).steps() == [2]  # training kept
