@@ -1,6 +1,6 @@
 r"""Corpus scores of detokenized translations against one reference each.
 
-Three figures, reported side by side because they are not comparable with each other:
+Four figures, reported side by side because they are not comparable with each other:
 
 - sacreBLEU (cased, 13a tokenizer, sacrebleu defaults), with its signature: the number to
   compare with other papers' sacreBLEU.
@@ -8,6 +8,9 @@ Three figures, reported side by side because they are not comparable with each o
   hyphenated compounds split as `##AT##-##AT##`, text tokenized, then corpus BLEU with
   uniform 4-gram weights, brevity penalty and no smoothing (multi-bleu.perl). It usually
   comes out higher than sacreBLEU.
+- lowercased BLEU on Moses tokens (tokenizer.perl -l LANG -no-escape, lowercased, no
+  compound split, multi-bleu.perl -lc): the convention of most Multi30k papers, whose
+  tokenized, lowercased test data they score.
 - chrF (sacrebleu defaults), with its signature.
 
 The tokenized BLEU follows get_ende_bleu.sh step by step: Moses tokenizer.perl -l LANG (here
@@ -28,6 +31,7 @@ from sacremoses import MosesTokenizer
 COMPOUND_MARK = "##AT##-##AT##"
 SACREBLEU_LABEL = "sacreBLEU (cased, 13a)"
 TOKENIZED_BLEU_LABEL = "tokenized BLEU (Moses, compound-split)"
+LOWERCASED_BLEU_LABEL = "lowercased BLEU (Moses tokens)"
 CHRF_LABEL = "chrF"
 
 # get_ende_bleu.sh: perl -ple 's{(\S)-(\S)}{$1 ##AT##-##AT## $2}g'. Matches do not overlap,
@@ -96,6 +100,17 @@ def tokenized_bleu(hyps: Sequence[str], refs: Sequence[str], lang: str = "de") -
       "tok:none", f"tok:moses-{lang}+compound-split"))
 
 
+def lowercased_bleu(hyps: Sequence[str], refs: Sequence[str], lang: str = "de") -> CorpusScore:
+  """Moses tokens (no XML escaping, no compound split), lowercased, unsmoothed corpus BLEU."""
+  hyps, refs = _check(hyps, refs)
+  tokenize = lambda lines: [_moses(lang).tokenize(line, escape=False, return_str=True)
+                            for line in lines]
+  metric = BLEU(tokenize="none", smooth_method="none", lowercase=True, force=True)
+  score = _score(metric, LOWERCASED_BLEU_LABEL, tokenize(hyps), tokenize(refs))
+  return dataclasses.replace(score, signature=score.signature.replace(
+      "tok:none", f"tok:moses-{lang}"))
+
+
 def exact_match(hyps: Sequence[str], refs: Sequence[str]) -> float:
   """Fraction of hypotheses identical to their reference (after stripping outer spaces)."""
   hyps, refs = _check(hyps, refs)
@@ -106,10 +121,12 @@ def exact_match(hyps: Sequence[str], refs: Sequence[str]) -> float:
 
 def score_all(hyps: Sequence[str], refs: Sequence[str], lang: str = "de"
               ) -> Dict[str, CorpusScore]:
-  """{'sacrebleu', 'tokenized_bleu', 'chrf'} -> CorpusScore; `lang` is the target language."""
+  """{'sacrebleu', 'tokenized_bleu', 'lowercased_bleu', 'chrf'} -> CorpusScore; `lang` is
+  the target language."""
   hyps, refs = _check(hyps, refs)
   return {"sacrebleu": sacrebleu_score(hyps, refs),
           "tokenized_bleu": tokenized_bleu(hyps, refs, lang),
+          "lowercased_bleu": lowercased_bleu(hyps, refs, lang),
           "chrf": chrf_score(hyps, refs)}
 
 

@@ -96,16 +96,17 @@ def _row(s: dict) -> str:
   chosen = (f"{pick['checkpoint']} (dev {pick['dev_bleu'][pick['checkpoint']]:.2f})"
             if pick else "-")
   minutes = f"{s['train_minutes']:.1f}" if "train_minutes" in s else "-"
-  scores = (f"{s['test_bleu']:.2f} | {s['test_tokenized_bleu']:.2f} | {s['test_chrf']:.2f}"
-            if "test_bleu" in s else "- | - | -")
+  figure = lambda key: f"{s[key]:.2f}" if key in s else "-"
+  scores = " | ".join(figure(f"test_{k}") for k in ("bleu", "tokenized_bleu", "lowercased_bleu",
+                                                     "chrf"))
   return f"| {s['workdir']} | {s['steps']} | {minutes} | {chosen} | {scores} |"
 
 
 def main(argv) -> None:
   """python -m t2t_jax.summary WORKDIR... : one markdown row per finished run."""
   print("| workdir | steps | training minutes | checkpoint (chosen on dev) | test sacreBLEU | "
-        "tokenized BLEU | chrF |")
-  print("|---|---|---|---|---|---|---|")
+        "tokenized BLEU | lowercased BLEU | chrF |")
+  print("|---|---|---|---|---|---|---|---|")
   for workdir in argv[1:]:
     print(_row(run_summary(workdir)))
 

@@ -203,12 +203,18 @@ class Trainer:
     summary.log(f"test: parameters from {spec or 'the last step'}"
                 + (f" = checkpoint(s) {translate.choose_steps(self.ckpts, spec)}" if spec else ""))
     hyps = translator.translate(sources, self.config.beam_size, self.config.alpha)
-    scores = scoring.score_all(hyps, refs, translate.target_language(self.config))
+    lang = translate.target_language(self.config)
+    scores = scoring.score_all(hyps, refs, lang)
     metrics = dict(test_exact_match=scoring.exact_match(hyps, refs),
                    test_bleu=scores["sacrebleu"].score,
                    test_tokenized_bleu=scores["tokenized_bleu"].score,
+                   test_lowercased_bleu=scores["lowercased_bleu"].score,
                    test_chrf=scores["chrf"].score)
     self.writer.write(self.num_steps, metrics)
+    # The translations themselves, for any other scorer (process 0 writes).
+    with open(os.path.join(self.workdir, f"test.{lang}") if jax.process_index() == 0
+              else os.devnull, "w", encoding="utf-8") as f:
+      f.write("".join(h + "\n" for h in hyps))
     examples = "\n".join(f"  source:    {s}\n  output:    {h}\n  reference: {r}"
                           for s, h, r in list(zip(sources, hyps, refs))[:3])
     summary.log(f"test split: {len(pairs)} sentences translated in {time.time() - t0:.1f}s "

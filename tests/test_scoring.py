@@ -26,6 +26,7 @@ def test_references_score_100_against_themselves():
   scores = scoring.score_all(REFS, REFS)
   assert scores["sacrebleu"].score == pytest.approx(100.0)
   assert scores["tokenized_bleu"].score == pytest.approx(100.0)
+  assert scores["lowercased_bleu"].score == pytest.approx(100.0)
   assert scores["chrf"].score == pytest.approx(100.0)
 
 
@@ -73,6 +74,24 @@ def test_tokenized_bleu_is_not_smoothed():
   assert scoring.sacrebleu_score(["a b c d"], ["a b c e"]).score > 0.0  # exp smoothing
 
 
+def test_lowercased_bleu_equals_hand_counted_corpus_bleu():
+  """Case is ignored (DAS/Das, Top/top, Er/er count as matches), hyphenated words stay
+  whole, no smoothing.
+
+  hyp 1: das ist ein top-modell .       ref 1: das ist das top-modell .      (5 tokens each)
+    1-grams 4/5 (not "ein"); 2-grams 2/4 (das ist, top-modell .); 3-grams 0/3; 4-grams 0/2.
+  hyp 2: er kam 2-3 mal .               ref 2: er kam 2-3 mal , sagt sie .   (5 vs 8)
+    1-grams 5/5; 2-grams 3/4 (not "mal ."); 3-grams 2/3; 4-grams 1/2.
+  Corpus: 9/10, 5/8, 2/6, 1/4; hyp length 10 < ref length 13: BP = exp(1 - 13/10).
+  """
+  hyps = ["DAS ist ein Top-Modell.", "Er kam 2-3 Mal."]
+  refs = ["Das ist das top-Modell.", "er kam 2-3 Mal, sagt sie."]
+  expected = 100 * math.exp(1 - 13 / 10) * (9 / 10 * 5 / 8 * 2 / 6 * 1 / 4) ** 0.25
+  score = scoring.lowercased_bleu(hyps, refs)
+  assert score.score == pytest.approx(expected, rel=1e-9)
+  assert "case:lc|eff:no|tok:moses-de|smooth:none" in score.signature
+
+
 def test_split_compounds():
   mark = " ##AT##-##AT## "
   assert (scoring.split_compounds("state-of-the-art")
@@ -100,8 +119,8 @@ def test_tokenize_for_bleu(text, tokens):
 
 
 def test_count_mismatch_names_both_counts():
-  for fn in [scoring.sacrebleu_score, scoring.tokenized_bleu, scoring.chrf_score,
-             scoring.score_all]:
+  for fn in [scoring.sacrebleu_score, scoring.tokenized_bleu, scoring.lowercased_bleu,
+             scoring.chrf_score, scoring.score_all]:
     with pytest.raises(ValueError, match="3 hypotheses but 2 references"):
       fn(["a", "b", "c"], ["a", "b"])
 
@@ -110,8 +129,10 @@ def test_format_scores_lists_the_labelled_figures_in_order():
   text = scoring.format_scores(scoring.score_all(REFS, REFS))
   lines = text.splitlines()
   assert [line.split("  ")[0] for line in lines] == [
-      "sacreBLEU (cased, 13a)", "tokenized BLEU (Moses, compound-split)", "chrF"]
+      "sacreBLEU (cased, 13a)", "tokenized BLEU (Moses, compound-split)",
+      "lowercased BLEU (Moses tokens)", "chrF"]
   assert all(" 100.00  " in line for line in lines)
   assert "BLEU|nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:" in lines[0]
   assert "tok:moses-de+compound-split|smooth:none" in lines[1]
-  assert lines[2].split()[-1].startswith("chrF2|")
+  assert "case:lc|eff:no|tok:moses-de|smooth:none" in lines[2]
+  assert lines[3].split()[-1].startswith("chrF2|")

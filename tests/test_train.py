@@ -282,6 +282,11 @@ def test_time_limit_stops_saves_and_tests(tmp_path):
                         train_time_limit_minutes=1e-6, test_at_end=True)
   out = train.train_and_evaluate(config, str(tmp_path / "w"))
   assert out["step"] == 2 and out["time_limit_reached"] and "test_bleu" in out
+  assert "test_lowercased_bleu" in out
+  # The test translations are kept, one line per test pair.
+  from t2t_jax import translate
+  lines = (tmp_path / "w" / f"test.{translate.target_language(config)}").read_text().splitlines()
+  assert len(lines) == config.data.synthetic_eval_size
   assert checkpoint.Checkpoints(str(tmp_path / "w")).steps() == [2]
 
 
