@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 
-from t2t_jax import cli, optim, parallel, steps
+from t2t_jax import cli, host, optim, parallel, steps
 from t2t_jax.model import Transformer, TransformerConfig
 
 flags.DEFINE_string("experiment", "tiny", "experiment (as for t2t-train), optionally NAME:ARG")
@@ -327,6 +327,7 @@ def main(argv):
 
 
 def run():
+  host.use_huge_pages()
   cli.define_config_flag("t2t-bench")
   app.run(main)
 

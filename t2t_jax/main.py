@@ -16,6 +16,7 @@ from absl import app, flags, logging
 
 from t2t_jax import cli
 from t2t_jax import distributed
+from t2t_jax import host
 
 flags.DEFINE_string("experiment", cli.DEFAULT_EXPERIMENT,
                     "experiment: a file in experiments/ or a path, optionally NAME:ARG")
@@ -44,6 +45,7 @@ def main(argv):
 
 def run():
   """Console-script entry point."""
+  host.use_huge_pages()
   cli.define_config_flag("t2t-train")
   app.run(main)
 

@@ -348,6 +348,8 @@ def main(argv):
 
 def run():
   from absl import app  # pylint: disable=g-import-not-at-top
+  from t2t_jax import host  # pylint: disable=g-import-not-at-top
+  host.use_huge_pages()
   _define_flags.flags = _define_flags()
   app.run(main)
 

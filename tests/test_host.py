@@ -1,0 +1,93 @@
+"""t2t_jax.host: the tools re-execute once with glibc's huge-page malloc, and it takes effect."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from t2t_jax import host
+
+LINUX = sys.platform.startswith("linux")
+
+# Allocates, touches and frees a 64 MiB buffer six times; prints the minor page faults of
+# rounds 2-6 and the GLIBC_TUNABLES it ran with.
+CHILD = r"""
+import ctypes, os, resource
+from t2t_jax import host
+host.use_huge_pages()
+libc = ctypes.CDLL("libc.so.6")
+libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+size = 64 << 20
+def round_trip():
+  p = libc.malloc(size)
+  ctypes.memset(p, 1, size)  # touch every page
+  libc.free(p)
+round_trip()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(5):
+  round_trip()
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before,
+      os.environ.get("GLIBC_TUNABLES", "-"))
+"""
+
+
+def _run_child(**env):
+  env = {k: v for k, v in dict(os.environ, **env).items() if k != "GLIBC_TUNABLES"}
+  out = subprocess.run([sys.executable, "-c", CHILD], env=env, check=True, capture_output=True,
+                       text=True).stdout.split()
+  return int(out[0]), out[1]
+
+
+@pytest.mark.skipif(not LINUX or host._thp_mode() in ("", "never"),
+                    reason="needs Linux with transparent huge pages")
+def test_reexecuted_tool_faults_far_fewer_pages():
+  faults, tunables = _run_child(T2T_HUGE_PAGES="1")
+  default_faults, default_tunables = _run_child(T2T_HUGE_PAGES="0")
+  assert tunables == "glibc.malloc.hugetlb=1" and default_tunables == "-"
+  pages = 5 * (64 << 20) // 4096
+  # glibc's default: mmap/munmap every round, each 4 KiB page faulted in again.
+  assert default_faults >= 0.9 * pages
+  # Huge pages: 2 MiB at a time (the exact count depends on alignment and khugepaged).
+  assert faults < 0.1 * default_faults
+
+
+def test_environment_rules(monkeypatch):
+  monkeypatch.setattr(host, "_thp_mode", lambda: "madvise")
+  monkeypatch.setattr(sys, "platform", "linux")
+  env = host.huge_pages_env({"PATH": "/bin"})
+  assert env == {"PATH": "/bin", "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
+  # Other tunables are kept; a tunable already set (by the user, or by the first
+  # execution) means no re-execution, so there is no loop.
+  assert host.huge_pages_env({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"})[
+      "GLIBC_TUNABLES"] == "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"
+  assert host.huge_pages_env({"GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"}) == {}
+  assert host.huge_pages_env({"T2T_HUGE_PAGES": "0"}) == {}
+  monkeypatch.setattr(host, "_thp_mode", lambda: "never")
+  assert host.huge_pages_env({}) == {}
+  monkeypatch.setattr(host, "_thp_mode", lambda: "always")
+  monkeypatch.setattr(sys, "platform", "darwin")
+  assert host.huge_pages_env({}) == {}
+
+
+def test_use_huge_pages_reexecutes_the_same_command_line(monkeypatch):
+  monkeypatch.setattr(host, "_thp_mode", lambda: "madvise")
+  monkeypatch.setattr(sys, "platform", "linux")
+  monkeypatch.setattr(sys, "orig_argv", ["python", "-m", "t2t_jax.main", "--experiment=tiny"])
+  monkeypatch.setenv("GLIBC_TUNABLES", "")  # restored (removed) after the test
+  monkeypatch.delenv("T2T_HUGE_PAGES", raising=False)
+  calls = []
+  host.use_huge_pages(execv=lambda path, argv: calls.append((path, argv)))
+  assert calls == [(sys.executable, ["python", "-m", "t2t_jax.main", "--experiment=tiny"])]
+  assert os.environ["GLIBC_TUNABLES"] == "glibc.malloc.hugetlb=1"
+  calls.clear()
+  host.use_huge_pages(execv=lambda path, argv: calls.append((path, argv)))  # now set: no-op
+  assert calls == []
+
+
+def test_thp_mode_parses_the_kernel_setting(tmp_path):
+  path = tmp_path / "enabled"
+  path.write_text("always [madvise] never\n")
+  assert host._thp_mode(str(path)) == "madvise"
+  assert host._thp_mode(str(tmp_path / "missing")) == ""
