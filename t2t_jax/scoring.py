@@ -90,25 +90,30 @@ def chrf_score(hyps: Sequence[str], refs: Sequence[str]) -> CorpusScore:
   return _score(CHRF(), CHRF_LABEL, hyps, refs)
 
 
+def _bleu_on_tokens(hyps, refs, label: str, tokenize_line, tok_name: str,
+                    lowercase: bool = False) -> CorpusScore:
+  """multi-bleu.perl on our own tokenization: unsmoothed corpus BLEU of space-split tokens,
+  with the tokenization named in the signature."""
+  hyps, refs = _check(hyps, refs)
+  tokenize = lambda lines: [tokenize_line(line) for line in lines]
+  metric = BLEU(tokenize="none", smooth_method="none", lowercase=lowercase, force=True)
+  score = _score(metric, label, tokenize(hyps), tokenize(refs))
+  return dataclasses.replace(score, signature=score.signature.replace(
+      "tok:none", f"tok:{tok_name}"))
+
+
 def tokenized_bleu(hyps: Sequence[str], refs: Sequence[str], lang: str = "de") -> CorpusScore:
   """The paper-style figure: `tokenize_for_bleu`, then unsmoothed 4-gram corpus BLEU."""
-  hyps, refs = _check(hyps, refs)
-  tokenize = lambda lines: [" ".join(tokenize_for_bleu(line, lang)) for line in lines]
-  metric = BLEU(tokenize="none", smooth_method="none", force=True)
-  score = _score(metric, TOKENIZED_BLEU_LABEL, tokenize(hyps), tokenize(refs))
-  return dataclasses.replace(score, signature=score.signature.replace(
-      "tok:none", f"tok:moses-{lang}+compound-split"))
+  return _bleu_on_tokens(hyps, refs, TOKENIZED_BLEU_LABEL,
+                         lambda line: " ".join(tokenize_for_bleu(line, lang)),
+                         f"moses-{lang}+compound-split")
 
 
 def lowercased_bleu(hyps: Sequence[str], refs: Sequence[str], lang: str = "de") -> CorpusScore:
   """Moses tokens (no XML escaping, no compound split), lowercased, unsmoothed corpus BLEU."""
-  hyps, refs = _check(hyps, refs)
-  tokenize = lambda lines: [_moses(lang).tokenize(line, escape=False, return_str=True)
-                            for line in lines]
-  metric = BLEU(tokenize="none", smooth_method="none", lowercase=True, force=True)
-  score = _score(metric, LOWERCASED_BLEU_LABEL, tokenize(hyps), tokenize(refs))
-  return dataclasses.replace(score, signature=score.signature.replace(
-      "tok:none", f"tok:moses-{lang}"))
+  return _bleu_on_tokens(hyps, refs, LOWERCASED_BLEU_LABEL,
+                         lambda line: _moses(lang).tokenize(line, escape=False, return_str=True),
+                         f"moses-{lang}", lowercase=True)
 
 
 def exact_match(hyps: Sequence[str], refs: Sequence[str]) -> float:
