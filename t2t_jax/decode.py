@@ -38,6 +38,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from t2t_jax import losses
 from t2t_jax.tokens import BOS_ID, EOS_ID, PAD_ID
 
 Cache = Any
@@ -473,7 +474,7 @@ def greedy_search(tokens_to_logits: TokensToLogits, cache: Cache, *, max_lengths
     ids = _last_tokens(state.seqs, state.step, bos_id)
     log_probs, cache = _next_log_probs(tokens_to_logits, ids, state.cache, state.step,
                                        max_lengths, eos_id)
-    token = jnp.argmax(log_probs, axis=-1).astype(jnp.int32)
+    token = losses.argmax(log_probs).astype(jnp.int32)
     token_log_prob = jnp.take_along_axis(log_probs, token[:, None], axis=-1)[:, 0]
     token = jnp.where(state.finished, PAD_ID, token)
     seqs = lax.dynamic_update_slice_in_dim(state.seqs, token[:, None], state.step, axis=1)

@@ -9,6 +9,7 @@ from typing import Optional
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 from t2t_jax.tokens import PAD_ID
 
@@ -17,6 +18,31 @@ def _weights(targets, weights):
   if weights is None:
     weights = targets != PAD_ID
   return weights.astype(jnp.float32)
+
+
+def argmax(x, axis: int = -1):
+  """`jnp.argmax` (first index of the maximum; a NaN counts as the maximum) as two plain
+  reductions, max then min over matching indices. XLA:CPU lowers jnp.argmax to a variadic
+  (value, index) reduce that does not vectorize: 18 ms against 2.8 ms for [512, 8000] on
+  one core of this CPU (greedy decoding takes one per step)."""
+  axis = axis % x.ndim
+  top = jnp.max(x, axis=axis, keepdims=True)
+  index = lax.broadcasted_iota(jnp.int32, x.shape, axis)
+  hit = (x == top) | jnp.isnan(x)
+  return jnp.min(jnp.where(hit, index, x.shape[axis]), axis=axis)
+
+
+def target_is_top(logits, targets):
+  """Whether each target's logit is above every other logit: the accuracy statistic.
+
+  Equals `argmax(logits) == targets` except on an exact tie for the maximum, which counts
+  as wrong (so constant logits score 0). One fused masked max-reduction: 1.1 ms for
+  [512, 8000] on one core here, against 18 ms for jnp.argmax and 4.8 ms for `argmax`.
+  """
+  target = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
+  vocab_index = lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)
+  others = jnp.where(vocab_index == targets[..., None], -jnp.inf, logits)
+  return target > jnp.max(others, axis=-1)
 
 
 def token_losses(logits, targets, label_smoothing: float = 0.1):
@@ -64,7 +90,7 @@ def loss_sums(logits, targets, label_smoothing: float) -> dict:
   """Everything the train and eval steps report, as sums over non-padding tokens."""
   loss, nll = token_losses(logits, targets, label_smoothing)
   w = _weights(targets, None)
-  correct = (jnp.argmax(logits, axis=-1) == targets).astype(jnp.float32)
+  correct = target_is_top(logits, targets).astype(jnp.float32)
   return dict(loss=jnp.sum(loss * w), nll=jnp.sum(nll * w), correct=jnp.sum(correct * w),
               denominator=jnp.sum(w))
 
@@ -75,9 +101,10 @@ def negative_log_likelihood(logits, targets, weights: Optional[jnp.ndarray] = No
 
 
 def token_accuracy(logits, targets, weights: Optional[jnp.ndarray] = None):
-  """Tokens whose argmax prediction equals the target: (correct count, sum of weights)."""
+  """Tokens whose target has the largest logit (`target_is_top`): (correct count, sum of
+  weights)."""
   w = _weights(targets, weights)
-  correct = (jnp.argmax(logits, axis=-1) == targets).astype(jnp.float32)
+  correct = target_is_top(logits, targets).astype(jnp.float32)
   return jnp.sum(correct * w), jnp.sum(w)
 
 
@@ -98,7 +125,7 @@ def _chunk_sums(logits, targets, label_smoothing: float):
   if label_smoothing > 0.0:
     loss = loss + confidence * jnp.log(confidence) + (vocab - 1) * low * jnp.log(low)
   w = _weights(targets, None)
-  correct = (jnp.argmax(logits, axis=-1) == targets).astype(jnp.float32)
+  correct = target_is_top(logits, targets).astype(jnp.float32)
   sums = dict(loss=jnp.sum(loss * w), nll=jnp.sum(nll * w), correct=jnp.sum(correct * w),
               denominator=jnp.sum(w))
   return sums, jnp.exp(logits - lse[:, None]), w
@@ -129,19 +156,22 @@ def _chunked_sums_fwd(x, weights, bias, targets, label_smoothing):
   confidence, low = 1.0 - label_smoothing, label_smoothing / (vocab - 1)
 
   def body(carry, chunk):
-    total, d_weights, d_bias = carry
+    total, d_weights_t, d_bias = carry
     xc, tc = chunk
     sums, probs, w = _chunk_sums(_chunk_logits(xc, weights, bias), tc, label_smoothing)
     g = w[:, None] * (probs - low)
     g = g.at[jnp.arange(tc.shape[0]), tc].add(-w * (confidence - low))
     dx = jnp.einsum("cv,vd->cd", g.astype(xc.dtype), weights.astype(xc.dtype),
                     preferred_element_type=jnp.float32).astype(xc.dtype)
-    d_weights = d_weights + jnp.einsum("cv,cd->vd", g, xc.astype(jnp.float32))
-    return (_add(total, sums), d_weights, d_bias + jnp.sum(g, axis=0)), dx
+    # Accumulated as [d_model, vocab] (x^T g): XLA:CPU runs that product ~20% faster than
+    # g^T x into [vocab, d_model]; transposed once after the loop.
+    d_weights_t = d_weights_t + jnp.einsum("cd,cv->dv", xc.astype(jnp.float32), g)
+    return (_add(total, sums), d_weights_t, d_bias + jnp.sum(g, axis=0)), dx
 
-  init = (_zero_sums(), jnp.zeros(weights.shape, jnp.float32), jnp.zeros(bias.shape, jnp.float32))
-  (total, d_weights, d_bias), dx = jax.lax.scan(body, init, (x, targets))
-  return total, (dx, d_weights.astype(weights.dtype), d_bias.astype(bias.dtype))
+  init = (_zero_sums(), jnp.zeros(weights.shape[::-1], jnp.float32),
+          jnp.zeros(bias.shape, jnp.float32))
+  (total, d_weights_t, d_bias), dx = jax.lax.scan(body, init, (x, targets))
+  return total, (dx, d_weights_t.T.astype(weights.dtype), d_bias.astype(bias.dtype))
 
 
 def _chunked_sums_bwd(label_smoothing, residuals, cotangent):

@@ -126,3 +126,35 @@ def test_sinusoidal_relative_positions_are_linear(k):
     m[2 * i:2 * i + 2, 2 * i:2 * i + 2] = [[c, s], [-s, c]]
   for pos in range(length):
     np.testing.assert_allclose(m @ pe[pos], pe[pos + k], atol=2e-6)
+
+
+@pytest.mark.parametrize("x_shape,k_shape,n", [
+    ((3, 5, 8), (8, 6), 1),          # FFN / Dense: [batch, length, d] x [d, f]
+    ((3, 5, 8), (8, 2, 4), 1),       # query/key/value: [.., d] x [d, heads, d_k]
+    ((3, 5, 2, 4), (2, 4, 8), 2),    # output: [.., heads, d_v] x [heads, d_v, d]
+])
+def test_flat_dot_general_values_and_gradients_match_numpy(x_shape, k_shape, n):
+  from t2t_jax.layers import flat_dot_general
+  rng = np.random.default_rng(3)
+  x, k = rng.normal(size=x_shape), rng.normal(size=k_shape)
+  out_shape = x_shape[:len(x_shape) - n] + k_shape[n:]
+  c = rng.normal(size=out_shape)
+  dims = ((tuple(range(len(x_shape) - n, len(x_shape))), tuple(range(n))), ((), ()))
+
+  def f(x, k):
+    return jnp.sum(flat_dot_general(x, k, dims) * c)
+
+  x32, k32 = x.astype(np.float32), k.astype(np.float32)
+  got = flat_dot_general(x32, k32, dims)
+  m = int(np.prod(x_shape[:len(x_shape) - n]))
+  kk = int(np.prod(k_shape[:n]))
+  x2, k2, c2 = x.reshape(m, kk), k.reshape(kk, -1), c.reshape(m, -1)
+  np.testing.assert_allclose(got, (x2 @ k2).reshape(out_shape), rtol=1e-5, atol=1e-5)
+  dx, dk = jax.grad(f, argnums=(0, 1))(x32, k32)
+  np.testing.assert_allclose(dx, (c2 @ k2.T).reshape(x_shape), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(dk, (x2.T @ c2).reshape(k_shape), rtol=1e-5, atol=1e-5)
+  # anything else (here a batch dimension) is plain lax.dot_general
+  batched = (((2,), (1,)), ((0,), (0,)))
+  y = rng.normal(size=(3, 8, 4)).astype(np.float32)
+  np.testing.assert_allclose(flat_dot_general(x32, y, batched),
+                             jax.lax.dot_general(x32, y, batched), rtol=1e-6)

@@ -37,6 +37,28 @@ def test_loss_sums_agree_with_the_separate_functions():
   assert float(sums["denominator"]) == 10
 
 
+def test_argmax_matches_numpy_with_ties_and_nan():
+  rng = np.random.default_rng(7)
+  x = rng.integers(-3, 4, size=(6, 5, 9)).astype(np.float32)  # small integers: many ties
+  x[0, 0, 4] = x[0, 0, 7] = np.nan   # the first NaN counts as the maximum, as in jnp/numpy
+  x[1, 2, :] = -np.inf
+  for axis in (-1, 0, 1):
+    got = np.asarray(jax.jit(losses.argmax, static_argnums=1)(x, axis))
+    np.testing.assert_array_equal(got, np.argmax(x, axis=axis))
+    np.testing.assert_array_equal(got, np.asarray(jnp.argmax(x, axis=axis)))
+
+
+def test_target_is_top_is_argmax_except_ties():
+  rng = np.random.default_rng(8)
+  logits = rng.normal(size=(4, 7, 50)).astype(np.float32)
+  targets = rng.integers(0, 50, size=(4, 7))
+  targets[0, :] = np.argmax(logits[0], axis=-1)  # some rows correct for sure
+  np.testing.assert_array_equal(np.asarray(losses.target_is_top(logits, targets)),
+                                np.argmax(logits, axis=-1) == targets)
+  tied = np.zeros((1, 2, 5), np.float32)  # constant logits: argmax says index 0; we say no
+  assert not np.asarray(losses.target_is_top(tied, np.array([[0, 3]]))).any()
+
+
 def test_smoothed_loss_is_zero_at_the_smoothed_target():
   vocab, eps = 7, 0.1
   targets = np.array([[3, 5]])
