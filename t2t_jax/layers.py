@@ -18,36 +18,16 @@ Array = jnp.ndarray
 xavier = nn.initializers.xavier_uniform()
 
 
-@jax.custom_vjp
-def _matmul(x, w):
-  """x [m, k] @ w [k, n], with both gradients formed as plain 2-D products."""
-  return x @ w
-
-
-def _matmul_fwd(x, w):
-  return x @ w, (x, w)
-
-
-def _matmul_bwd(residuals, g):
-  x, w = residuals
-  dx = jax.lax.dot_general(g, w, (((1,), (1,)), ((), ())))   # g @ w.T
-  dw = jax.lax.dot_general(x, g, (((0,), (0,)), ((), ())))   # x.T @ g
-  return dx.astype(x.dtype), dw.astype(w.dtype)
-
-
-_matmul.defvjp(_matmul_fwd, _matmul_bwd)
-
-
 def flat_dot_general(lhs, rhs, dimension_numbers, precision=None,
                      preferred_element_type=None):
   """`lax.dot_general` for Dense layers, as one [tokens, k] x [k, n] matrix product.
 
-  For inputs [batch, length, k], JAX's own gradient of the kernel contracts batch and
-  length of two 3-D arrays, and XLA:CPU then transposed the [tokens, d_ff] gradient in
-  memory and ran the product in Eigen with both operands transposed. Flattened first,
-  every product is a plain 2-D one (a d_model 128 FFN forward+backward: 25 -> 18 ms on
-  one core). Same values; anything but "trailing axes of lhs x leading axes of rhs" goes
-  to lax.dot_general.
+  For inputs [batch, length, k], JAX's gradient of the kernel contracts batch and length
+  of two 3-D arrays, and XLA:CPU then transposed the [tokens, d_ff] gradient in memory and
+  ran the product in Eigen with both operands transposed. Flattened first, the forward
+  product and both gradient products are plain 2-D ones (a d_model 128 FFN forward +
+  backward: 11.5 -> 8.8 ms here). Same values and the same autodiff (forward and reverse
+  mode); anything but "trailing axes of lhs x leading axes of rhs" goes to lax.dot_general.
   """
   (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = dimension_numbers
   n = len(lhs_contract)
@@ -59,7 +39,7 @@ def flat_dot_general(lhs, rhs, dimension_numbers, precision=None,
     return jax.lax.dot_general(lhs, rhs, dimension_numbers, precision=precision,
                                preferred_element_type=preferred_element_type)
   k = math.prod(rhs.shape[:n])
-  out = _matmul(lhs.reshape(-1, k), rhs.reshape(k, -1))
+  out = jax.lax.dot_general(lhs.reshape(-1, k), rhs.reshape(k, -1), (((1,), (0,)), ((), ())))
   return out.reshape(lhs.shape[:lhs.ndim - n] + rhs.shape[n:])
 
 

@@ -155,6 +155,10 @@ def test_flat_dot_general_values_and_gradients_match_numpy(x_shape, k_shape, n):
   np.testing.assert_allclose(dk, (x2.T @ c2).reshape(k_shape), rtol=1e-5, atol=1e-5)
   # anything else (here a batch dimension) is plain lax.dot_general
   batched = (((2,), (1,)), ((0,), (0,)))
+  a = rng.normal(size=(3, 5, 8)).astype(np.float32)
   y = rng.normal(size=(3, 8, 4)).astype(np.float32)
-  np.testing.assert_allclose(flat_dot_general(x32, y, batched),
-                             jax.lax.dot_general(x32, y, batched), rtol=1e-6)
+  np.testing.assert_allclose(flat_dot_general(a, y, batched),
+                             jax.lax.dot_general(a, y, batched), rtol=1e-6)
+  # forward mode works too (the why-self-attention path lengths use jvp)
+  _, tangent = jax.jvp(lambda x: flat_dot_general(x, k32, dims), (x32,), (x32,))
+  np.testing.assert_allclose(tangent, got, rtol=1e-5, atol=1e-5)
