@@ -32,6 +32,7 @@ def model_config() -> ml_collections.ConfigDict:
       dtype="float32",             # 'bfloat16' on accelerators (parameters stay float32)
       max_len=512,
       attention_impl="reference",  # 'cudnn' on NVIDIA GPUs
+      loss_chunk_tokens=512,       # pre-softmax layer + loss over chunks of this many tokens (0: whole)
   ))
 
 
