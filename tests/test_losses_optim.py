@@ -59,6 +59,25 @@ def test_target_is_top_is_argmax_except_ties():
   assert not np.asarray(losses.target_is_top(tied, np.array([[0, 3]]))).any()
 
 
+def test_target_is_top_with_ties_nan_inf_and_large_logits():
+  rng = np.random.default_rng(9)
+  x = rng.integers(-3, 4, size=(64, 12)).astype(np.float32)  # small integers: many ties
+  x[0, 5] = np.nan
+  x[1, :] = -np.inf
+  x[2, 3] = np.inf
+  x[3] = rng.normal(size=12) * 1e20  # differences far above float32 range after scaling
+  x[4] = rng.normal(size=12) * 1e-20
+  targets = rng.integers(0, 12, size=64)
+  targets[2], targets[3:5] = 3, np.argmax(x[3:5], axis=-1)
+  targets[5:32] = np.argmax(x[5:32], axis=-1)  # the first index of the max: a tie, or not
+  top = np.max(x, axis=-1)
+  unique_top = np.sum(x == top[:, None], axis=-1) == 1
+  expected = (x[np.arange(64), targets] == top) & unique_top  # NaN rows: top is NaN
+  got = np.asarray(jax.jit(losses.target_is_top)(x, targets))
+  np.testing.assert_array_equal(got, expected)
+  assert got[2:5].all() and not got[:2].any() and 0 < got[5:32].sum() < 27
+
+
 def test_smoothed_loss_is_zero_at_the_smoothed_target():
   vocab, eps = 7, 0.1
   targets = np.array([[3, 5]])
