@@ -11,6 +11,8 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
+from t2t_jax import dropout
+
 IMPLEMENTATIONS = ("reference", "xla", "cudnn")
 
 
@@ -41,8 +43,7 @@ def attention_weights(query, key, mask=None, *, dropout_rng=None, dropout_rate: 
   if mask is not None:
     weights = jnp.where(mask, weights, 0.0)
   if not deterministic and dropout_rate > 0.0:
-    keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, weights.shape)
-    weights = jnp.where(keep, weights / (1.0 - dropout_rate), 0.0)
+    weights = dropout.dropout(dropout_rng, weights, dropout_rate)
   return weights
 
 

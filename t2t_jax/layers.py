@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import flax.linen as nn
 
-from t2t_jax import attention, masks, positional
+from t2t_jax import attention, dropout, masks, positional
 
 Array = jnp.ndarray
 xavier = nn.initializers.xavier_uniform()
@@ -47,6 +47,18 @@ def _dense(config, features, axis=-1, name=None, use_bias=True):
   return nn.DenseGeneral(features=features, axis=axis, dtype=config.dtype, use_bias=use_bias,
                          param_dtype=jnp.float32, kernel_init=xavier, name=name,
                          dot_general=flat_dot_general)
+
+
+class Dropout(nn.Module):
+  """`dropout.dropout` with the module's 'dropout' rng (flax's nn.Dropout costs 3.6x more
+  here: see t2t_jax/dropout.py)."""
+  rate: float
+
+  @nn.compact
+  def __call__(self, x: Array, deterministic: bool) -> Array:
+    if deterministic or self.rate == 0.0:
+      return x
+    return dropout.dropout(self.make_rng("dropout"), x, self.rate)
 
 
 def _to_cache_layout(x):
@@ -174,7 +186,7 @@ def residual(cfg, x, sublayer, norm, deterministic):
   'post' (the paper): LayerNorm(x + Dropout(Sublayer(x))).
   'pre': x + Dropout(Sublayer(LayerNorm(x))) (needs a final LayerNorm on the stack).
   """
-  drop = lambda y: nn.Dropout(cfg.dropout_rate)(y, deterministic=deterministic)
+  drop = lambda y: Dropout(cfg.dropout_rate)(y, deterministic)
   if cfg.norm == "pre":
     return x + drop(sublayer(norm(x)))
   return norm(x + drop(sublayer(x)))
@@ -266,4 +278,4 @@ class AddPositions(nn.Module):
     else:
       pe = jnp.take(table, positions, axis=0)
     x = x + pe.astype(x.dtype)
-    return nn.Dropout(cfg.dropout_rate)(x, deterministic=deterministic)
+    return Dropout(cfg.dropout_rate)(x, deterministic)
