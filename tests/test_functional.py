@@ -162,3 +162,8 @@ def test_flat_dot_general_values_and_gradients_match_numpy(x_shape, k_shape, n):
   # forward mode works too (the why-self-attention path lengths use jvp)
   _, tangent = jax.jvp(lambda x: flat_dot_general(x, k32, dims), (x32,), (x32,))
   np.testing.assert_allclose(tangent, got, rtol=1e-5, atol=1e-5)
+  dk_in = rng.normal(size=k_shape)
+  _, tangent = jax.jvp(lambda x, k: flat_dot_general(x, k, dims), (x32, k32),
+                       (x32, dk_in.astype(np.float32)))
+  expected = x2 @ k2 + x2 @ dk_in.reshape(kk, -1)
+  np.testing.assert_allclose(tangent, expected.reshape(out_shape), rtol=1e-5, atol=1e-5)
