@@ -46,3 +46,14 @@ def test_bench_runs_every_part(tmp_path):
   assert train["target_tokens_per_step"] == 256 and len(train["step_times_s"]) == 3
   assert 0 < train["mfu"] == train["achieved_flops"] / results["peak"]["peak_flops"]
   assert results["decode"]["beam"]["target_tokens"] > 0
+
+
+def test_paired_ab_runs_two_copies_of_a_checkout_side_by_side():
+  import os
+  from t2t_jax import paired_ab
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(paired_ab.__file__)))
+  r = paired_ab.compare(repo, repo, "tiny", num_steps=2, overrides_b=dict(dropout_rate=0.0))
+  assert len(r["step_times_a"]) == len(r["step_times_b"]) == 2
+  assert r["flops_a"] == r["flops_b"] > 0 and r["ratio"] > 0
+  assert paired_ab._parse_override("dropout_rate=0.3") == ("dropout_rate", 0.3)
+  assert paired_ab._parse_override("norm=pre") == ("norm", "pre")
