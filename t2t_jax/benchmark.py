@@ -44,6 +44,10 @@ flags.DEFINE_integer("vocab_size", 0, "vocabulary size (0: the config's data.voc
 flags.DEFINE_integer("steps", 10, "timed training steps after warm-up")
 flags.DEFINE_string("workdir", None, "trained workdir for decoding (else random parameters)")
 flags.DEFINE_integer("decode_sentences", 128, "sentences to decode")
+flags.DEFINE_enum("decode_corpus", "", ["", "multi30k", "newstest2014"],
+                  "source sentences for the decode figure, from ../shared/data "
+                  "($T2T_SHARED_DATA); empty: multi30k test2016, else newstest2014, else "
+                  "synthetic")
 flags.DEFINE_integer("beam_size", 4, "beam width for the decoding figure")
 flags.DEFINE_integer("pipeline_batches", 200, "batches drawn from the input pipeline")
 flags.DEFINE_string("json", None, "write the results here as JSON")
@@ -152,22 +156,31 @@ def bench_train(config, vocab_size: int, batch_tokens: int, seq_len: int, num_st
               achieved_flops=flops / median, **_peak_memory())
 
 
-def _real_sentences(n: int):
-  """English sources from ../shared/data (multi30k test, else newstest2014), or None."""
+CORPORA = {"multi30k": "multi30k/test2016.en", "newstest2014": "wmt14/newstest2014.en"}
+
+
+def _real_sentences(n: int, corpus: str = ""):
+  """English sources from ../shared/data: `corpus` (an error if absent), or the first of
+  multi30k test2016 and newstest2014 present, or (None, None)."""
   from t2t_jax.data import testing  # pylint: disable=g-import-not-at-top
-  root = testing.shared_data_dir()
-  for rel in ("multi30k/test2016.en", "wmt14/newstest2014.en"):
-    path = os.path.join(str(root), rel) if root else ""
-    if path and os.path.isfile(path):
+  root = str(testing.shared_data_dir())
+  for name, rel in CORPORA.items():
+    path = os.path.join(root, rel)
+    if corpus and name != corpus:
+      continue
+    if os.path.isfile(path):
       with open(path, encoding="utf-8") as f:
         return [line.rstrip("\n") for line in f][:n], rel
+    if corpus:
+      raise app.UsageError(f"--decode_corpus={corpus}: {path} not found "
+                           f"(set T2T_SHARED_DATA to the folder holding {rel})")
   return None, None
 
 
 def _decode_inputs(config, vocab_size: int, n: int):
   """(source id lists, description, params or None, model config) for the decode figure."""
   from t2t_jax import translate  # pylint: disable=g-import-not-at-top
-  sentences, origin = _real_sentences(n)
+  sentences, origin = _real_sentences(n, FLAGS.decode_corpus)
   if FLAGS.workdir:
     tr = translate.Translator.from_workdir(FLAGS.workdir)
     if sentences is None:

@@ -29,6 +29,22 @@ def test_model_flops_by_hand():
       dense + softmax + attn)
 
 
+def test_decode_corpus_choice(tmp_path, monkeypatch):
+  import pytest
+  from absl import app
+  (tmp_path / "wmt14").mkdir()
+  (tmp_path / "wmt14" / "newstest2014.en").write_text("one two\nthree\n")
+  monkeypatch.setenv("T2T_SHARED_DATA", str(tmp_path))
+  assert benchmark._real_sentences(5) == (["one two", "three"], "wmt14/newstest2014.en")
+  assert benchmark._real_sentences(1, "newstest2014") == (["one two"], "wmt14/newstest2014.en")
+  with pytest.raises(app.UsageError, match="--decode_corpus=multi30k: .*not found"):
+    benchmark._real_sentences(5, "multi30k")
+  (tmp_path / "multi30k").mkdir()
+  (tmp_path / "multi30k" / "test2016.en").write_text("a b c\n")
+  assert benchmark._real_sentences(5) == (["a b c"], "multi30k/test2016.en")
+  assert benchmark._real_sentences(5, "newstest2014")[1] == "wmt14/newstest2014.en"
+
+
 def test_bench_runs_every_part(tmp_path):
   out = tmp_path / "bench.json"
   env = dict(os.environ, XLA_FLAGS="", JAX_PLATFORMS="cpu")

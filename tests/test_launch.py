@@ -17,7 +17,7 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAUNCH = os.path.join(REPO, "launch")
-SCRIPTS = ["local.sh", "tpu_vm.sh", "gpu_slurm.sbatch"]
+SCRIPTS = ["local.sh", "tpu_vm.sh", "gpu_slurm.sbatch", "gpu_bench.sh"]
 ODD_ARG = "--workdir=/shared/it's a dir"  # a space and a quote must survive every layer
 
 
@@ -233,3 +233,32 @@ def test_slurm_tasks_resolve_to_one_run(stubs):
   assert result.returncode == 0, result.stderr
   assert result.stdout.splitlines() == [
       f"slurm gpu07:61441 4 {i} ({i % 2},)" for i in range(4)]
+
+
+def test_gpu_bench_runs_base_and_big_and_finds_newstest2014(stubs, tmp_path):
+  env, _, _ = stubs
+  data = tmp_path / "data"
+  (data / "wmt14").mkdir(parents=True)
+  (data / "wmt14" / "newstest2014.en").write_text("a sentence\n")
+  bin_dir = tmp_path / "bench_bin"
+  bin_dir.mkdir()
+  _stub(str(bin_dir), "t2t-bench", f"""
+      echo "$*" >> {tmp_path}/bench_calls.txt
+      """)
+  env = dict(env, PATH=f"{bin_dir}:{env['PATH']}", T2T_SHARED_DATA=str(data))
+  out = tmp_path / "out"
+  dry = _run("gpu_bench.sh", "--dry-run", str(out), env=env)
+  assert dry.returncode == 0, dry.stderr
+  assert not (tmp_path / "bench_calls.txt").exists() and not out.exists()
+  common = ("--batch_tokens=25000 --seq_len=64 --config.model.dtype=bfloat16 "
+            "--config.model.attention_impl=cudnn")
+  assert dry.stdout.splitlines() == [
+      f"+ t2t-bench --experiment=base {common} --parts=peak,train,decode "
+      f"--decode_sentences=3003 --decode_corpus=newstest2014 --json={out}/base.json",
+      f"+ t2t-bench --experiment=big {common} --parts=peak,train --json={out}/big.json"]
+  real = _run("gpu_bench.sh", str(out), env=dict(env, T2T_SHARED_DATA=str(tmp_path / "none")))
+  assert real.returncode == 0, real.stderr
+  assert "decoding synthetic sentences" in real.stderr
+  calls = (tmp_path / "bench_calls.txt").read_text().splitlines()
+  assert len(calls) == 2 and "--decode_corpus" not in calls[0]
+  assert calls[0].endswith(f"--json={out}/base.json") and (out / "big.log").exists()
