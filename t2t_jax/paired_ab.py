@@ -24,6 +24,10 @@ import sys
 import tempfile
 import time
 
+import jax
+import jax.numpy as jnp
+import numpy as np
+
 SIZES = dict(
     tiny=(dict(vocab_size=8000, d_model=128, d_ff=512, num_heads=4, num_layers=2), 128),
     base=(dict(vocab_size=32000, d_model=512, d_ff=2048, num_heads=8, num_layers=6), 64))
@@ -48,8 +52,6 @@ def _copy_package(checkout: str, name: str, root: str) -> None:
 
 def _build(name: str, size: str, overrides: dict, bench):
   """(step, state, batch, model FLOPs per step) of package `name`, compiled and run once."""
-  import jax  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   mod = lambda m: importlib.import_module(f"{name}.{m}")
   model_lib, steps, optim, parallel = mod("model"), mod("steps"), mod("optim"), mod("parallel")
   fields, rows = SIZES[size]
@@ -82,8 +84,6 @@ def compare(checkout_a: str, checkout_b: str, size: str = "tiny", num_steps: int
             overrides_b: dict = None) -> dict:
   """Alternates train steps of A and B (order swapped every pair); per-step times and the
   median B/A ratio with its quartiles."""
-  import jax  # pylint: disable=g-import-not-at-top
-  import numpy as np  # pylint: disable=g-import-not-at-top
   root = tempfile.mkdtemp(prefix="t2t_ab_")
   try:
     _copy_package(checkout_a, "t2t_jax_ab_a", root)
@@ -101,7 +101,8 @@ def compare(checkout_a: str, checkout_b: str, size: str = "tiny", num_steps: int
         jax.block_until_ready(metrics)
         times[which].append(time.perf_counter() - start)
   finally:
-    sys.path.remove(root) if root in sys.path else None
+    if root in sys.path:
+      sys.path.remove(root)
     shutil.rmtree(root, ignore_errors=True)
   ratios = [b / a for a, b in zip(*times)]
   return dict(step_times_a=times[0], step_times_b=times[1],
