@@ -164,16 +164,14 @@ def _real_sentences(n: int, corpus: str = ""):
   multi30k test2016 and newstest2014 present, or (None, None)."""
   from t2t_jax.data import testing  # pylint: disable=g-import-not-at-top
   root = str(testing.shared_data_dir())
-  for name, rel in CORPORA.items():
-    path = os.path.join(root, rel)
-    if corpus and name != corpus:
-      continue
+  for name in [corpus] if corpus else CORPORA:
+    path = os.path.join(root, CORPORA[name])
     if os.path.isfile(path):
       with open(path, encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f][:n], rel
-    if corpus:
-      raise app.UsageError(f"--decode_corpus={corpus}: {path} not found "
-                           f"(set T2T_SHARED_DATA to the folder holding {rel})")
+        return [line.rstrip("\n") for line in f][:n], CORPORA[name]
+  if corpus:
+    raise app.UsageError(f"--decode_corpus={corpus}: {path} not found "
+                         f"(set T2T_SHARED_DATA to the folder holding {CORPORA[corpus]})")
   return None, None
 
 

@@ -35,16 +35,15 @@ def random_bits16(rng, shape) -> jnp.ndarray:
   `jax.random.bits`.
   """
   n = math.prod(shape)
+  key = rng
   if jnp.issubdtype(rng.dtype, jax.dtypes.prng_key):
-    if str(jax.random.key_impl(rng)) != "threefry2x32":
-      return jax.random.bits(rng, shape, jnp.uint16).astype(jnp.uint32)
-    rng = jax.random.key_data(rng)
-  if rng.shape != (2,):  # a raw key of another implementation
+    key = jax.random.key_data(rng) if str(jax.random.key_impl(rng)) == "threefry2x32" else None
+  if key is None or key.shape != (2,):  # another implementation (typed, or a raw key)
     return jax.random.bits(rng, shape, jnp.uint16).astype(jnp.uint32)
   half = (n + 1) // 2
   if half >= 1 << 32:
     raise ValueError(f"dropout over {n} elements: at most 2^33 per call")
-  words = threefry_2x32((rng[0], rng[1]), jax.lax.iota(jnp.uint32, half))
+  words = threefry_2x32((key[0], key[1]), jax.lax.iota(jnp.uint32, half))
   bits = jnp.concatenate([words & 0xFFFF, words >> 16])
   return bits[:n].reshape(shape)
 

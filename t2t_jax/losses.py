@@ -58,7 +58,11 @@ def target_is_top(logits, targets):
   [512, 8000] in 0.7 ms here, against 0.9-1.3 ms for a select-masked max, 4.8 ms for
   `argmax` and 18 ms for jnp.argmax.
   """
-  target, others = _target_and_others(logits, targets)
+  return _above_others(*_target_and_others(logits, targets))
+
+
+def _above_others(target, others):
+  """target > others, with +inf taken as FLT_MAX as `_target_and_others` takes it."""
   return jnp.minimum(target, jnp.finfo(jnp.float32).max) > others
 
 
@@ -159,7 +163,7 @@ def _chunk_sums(logits, targets, label_smoothing: float, logit_sums):
   if label_smoothing > 0.0:
     loss = loss + confidence * jnp.log(confidence) + (vocab - 1) * low * jnp.log(low)
   w = _weights(targets, None)
-  correct = (jnp.minimum(target, jnp.finfo(jnp.float32).max) > others).astype(jnp.float32)
+  correct = _above_others(target, others).astype(jnp.float32)
   sums = dict(loss=jnp.sum(loss * w), nll=jnp.sum(nll * w), correct=jnp.sum(correct * w),
               denominator=jnp.sum(w))
   return sums, jnp.exp(logits - lse[:, None]), w
