@@ -15,6 +15,7 @@ Run it with `GLIBC_TUNABLES=glibc.malloc.hugetlb=1` to match what t2t-bench sets
 
 import argparse
 import ast
+import dataclasses
 import importlib
 import os
 import re
@@ -123,8 +124,13 @@ def main(argv=None) -> None:
   for path in (args.checkout_a, args.checkout_b):
     if not os.path.isdir(os.path.join(path, "t2t_jax")):
       raise SystemExit(f"{path}: not a checkout (no t2t_jax/ folder)")
-  r = compare(args.checkout_a, args.checkout_b, args.size, args.steps,
-              dict(_parse_override(o) for o in args.b))
+  overrides = dict(_parse_override(o) for o in args.b)
+  from t2t_jax.model import TransformerConfig  # pylint: disable=g-import-not-at-top
+  known = {f.name for f in dataclasses.fields(TransformerConfig)}
+  for field in overrides:
+    if field not in known:
+      raise SystemExit(f"--b={field}=...: TransformerConfig has no field {field!r}")
+  r = compare(args.checkout_a, args.checkout_b, args.size, args.steps, overrides)
   ms = lambda t: f"min {1e3 * min(t):.1f} ms, median {1e3 * statistics.median(t):.1f} ms"
   print(f"A {args.checkout_a}: {ms(r['step_times_a'])}, "
         f"{r['flops_a'] / r['median_a'] / 1e9:.1f} GFLOP/s")
