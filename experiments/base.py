@@ -15,25 +15,27 @@ from t2t_jax import data
 
 def model_config() -> ml_collections.ConfigDict:
   """The model part of Table 3; field names are those of t2t_jax.model.TransformerConfig."""
-  return ml_collections.ConfigDict(dict(
+  return ml_collections.ConfigDict(
+    dict(
       d_model=512,
       d_ff=2048,
       num_heads=8,
-      d_k=0,                       # 0: d_model / num_heads
+      d_k=0,  # 0: d_model / num_heads
       d_v=0,
       num_layers=6,
-      num_encoder_layers=0,        # 0: same as num_layers
+      num_encoder_layers=0,  # 0: same as num_layers
       num_decoder_layers=0,
-      dropout_rate=0.1,            # P_drop
+      dropout_rate=0.1,  # P_drop
       attention_dropout_rate=0.0,  # the paper drops only sub-layer outputs and embeddings
       norm="post",
       positional="sinusoidal",
       share_embeddings=True,
-      dtype="float32",             # 'bfloat16' on accelerators (parameters stay float32)
+      dtype="float32",  # 'bfloat16' on accelerators (parameters stay float32)
       max_len=512,
       attention_impl="reference",  # 'cudnn' on NVIDIA GPUs
-      loss_chunk_tokens=512,       # pre-softmax layer + loss over chunks of this many tokens (0: whole)
-  ))
+      loss_chunk_tokens=512,  # pre-softmax layer + loss over chunks of this many tokens (0: whole)
+    )
+  )
 
 
 def data_config() -> ml_collections.ConfigDict:
@@ -42,7 +44,7 @@ def data_config() -> ml_collections.ConfigDict:
   config.pair = "de-en"
   config.source_lang = "en"
   config.target_lang = "de"
-  config.vocab_size = 37000        # shared BPE source-target vocabulary (paper 5.1)
+  config.vocab_size = 37000  # shared BPE source-target vocabulary (paper 5.1)
   config.tokens_per_batch = 25000  # ~25k source + 25k target tokens per step (paper 5.1)
   return config
 
@@ -53,23 +55,23 @@ def get_config() -> ml_collections.ConfigDict:
   config.data = data_config()
   config.seed = 0
   config.num_train_steps = 100_000
-  config.warmup_steps = 4000       # paper 5.3
+  config.warmup_steps = 4000  # paper 5.3
   config.learning_rate_factor = 1.0
-  config.label_smoothing = 0.1     # eps_ls (paper 5.4)
-  config.grad_accum_steps = 1      # raise to reach 25k+25k tokens on fewer devices
+  config.label_smoothing = 0.1  # eps_ls (paper 5.4)
+  config.grad_accum_steps = 1  # raise to reach 25k+25k tokens on fewer devices
   config.log_every_steps = 100
   config.eval_every_steps = 1000
   config.checkpoint_every_steps = 1000
-  config.keep_checkpoints = 20     # >= the checkpoints averaged at the end (5 base, 20 big)
+  config.keep_checkpoints = 20  # >= the checkpoints averaged at the end (5 base, 20 big)
   config.average_checkpoints = 5
   config.prefetch_batches = 2
   # Decoding (paper 6.1): beam 4, length penalty alpha 0.6, max output = input + 50.
   config.beam_size = 4
   config.alpha = 0.6
   config.max_output_extra = 50
-  config.bleu_every_steps = 0      # sacreBLEU on dev sentences every M steps (0 = off)
+  config.bleu_every_steps = 0  # sacreBLEU on dev sentences every M steps (0 = off)
   config.bleu_num_sentences = 500
-  config.test_at_end = False       # translate and score the test split after training
+  config.test_at_end = False  # translate and score the test split after training
   # Checkpoint selection on dev only: candidates ('latest', 'average:N', 'STEP', comma
   # separated) are scored by dev sacreBLEU and the best one translates the test split;
   # '' = the average of the last `average_checkpoints` (the paper's practice).

@@ -11,30 +11,30 @@ from t2t_jax.experiments import base
 
 # Row -> (model overrides, training overrides, paper's dev BLEU on newstest2013).
 VARIANTS = {
-    "base": ({}, {}, 25.8),
-    # (A) number of heads, d_k = d_v = d_model / h, constant computation.
-    "A1": (dict(num_heads=1), {}, 24.9),
-    "A2": (dict(num_heads=4), {}, 25.5),
-    "A3": (dict(num_heads=16), {}, 25.8),
-    "A4": (dict(num_heads=32), {}, 25.4),
-    # (B) smaller attention key size d_k (d_v stays 64).
-    "B1": (dict(d_k=16, d_v=64), {}, 25.1),
-    "B2": (dict(d_k=32, d_v=64), {}, 25.4),
-    # (C) model size.
-    "C1": (dict(num_layers=2), {}, 23.7),
-    "C2": (dict(num_layers=4), {}, 25.3),
-    "C3": (dict(num_layers=8), {}, 25.5),
-    "C4": (dict(d_model=256), {}, 24.5),        # d_k = d_v = 32
-    "C5": (dict(d_model=1024), {}, 26.0),       # d_k = d_v = 128
-    "C6": (dict(d_ff=1024), {}, 25.4),
-    "C7": (dict(d_ff=4096), {}, 26.2),
-    # (D) dropout and label smoothing.
-    "D1": (dict(dropout_rate=0.0), {}, 24.6),
-    "D2": (dict(dropout_rate=0.2), {}, 25.5),
-    "D3": ({}, dict(label_smoothing=0.0), 25.3),
-    "D4": ({}, dict(label_smoothing=0.2), 25.7),
-    # (E) learned positional embedding instead of sinusoids.
-    "E": (dict(positional="learned"), {}, 25.7),
+  "base": ({}, {}, 25.8),
+  # (A) number of heads, d_k = d_v = d_model / h, constant computation.
+  "A1": (dict(num_heads=1), {}, 24.9),
+  "A2": (dict(num_heads=4), {}, 25.5),
+  "A3": (dict(num_heads=16), {}, 25.8),
+  "A4": (dict(num_heads=32), {}, 25.4),
+  # (B) smaller attention key size d_k (d_v stays 64).
+  "B1": (dict(d_k=16, d_v=64), {}, 25.1),
+  "B2": (dict(d_k=32, d_v=64), {}, 25.4),
+  # (C) model size.
+  "C1": (dict(num_layers=2), {}, 23.7),
+  "C2": (dict(num_layers=4), {}, 25.3),
+  "C3": (dict(num_layers=8), {}, 25.5),
+  "C4": (dict(d_model=256), {}, 24.5),  # d_k = d_v = 32
+  "C5": (dict(d_model=1024), {}, 26.0),  # d_k = d_v = 128
+  "C6": (dict(d_ff=1024), {}, 25.4),
+  "C7": (dict(d_ff=4096), {}, 26.2),
+  # (D) dropout and label smoothing.
+  "D1": (dict(dropout_rate=0.0), {}, 24.6),
+  "D2": (dict(dropout_rate=0.2), {}, 25.5),
+  "D3": ({}, dict(label_smoothing=0.0), 25.3),
+  "D4": ({}, dict(label_smoothing=0.2), 25.7),
+  # (E) learned positional embedding instead of sinusoids.
+  "E": (dict(positional="learned"), {}, 25.7),
 }
 
 
@@ -48,5 +48,5 @@ def get_config(variant: str = "base"):
   config.update(training)
   config.variant = variant
   config.paper_dev_bleu = paper_bleu
-  config.average_checkpoints = 1   # "no checkpoint averaging" for Table 3
+  config.average_checkpoints = 1  # "no checkpoint averaging" for Table 3
   return config

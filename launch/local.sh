@@ -24,7 +24,7 @@ Options:
   -h, --help              this text
 
 Environment: T2T_TRAIN overrides the command (default "t2t-train", e.g.
-T2T_TRAIN="python -m t2t_jax.main").
+T2T_TRAIN="python -m t2t_jax.cli.train").
 
 Examples:
   launch/local.sh --experiment=tiny --workdir=workdirs/tiny

@@ -8,30 +8,31 @@ import sys
 import jax
 import jax.numpy as jnp
 
-from t2t_jax import benchmark
+from t2t_jax.cli import bench as benchmark
 from t2t_jax.model import Transformer, TransformerConfig
 
 
 def test_model_flops_by_hand():
-  cfg = TransformerConfig(vocab_size=10, d_model=8, d_ff=16, num_heads=2, num_layers=1,
-                          max_len=8)
+  cfg = TransformerConfig(vocab_size=10, d_model=8, d_ff=16, num_heads=2, num_layers=1, max_len=8)
   x = jnp.ones((1, 4), jnp.int32)
   params = Transformer(cfg).init(jax.random.PRNGKey(0), x, x)["params"]
-  attention = 4 * 8 * 8 + 3 * 8          # W^Q, W^K, W^V, W^O + biases (none on W^K)
+  attention = 4 * 8 * 8 + 3 * 8  # W^Q, W^K, W^V, W^O + biases (none on W^K)
   ffn = 8 * 16 + 16 + 16 * 8 + 8
   encoder, decoder = attention + ffn + 2 * 16, 2 * attention + ffn + 3 * 16
   rows, length = 2, 4
   dense = 6 * (encoder + decoder) * rows * length
   softmax = 6 * 8 * 10 * rows * length
-  per_pair = 2 * length * length * 2 * (4 + 4)   # QK^T and AV, 2 heads of d_k = d_v = 4
-  attn = 3 * rows * 3 * per_pair                 # encoder self, decoder self, cross
+  per_pair = 2 * length * length * 2 * (4 + 4)  # QK^T and AV, 2 heads of d_k = d_v = 4
+  attn = 3 * rows * 3 * per_pair  # encoder self, decoder self, cross
   assert benchmark.model_flops_per_step(cfg, params, rows, length, length) == (
-      dense + softmax + attn)
+    dense + softmax + attn
+  )
 
 
 def test_decode_corpus_choice(tmp_path, monkeypatch):
   import pytest
   from absl import app
+
   (tmp_path / "wmt14").mkdir()
   (tmp_path / "wmt14" / "newstest2014.en").write_text("one two\nthree\n")
   monkeypatch.setenv("T2T_SHARED_DATA", str(tmp_path))
@@ -49,13 +50,35 @@ def test_bench_runs_every_part(tmp_path):
   out = tmp_path / "bench.json"
   env = dict(os.environ, XLA_FLAGS="", JAX_PLATFORMS="cpu")
   proc = subprocess.run(
-      [sys.executable, "-m", "t2t_jax.benchmark", "--experiment=tiny", "--steps=3",
-       "--config.model.d_model=32", "--config.model.d_ff=64", "--config.model.num_layers=1",
-       "--batch_tokens=256", "--seq_len=16", "--decode_sentences=8", "--pipeline_batches=5",
-       f"--json={out}"], env=env, capture_output=True, text=True, timeout=600)
+    [
+      sys.executable,
+      "-m",
+      "t2t_jax.cli.bench",
+      "--experiment=tiny",
+      "--steps=3",
+      "--config.model.d_model=32",
+      "--config.model.d_ff=64",
+      "--config.model.num_layers=1",
+      "--batch_tokens=256",
+      "--seq_len=16",
+      "--decode_sentences=8",
+      "--pipeline_batches=5",
+      f"--json={out}",
+    ],
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
   assert proc.returncode == 0, proc.stderr[-3000:]
-  for text in ("matmul peak (cpu, float32", "MFU", "compilations after warm-up: 0",
-               "beam 4:", "greedy 1:", "pipeline (synthetic, bucket)"):
+  for text in (
+    "matmul peak (cpu, float32",
+    "MFU",
+    "compilations after warm-up: 0",
+    "beam 4:",
+    "greedy 1:",
+    "pipeline (synthetic, bucket)",
+  ):
     assert text in proc.stdout, proc.stdout
   results = json.loads(out.read_text())
   train = results["train"]
@@ -66,7 +89,9 @@ def test_bench_runs_every_part(tmp_path):
 
 def test_paired_ab_runs_two_copies_of_a_checkout_side_by_side():
   import os
-  from t2t_jax import paired_ab
+
+  from tools import paired_ab
+
   repo = os.path.dirname(os.path.dirname(os.path.abspath(paired_ab.__file__)))
   r = paired_ab.compare(repo, repo, "tiny", num_steps=2, overrides_b=dict(dropout_rate=0.0))
   assert len(r["step_times_a"]) == len(r["step_times_b"]) == 2

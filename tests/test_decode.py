@@ -1,4 +1,4 @@
-"""Tests for t2t_jax.decode against exhaustive float64 numpy search.
+"""Tests for t2t_jax.decoding.search against exhaustive float64 numpy search.
 
 The language models here are tries over a 5-token vocabulary (PAD, EOS, BOS, a, b): every
 prefix over {a, b} is a node with its own logits (PAD and BOS get -inf). The model reads the
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from jax import lax
 
-from t2t_jax import decode
+from t2t_jax.decoding import search as decode
 from t2t_jax.tokens import BOS_ID, EOS_ID, PAD_ID
 
 A, B = 3, 4
@@ -29,12 +29,15 @@ _steps = []  # step indices seen by tokens_to_logits at run time (via jax.debug.
 
 # --- the trie language model (JAX side) --------------------------------------------------------
 
+
 def _trie_lm(table, max_decode_len, slope):
   """tokens_to_logits over `table` [batch, nodes, VOCAB] and its cache for `batch` sentences."""
   batch = table.shape[0]
-  cache = {"history": jnp.full((batch, max_decode_len), PAD_ID, jnp.int32),
-           "sentence": jnp.arange(batch, dtype=jnp.int32),
-           "step": jnp.array(0, jnp.int32)}
+  cache = {
+    "history": jnp.full((batch, max_decode_len), PAD_ID, jnp.int32),
+    "sentence": jnp.arange(batch, dtype=jnp.int32),
+    "step": jnp.array(0, jnp.int32),
+  }
 
   def tokens_to_logits(ids, cache):
     step = cache["step"]
@@ -43,7 +46,7 @@ def _trie_lm(table, max_decode_len, slope):
     # Heap numbering of the prefix history[1..step]: node = 2^step - 1 + binary(prefix).
     pos = jnp.arange(max_decode_len)
     weights = jnp.where((pos >= 1) & (pos <= step), 2 ** jnp.clip(step - pos, 0, 30), 0)
-    node = 2 ** step - 1 + jnp.sum(jnp.clip(history - A, 0, 1) * weights, axis=1)
+    node = 2**step - 1 + jnp.sum(jnp.clip(history - A, 0, 1) * weights, axis=1)
     node = jnp.minimum(node, table.shape[1] - 1)
     logits = table[cache["sentence"], node] * (1.0 + slope * step)
     logits = jnp.where(history[:, :1] == BOS_ID, logits, jnp.roll(logits, 1, axis=-1))
@@ -55,15 +58,23 @@ def _trie_lm(table, max_decode_len, slope):
 @functools.partial(jax.jit, static_argnames=("beam_size", "max_decode_len", "slope", "early_stop"))
 def _beam(table, max_lengths, alpha, *, beam_size, max_decode_len, slope=SLOPE, early_stop=True):
   lm, cache = _trie_lm(table, max_decode_len, slope)
-  return decode.beam_search(lm, cache, max_lengths=max_lengths, max_decode_len=max_decode_len,
-                            beam_size=beam_size, alpha=alpha, early_stop=early_stop)
+  return decode.beam_search(
+    lm,
+    cache,
+    max_lengths=max_lengths,
+    max_decode_len=max_decode_len,
+    beam_size=beam_size,
+    alpha=alpha,
+    early_stop=early_stop,
+  )
 
 
 @functools.partial(jax.jit, static_argnames=("max_decode_len", "slope"))
 def _greedy(table, max_lengths, *, max_decode_len, slope=SLOPE):
   lm, cache = _trie_lm(table, max_decode_len, slope)
-  return decode.greedy_search(lm, cache, max_lengths=max_lengths, max_decode_len=max_decode_len,
-                              eos_id=EOS_ID, bos_id=BOS_ID)
+  return decode.greedy_search(
+    lm, cache, max_lengths=max_lengths, max_decode_len=max_decode_len, eos_id=EOS_ID, bos_id=BOS_ID
+  )
 
 
 def _run_counting_steps(fn, *args, **kwargs):
@@ -76,12 +87,13 @@ def _run_counting_steps(fn, *args, **kwargs):
 
 # --- tables ------------------------------------------------------------------------------------
 
+
 def _num_nodes(max_decode_len):
-  return 2 ** max_decode_len - 1  # prefixes of length <= max_decode_len - 1
+  return 2**max_decode_len - 1  # prefixes of length <= max_decode_len - 1
 
 
 def _depth_nodes(depth):
-  return slice(2 ** depth - 1, 2 ** (depth + 1) - 1)
+  return slice(2**depth - 1, 2 ** (depth + 1) - 1)
 
 
 def _random_table(seed, batch, max_decode_len, eos_bias=0.0):
@@ -104,6 +116,7 @@ def _hand_table(probs, max_decode_len):
 
 
 # --- float64 numpy reference -------------------------------------------------------------------
+
 
 def _node(prefix):
   node = 0
@@ -157,27 +170,27 @@ def _strip(row):
 
 # --- beam search vs exhaustive search ---------------------------------------------------------
 
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_beam_search_equals_exhaustive_search(seed):
   """Beam 16 >= the 2^4 prefixes of length 4 is exact: the top 16 equal exhaustive search."""
   max_lengths = np.array([5, 3, 4], np.int32)
   table = _random_table(seed, batch=3, max_decode_len=6)
   for alpha in [0.0, 0.6, 1.5, 4.0]:
-    seqs, scores = map(np.asarray, _beam(table, max_lengths, alpha, beam_size=16,
-                                         max_decode_len=6))
+    seqs, scores = map(np.asarray, _beam(table, max_lengths, alpha, beam_size=16, max_decode_len=6))
     for b, max_length in enumerate(max_lengths):
       ref = _ref_exhaustive(table[b], max_length, alpha)[:16]
       ref_scores = np.array([s for s, _ in ref])
       assert ref_scores[0] - ref_scores[1] > 1e-3  # a clear winner: the best is well defined
       assert _strip(seqs[b, 0]) == ref[0][1]
-      np.testing.assert_allclose(scores[b, :len(ref)], ref_scores, rtol=1e-5, atol=1e-5)
+      np.testing.assert_allclose(scores[b, : len(ref)], ref_scores, rtol=1e-5, atol=1e-5)
       gaps = np.diff(ref_scores, prepend=np.inf, append=-np.inf)
       for i, (_, ref_seq) in enumerate(ref):
         if min(-gaps[i], -gaps[i + 1]) > 1e-4:  # order well defined
           assert _strip(seqs[b, i]) == ref_seq
       # Fewer possible outputs than beams: the rest are empty slots.
-      assert np.all(scores[b, len(ref):] == -np.inf)
-      assert np.all(seqs[b, len(ref):] == PAD_ID)
+      assert np.all(scores[b, len(ref) :] == -np.inf)
+      assert np.all(seqs[b, len(ref) :] == PAD_ID)
 
 
 def test_early_stop_changes_nothing_but_the_step_count():
@@ -195,7 +208,8 @@ def test_early_stop_changes_nothing_but_the_step_count():
     for alpha in [0.0, 0.6, 2.0, 4.0]:
       (seqs, scores), steps = _run_counting_steps(_beam, table, max_lengths, alpha, **kwargs)
       (full_seqs, full_scores), full_steps = _run_counting_steps(
-          _beam, table, max_lengths, alpha, early_stop=False, **kwargs)
+        _beam, table, max_lengths, alpha, early_stop=False, **kwargs
+      )
       assert full_steps == 9
       np.testing.assert_array_equal(seqs, full_seqs)
       np.testing.assert_array_equal(scores, full_scores)
@@ -205,20 +219,22 @@ def test_early_stop_changes_nothing_but_the_step_count():
 
 def test_beam_search_beats_greedy_on_a_hand_built_model():
   """Greedy takes `a` (p .5) and then ends (.35): p = .175. The best output is b EOS: p = .36."""
-  probs = {(): {EOS_ID: .1, A: .5, B: .4},
-           (A,): {EOS_ID: .35, A: .33, B: .32},
-           (B,): {EOS_ID: .9, A: .05, B: .05}}
+  probs = {
+    (): {EOS_ID: 0.1, A: 0.5, B: 0.4},
+    (A,): {EOS_ID: 0.35, A: 0.33, B: 0.32},
+    (B,): {EOS_ID: 0.9, A: 0.05, B: 0.05},
+  }
   table = _hand_table(probs, max_decode_len=3)
   max_lengths = np.array([3], np.int32)
   greedy_seqs, greedy_log_probs = _greedy(table, max_lengths, max_decode_len=3, slope=0.0)
   assert _strip(greedy_seqs[0]) == (A, EOS_ID)
-  np.testing.assert_allclose(greedy_log_probs[0], math.log(.5 * .35), rtol=1e-6)
+  np.testing.assert_allclose(greedy_log_probs[0], math.log(0.5 * 0.35), rtol=1e-6)
   seqs, scores = _beam(table, max_lengths, 0.6, beam_size=2, max_decode_len=3, slope=0.0)
   assert _strip(seqs[0, 0]) == (B, EOS_ID)
-  np.testing.assert_allclose(scores[0, 0], math.log(.4 * .9) / (7 / 6) ** 0.6, rtol=1e-6)
+  np.testing.assert_allclose(scores[0, 0], math.log(0.4 * 0.9) / (7 / 6) ** 0.6, rtol=1e-6)
   # Second best over all outputs: a a EOS, log(.5 * .33) / (8/6)^0.6 (a b EOS has .16).
   assert _strip(seqs[0, 1]) == (A, A, EOS_ID)
-  np.testing.assert_allclose(scores[0, 1], math.log(.5 * .33) / (8 / 6) ** 0.6, rtol=1e-6)
+  np.testing.assert_allclose(scores[0, 1], math.log(0.5 * 0.33) / (8 / 6) ** 0.6, rtol=1e-6)
 
 
 def test_beam_size_one_keeps_an_earlier_better_ending_greedy_passes_by():
@@ -227,15 +243,15 @@ def test_beam_size_one_keeps_an_earlier_better_ending_greedy_passes_by():
   With a finished set, beam_size=1 returns the best of the ends met along the greedy path,
   which is not always greedy's.
   """
-  probs = {(): {EOS_ID: .4, A: .6}, (A,): {EOS_ID: .3, A: .4, B: .3}}
+  probs = {(): {EOS_ID: 0.4, A: 0.6}, (A,): {EOS_ID: 0.3, A: 0.4, B: 0.3}}
   table = _hand_table(probs, max_decode_len=3)
   max_lengths = np.array([3], np.int32)
   greedy_seqs, greedy_log_probs = _greedy(table, max_lengths, max_decode_len=3, slope=0.0)
   assert _strip(greedy_seqs[0]) == (A, A, EOS_ID)
-  np.testing.assert_allclose(greedy_log_probs[0], math.log(.24), rtol=1e-6)
+  np.testing.assert_allclose(greedy_log_probs[0], math.log(0.24), rtol=1e-6)
   seqs, scores = _beam(table, max_lengths, 0.6, beam_size=1, max_decode_len=3, slope=0.0)
   assert _strip(seqs[0, 0]) == (EOS_ID,)
-  np.testing.assert_allclose(scores[0, 0], math.log(.4), rtol=1e-6)
+  np.testing.assert_allclose(scores[0, 0], math.log(0.4), rtol=1e-6)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -253,12 +269,10 @@ def test_beam_size_one_equals_greedy_when_greedys_end_is_the_best_end_on_its_pat
     table[b, _depth_nodes(depth), EOS_ID] = 50.0
   greedy_seqs, greedy_log_probs = map(np.asarray, _greedy(table, max_lengths, max_decode_len=8))
   for alpha in [0.0, 0.6]:
-    seqs, scores = map(np.asarray, _beam(table, max_lengths, alpha, beam_size=1,
-                                         max_decode_len=8))
+    seqs, scores = map(np.asarray, _beam(table, max_lengths, alpha, beam_size=1, max_decode_len=8))
     np.testing.assert_array_equal(seqs[:, 0], greedy_seqs)
     lengths = np.sum(greedy_seqs != PAD_ID, axis=1)
-    np.testing.assert_allclose(scores[:, 0] * _ref_lp(lengths, alpha), greedy_log_probs,
-                               rtol=1e-5)
+    np.testing.assert_allclose(scores[:, 0] * _ref_lp(lengths, alpha), greedy_log_probs, rtol=1e-5)
   for b, depth in enumerate(end_depths):
     ref_seq, ref_log_prob = _ref_greedy(table[b], max_lengths[b])
     assert len(ref_seq) == depth + 1
@@ -289,16 +303,20 @@ def test_length_penalty_flips_the_choice_where_the_formula_says(beam_size):
   largest reachable one would stop there and miss the long winner above alpha*. With
   alpha = 0 and beam 2, a stop before the finished set is full would leave slot 2 empty.
   """
-  probs = {(): {EOS_ID: .6, A: .4}, (A,): {A: 1.0}, (A, A): {A: 1.0}}
+  probs = {(): {EOS_ID: 0.6, A: 0.4}, (A,): {A: 1.0}, (A, A): {A: 1.0}}
   table = _hand_table(probs, max_decode_len=6)
   max_lengths = np.array([6], np.int32)
-  alpha_star = math.log(math.log(.4) / math.log(.6)) / math.log(1.5)
+  alpha_star = math.log(math.log(0.4) / math.log(0.6)) / math.log(1.5)
   short, long = (EOS_ID,), (A, A, A, EOS_ID)
-  for alpha, winner, loser in [(0.0, short, long), (alpha_star - 1e-3, short, long),
-                               (alpha_star + 1e-3, long, short)]:
-    seqs, scores = _beam(table, max_lengths, alpha, beam_size=beam_size, max_decode_len=6,
-                         slope=0.0)
-    expected = {short: math.log(.6) / _ref_lp(1, alpha), long: math.log(.4) / _ref_lp(4, alpha)}
+  for alpha, winner, loser in [
+    (0.0, short, long),
+    (alpha_star - 1e-3, short, long),
+    (alpha_star + 1e-3, long, short),
+  ]:
+    seqs, scores = _beam(
+      table, max_lengths, alpha, beam_size=beam_size, max_decode_len=6, slope=0.0
+    )
+    expected = {short: math.log(0.6) / _ref_lp(1, alpha), long: math.log(0.4) / _ref_lp(4, alpha)}
     assert _strip(seqs[0, 0]) == winner
     np.testing.assert_allclose(scores[0, 0], expected[winner], rtol=1e-6)
     if beam_size == 2:
@@ -318,8 +336,9 @@ def test_each_sentence_keeps_its_own_max_length():
     for depth in range(6):
       eos_logit = -30.0 if depth < max_length - 1 else -3.0 if depth == max_length - 1 else 5.0
       table[b, _depth_nodes(depth), EOS_ID] = eos_logit
-  (seqs, scores), steps = _run_counting_steps(_beam, table, max_lengths, 0.6, beam_size=3,
-                                              max_decode_len=7)
+  (seqs, scores), steps = _run_counting_steps(
+    _beam, table, max_lengths, 0.6, beam_size=3, max_decode_len=7
+  )
   assert steps <= 6  # not max_decode_len: every sentence is over once it is at its limit
   for b, max_length in enumerate(max_lengths):
     lengths = [len(_strip(row)) for row, score in zip(seqs[b], scores[b]) if score > -np.inf]
@@ -330,8 +349,9 @@ def test_each_sentence_keeps_its_own_max_length():
   assert _strip(seqs[0, 0]) == (EOS_ID,)
   assert np.all(scores[0, 1:] == -np.inf)  # only one output of length <= 1 exists
 
-  (greedy_seqs, _), greedy_steps = _run_counting_steps(_greedy, table, max_lengths,
-                                                       max_decode_len=7)
+  (greedy_seqs, _), greedy_steps = _run_counting_steps(
+    _greedy, table, max_lengths, max_decode_len=7
+  )
   assert greedy_steps == 6  # stops when all sentences have ended, not at max_decode_len
   assert [len(_strip(row)) for row in greedy_seqs] == list(max_lengths)
 
@@ -340,8 +360,9 @@ def test_jit_and_eager_calls_agree():
   table = _random_table(500, batch=2, max_decode_len=5)
   max_lengths = np.array([5, 4], np.int32)
   lm, cache = _trie_lm(jnp.asarray(table), 5, SLOPE)
-  search = functools.partial(decode.beam_search, lm, max_lengths=max_lengths,
-                             max_decode_len=5, beam_size=3, alpha=0.6)
+  search = functools.partial(
+    decode.beam_search, lm, max_lengths=max_lengths, max_decode_len=5, beam_size=3, alpha=0.6
+  )
   eager_seqs, eager_scores = search(cache)
   jit_seqs, jit_scores = jax.jit(search)(cache)
   np.testing.assert_array_equal(eager_seqs, jit_seqs)
@@ -353,13 +374,15 @@ def test_jit_and_eager_calls_agree():
 def test_cache_with_wrong_batch_dim_is_rejected():
   cache = {"k": jnp.zeros((3, 2)), "index": jnp.array(0)}
   with pytest.raises(ValueError, match=r"\(3, 2\).*batch = len\(max_lengths\) = 2"):
-    decode.beam_search(lambda ids, c: (None, c), cache, max_lengths=np.array([2, 2]),
-                       max_decode_len=4)
+    decode.beam_search(
+      lambda ids, c: (None, c), cache, max_lengths=np.array([2, 2]), max_decode_len=4
+    )
 
 
 def test_length_penalty_values():
-  np.testing.assert_allclose(decode.length_penalty(np.array([1, 4, 25]), 0.6),
-                             [1.0, 1.5 ** 0.6, 5.0 ** 0.6], rtol=1e-6)
+  np.testing.assert_allclose(
+    decode.length_penalty(np.array([1, 4, 25]), 0.6), [1.0, 1.5**0.6, 5.0**0.6], rtol=1e-6
+  )
 
 
 # --- the optimized search against the straightforward one it replaced ---------------------------
@@ -367,16 +390,27 @@ def test_length_penalty_values():
 # `_reference_beam_search` is the previous implementation, kept verbatim in substance: the
 # cache is copied to every hypothesis and gathered whole after every step, one lax.top_k
 # over beam * vocab, one while loop over the whole batch. Given the same model, the search
-# in t2t_jax.decode must return exactly the same sequences and scores (bit for bit, ties
+# in t2t_jax.decoding.search must return exactly the same sequences and scores (bit for bit, ties
 # included) whether its batch compacts or not. Through the Transformer's beam-aware cache
 # the model's own arithmetic differs in rounding (see the last test).
 
-def _reference_beam_search(tokens_to_logits, cache, *, max_lengths, max_decode_len, beam_size,
-                           alpha, eos_id=EOS_ID, bos_id=BOS_ID):
+
+def _reference_beam_search(
+  tokens_to_logits,
+  cache,
+  *,
+  max_lengths,
+  max_decode_len,
+  beam_size,
+  alpha,
+  eos_id=EOS_ID,
+  bos_id=BOS_ID,
+):
   neg_inf = float("-inf")
   lp = lambda length: ((5.0 + jnp.asarray(length, jnp.float32)) / 6.0) ** alpha
   nonscalar = lambda fn, tree: jax.tree_util.tree_map(
-      lambda x: x if jnp.ndim(x) == 0 else fn(x), tree)
+    lambda x: x if jnp.ndim(x) == 0 else fn(x), tree
+  )
   max_lengths = jnp.clip(jnp.asarray(max_lengths, jnp.int32), 1, max_decode_len)
   batch = max_lengths.shape[0]
 
@@ -389,8 +423,7 @@ def _reference_beam_search(tokens_to_logits, cache, *, max_lengths, max_decode_l
 
   def body(state):
     step, live_seqs, live_lp, fin_seqs, fin_scores, cache = state
-    prev = lax.dynamic_index_in_dim(live_seqs, jnp.maximum(step - 1, 0), axis=-1,
-                                    keepdims=False)
+    prev = lax.dynamic_index_in_dim(live_seqs, jnp.maximum(step - 1, 0), axis=-1, keepdims=False)
     ids = jnp.where(step == 0, bos_id, prev)
     flat = nonscalar(lambda x: x.reshape((-1,) + x.shape[2:]), cache)
     logits, new = tokens_to_logits(ids.reshape(-1, 1), flat)
@@ -398,8 +431,9 @@ def _reference_beam_search(tokens_to_logits, cache, *, max_lengths, max_decode_l
     log_probs = log_probs.reshape(ids.shape + log_probs.shape[-1:])
     new = nonscalar(lambda x: x.reshape((batch, -1) + x.shape[1:]), new)
     at_limit = (step + 1 >= max_lengths)[:, None, None]
-    log_probs = jnp.where(at_limit & (jnp.arange(log_probs.shape[-1]) != eos_id), neg_inf,
-                          log_probs)
+    log_probs = jnp.where(
+      at_limit & (jnp.arange(log_probs.shape[-1]) != eos_id), neg_inf, log_probs
+    )
     cand = live_lp[..., None] + log_probs
     eos_seqs = write(live_seqs, step, jnp.full(ids.shape, eos_id, jnp.int32))
     all_seqs = jnp.concatenate([fin_seqs, eos_seqs], axis=1)
@@ -419,12 +453,20 @@ def _reference_beam_search(tokens_to_logits, cache, *, max_lengths, max_decode_l
     return (step < max_decode_len) & ~jnp.all(done)
 
   empty = jnp.full((batch, beam_size, max_decode_len), PAD_ID, jnp.int32)
-  live_lp = jnp.broadcast_to(jnp.where(jnp.arange(beam_size) == 0, 0.0, neg_inf),
-                             (batch, beam_size))
-  cache = nonscalar(lambda x: jnp.broadcast_to(x[:, None], (x.shape[0], beam_size)
-                                               + x.shape[1:]), cache)
-  init = (jnp.array(0, jnp.int32), empty, live_lp, empty,
-          jnp.full((batch, beam_size), neg_inf, jnp.float32), cache)
+  live_lp = jnp.broadcast_to(
+    jnp.where(jnp.arange(beam_size) == 0, 0.0, neg_inf), (batch, beam_size)
+  )
+  cache = nonscalar(
+    lambda x: jnp.broadcast_to(x[:, None], (x.shape[0], beam_size) + x.shape[1:]), cache
+  )
+  init = (
+    jnp.array(0, jnp.int32),
+    empty,
+    live_lp,
+    empty,
+    jnp.full((batch, beam_size), neg_inf, jnp.float32),
+    cache,
+  )
   step, live_seqs, live_lp, fin_seqs, fin_scores, _ = lax.while_loop(cond, body, init)
   has_finished = fin_scores[:, 0] > neg_inf
   seqs = jnp.where(has_finished[:, None, None], fin_seqs, live_seqs)
@@ -435,10 +477,12 @@ def _reference_beam_search(tokens_to_logits, cache, *, max_lengths, max_decode_l
 def _hashed_lm(embedding):
   """A per-row model with a large vocabulary and many tied logits: its state is a running
   mix of every token read (cache leaf [N, d]), logits are rounded to halves."""
+
   def tokens_to_logits(ids, cache):
     state = jnp.tanh(cache["state"] * 0.9 + embedding[ids[:, 0]])
     logits = jnp.round(8.0 * state @ embedding.T) / 2.0
     return logits, {"state": state, "step": cache["step"] + 1}
+
   return tokens_to_logits
 
 
@@ -449,12 +493,17 @@ def test_beam_search_equals_reference_with_a_trie_model(beam_size, alpha):
   max_lengths = rng.integers(1, 10, size=32).astype(np.int32)
   table = _random_table(600 + beam_size, batch=32, max_decode_len=9, eos_bias=1.0)
   kwargs = dict(beam_size=beam_size, max_decode_len=9)
-  ref = jax.jit(lambda t, m: _reference_beam_search(
-      *_trie_lm(t, 9, SLOPE), max_lengths=m, max_decode_len=9, beam_size=beam_size,
-      alpha=alpha))(table, max_lengths)
+  ref = jax.jit(
+    lambda t, m: _reference_beam_search(
+      *_trie_lm(t, 9, SLOPE), max_lengths=m, max_decode_len=9, beam_size=beam_size, alpha=alpha
+    )
+  )(table, max_lengths)
   for compact in (True, False):
-    search = jax.jit(lambda t, m, c=compact: decode.beam_search(
-        *_trie_lm(t, 9, SLOPE), max_lengths=m, alpha=alpha, compact=c, **kwargs))
+    search = jax.jit(
+      lambda t, m, c=compact: decode.beam_search(
+        *_trie_lm(t, 9, SLOPE), max_lengths=m, alpha=alpha, compact=c, **kwargs
+      )
+    )
     seqs, scores = search(table, max_lengths)
     np.testing.assert_array_equal(seqs, ref[0])
     np.testing.assert_array_equal(scores, ref[1])
@@ -467,17 +516,19 @@ def test_beam_search_equals_reference_with_a_large_tied_vocabulary():
   embedding = jax.random.normal(jax.random.PRNGKey(7), (vocab, 6)) * 0.7
   rng = np.random.default_rng(7)
   max_lengths = jnp.asarray(rng.integers(2, max_decode_len + 1, size=batch), jnp.int32)
-  cache = {"state": jax.random.normal(jax.random.PRNGKey(8), (batch, 6)),
-           "step": jnp.array(0, jnp.int32)}
+  cache = {
+    "state": jax.random.normal(jax.random.PRNGKey(8), (batch, 6)),
+    "step": jnp.array(0, jnp.int32),
+  }
   lm = _hashed_lm(embedding)
-  kwargs = dict(max_lengths=max_lengths, max_decode_len=max_decode_len, beam_size=4,
-                alpha=0.6)
+  kwargs = dict(max_lengths=max_lengths, max_decode_len=max_decode_len, beam_size=4, alpha=0.6)
   ref_seqs, ref_scores = jax.jit(lambda c: _reference_beam_search(lm, c, **kwargs))(cache)
   lengths = np.sum(np.asarray(ref_seqs[:, 0]) != PAD_ID, axis=1)
   assert len(set(lengths.tolist())) > 4  # sentences end at many different steps
   for compact in (True, False):
-    seqs, scores = jax.jit(lambda c, k=compact: decode.beam_search(lm, c, compact=k,
-                                                                   **kwargs))(cache)
+    seqs, scores = jax.jit(lambda c, k=compact: decode.beam_search(lm, c, compact=k, **kwargs))(
+      cache
+    )
     np.testing.assert_array_equal(seqs, ref_seqs)
     np.testing.assert_array_equal(scores, ref_scores)
 
@@ -489,7 +540,7 @@ def test_chunked_top_k_equals_lax_top_k():
   x[1, 1, 500:] = -np.inf
   x[2, 2, ::7] = 9.0  # many equal maxima
   x = jnp.asarray(x, jnp.float32)
-  top_k = jax.jit(decode._top_k, static_argnums=(1, 2))  # pylint: disable=protected-access
+  top_k = jax.jit(decode._top_k, static_argnums=(1, 2))
   for k in (1, 4, 5):
     want = lax.top_k(x, k)
     for chunk in (8, 16, 48):  # 1000 = 125 * 8 = 62.5 * 16 = 20.8 * 48
@@ -514,10 +565,19 @@ def test_beam_slots_track_each_hypothesis_history():
 def test_transformer_beam_search_equals_reference():
   """The Transformer's beam-aware decoding (shared encoder keys/values, in-place slots,
   compaction) against the reference search over its per-row decode_step."""
-  from t2t_jax import translate  # pylint: disable=g-import-not-at-top
-  from t2t_jax.model import Transformer, TransformerConfig  # pylint: disable=g-import-not-at-top
-  cfg = TransformerConfig(vocab_size=60, d_model=32, d_ff=64, num_heads=4, num_layers=2,
-                          dropout_rate=0.0, max_len=32, share_embeddings=False)
+  from t2t_jax.decoding import translator as translate
+  from t2t_jax.model import Transformer, TransformerConfig
+
+  cfg = TransformerConfig(
+    vocab_size=60,
+    d_model=32,
+    d_ff=64,
+    num_heads=4,
+    num_layers=2,
+    dropout_rate=0.0,
+    max_len=32,
+    share_embeddings=False,
+  )
   model = Transformer(cfg)
   rng = np.random.default_rng(10)
   batch, src_len, max_decode_len = 32, 9, 16
@@ -535,18 +595,33 @@ def test_transformer_beam_search_equals_reference():
   @jax.jit
   def reference(params, inputs, max_lengths):
     encoded = model.apply({"params": params}, inputs, method=Transformer.encode)
-    _, state = model.apply({"params": params}, encoded, inputs, max_decode_len,
-                           method=Transformer.init_cache, mutable=["cache"])
+    _, state = model.apply(
+      {"params": params},
+      encoded,
+      inputs,
+      max_decode_len,
+      method=Transformer.init_cache,
+      mutable=["cache"],
+    )
 
     def tokens_to_logits(ids, cache):
-      logits, new = model.apply({"params": params, "cache": cache}, ids,
-                                method=Transformer.decode_step, mutable=["cache"])
+      logits, new = model.apply(
+        {"params": params, "cache": cache}, ids, method=Transformer.decode_step, mutable=["cache"]
+      )
       return logits, new["cache"]
-    return _reference_beam_search(tokens_to_logits, state["cache"], max_lengths=max_lengths,
-                                  max_decode_len=max_decode_len, beam_size=4, alpha=0.6)
 
-  search = jax.jit(functools.partial(translate.search, model=model,
-                                     max_decode_len=max_decode_len, beam_size=4))
+    return _reference_beam_search(
+      tokens_to_logits,
+      state["cache"],
+      max_lengths=max_lengths,
+      max_decode_len=max_decode_len,
+      beam_size=4,
+      alpha=0.6,
+    )
+
+  search = jax.jit(
+    functools.partial(translate.decode, model=model, max_decode_len=max_decode_len, beam_size=4)
+  )
   ref_seqs, ref_scores = reference(params, inputs, max_lengths)
   seqs, scores = search(params, inputs, max_lengths, 0.6)
   out_lengths = np.sum(np.asarray(ref_seqs[:, 0]) != PAD_ID, axis=1)

@@ -4,25 +4,26 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-from t2t_jax import dropout
-from t2t_jax.layers import Dropout
-
 from jax.extend.random import threefry_2x32
+
+from t2t_jax.model import dropout
+from t2t_jax.model.layers import Dropout
 
 
 @pytest.mark.parametrize("shape", [(7,), (3, 5, 8), (1, 1)])
 def test_bits_are_both_halves_of_threefry_words(shape):
   key = jax.random.PRNGKey(3)
   n = int(np.prod(shape))
-  words = np.asarray(threefry_2x32((key[0], key[1]), jnp.arange((n + 1) // 2, dtype=jnp.uint32)),
-                     np.uint64)
+  words = np.asarray(
+    threefry_2x32((key[0], key[1]), jnp.arange((n + 1) // 2, dtype=jnp.uint32)), np.uint64
+  )
   expected = np.concatenate([words & 0xFFFF, words >> 16])[:n].reshape(shape)
   got = np.asarray(dropout.random_bits16(key, shape))
   np.testing.assert_array_equal(got, expected)
   # a typed key gives the same draws
-  np.testing.assert_array_equal(np.asarray(dropout.random_bits16(jax.random.wrap_key_data(key),
-                                                                 shape)), expected)
+  np.testing.assert_array_equal(
+    np.asarray(dropout.random_bits16(jax.random.wrap_key_data(key), shape)), expected
+  )
 
 
 def test_draws_are_uniform_and_independent():
@@ -31,7 +32,7 @@ def test_draws_are_uniform_and_independent():
   counts = np.bincount((bits // 256).astype(int), minlength=256)  # 256 bins of 4096 expected
   chi2 = np.sum((counts - 4096.0) ** 2 / 4096.0)
   assert chi2 < 255 + 6 * np.sqrt(2 * 255), chi2  # 6 sigma of chi2(255)
-  low, high = bits[: 1 << 19], bits[1 << 19:]  # halves of the same words
+  low, high = bits[: 1 << 19], bits[1 << 19 :]  # halves of the same words
   for a, b in ((low, high), (bits[:-1], bits[1:])):
     assert abs(np.corrcoef(a, b)[0, 1]) < 6 / np.sqrt(a.size)
 
@@ -48,7 +49,7 @@ def test_dropout_values_and_drop_frequency(rate):
   expected = np.where(kept, x.astype(np.float64) * 65536 / (65536 - cut), 0.0)
   np.testing.assert_allclose(y, expected, rtol=1e-6)
   n, p = x.size, cut / 65536
-  assert abs(p - rate) < 2 ** -17
+  assert abs(p - rate) < 2**-17
   assert abs((~kept).sum() - n * p) < 6 * np.sqrt(n * p * (1 - p))
   # unbiased: the scale undoes the quantized keep probability exactly
   assert (65536 / (65536 - cut)) * (1 - p) == pytest.approx(1.0, abs=1e-15)

@@ -1,11 +1,11 @@
 """Pure functions (attention, masks, positional table) against float64 numpy references."""
 
-import numpy as np
-import pytest
 import jax
 import jax.numpy as jnp
+import numpy as np
+import pytest
 
-from t2t_jax import attention, masks, positional
+from t2t_jax.model import attention, masks, positional
 from tests import numpy_reference as ref
 
 
@@ -17,8 +17,9 @@ def _rel_err(a, b):
 @pytest.mark.parametrize("b,lq,lk,h,d", [(2, 5, 5, 4, 8), (3, 1, 7, 2, 16), (1, 9, 4, 8, 4)])
 def test_attention_matches_numpy(b, lq, lk, h, d):
   rng = np.random.default_rng(b * 100 + lq)
-  q, k, v = (rng.normal(size=s).astype(np.float32) for s in
-             [(b, lq, h, d), (b, lk, h, d), (b, lk, h, d)])
+  q, k, v = (
+    rng.normal(size=s).astype(np.float32) for s in [(b, lq, h, d), (b, lk, h, d), (b, lk, h, d)]
+  )
   mask = rng.random((b, 1, lq, lk)) < 0.7
   mask[0, 0, 0, :] = False  # a row with nothing to attend to
   want_out, want_w = ref.attention(q, k, v, mask)
@@ -34,12 +35,14 @@ def test_attention_matches_numpy(b, lq, lk, h, d):
 def test_fused_path_matches_reference():
   rng = np.random.default_rng(0)
   b, lq, lk, h, d = 2, 6, 7, 4, 8
-  q, k, v = (rng.normal(size=s).astype(np.float32) for s in
-             [(b, lq, h, d), (b, lk, h, d), (b, lk, h, d)])
+  q, k, v = (
+    rng.normal(size=s).astype(np.float32) for s in [(b, lq, h, d), (b, lk, h, d), (b, lk, h, d)]
+  )
   tokens_q = np.array([[5, 6, 7, 0, 0, 0], [5, 6, 7, 8, 9, 4]])
   tokens_k = np.array([[5, 6, 7, 8, 0, 0, 0], [0, 0, 0, 0, 0, 0, 0]])  # 2nd row: no keys at all
-  mask = masks.combine_masks(masks.padding_mask(tokens_q, tokens_k),
-                             masks.causal_mask(lk)[:, :, :lq])
+  mask = masks.combine_masks(
+    masks.padding_mask(tokens_q, tokens_k), masks.causal_mask(lk)[:, :, :lq]
+  )
   want = attention.dot_product_attention(q, k, v, mask, implementation="reference")
   got = attention.dot_product_attention(q, k, v, mask, implementation="xla")
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
@@ -69,7 +72,8 @@ def test_attention_dropout():
   np.testing.assert_allclose(np.asarray(w)[kept], 2 * np.asarray(w0)[kept], rtol=1e-6)
   # deterministic ignores the rate
   np.testing.assert_array_equal(
-      attention.attention_weights(q, k, dropout_rng=key, dropout_rate=0.5), w0)
+    attention.attention_weights(q, k, dropout_rng=key, dropout_rate=0.5), w0
+  )
 
 
 def test_masks_match_loops():
@@ -123,21 +127,25 @@ def test_sinusoidal_relative_positions_are_linear(k):
   m = np.zeros((d_model, d_model))
   for i, w in enumerate(omega):
     c, s = np.cos(k * w), np.sin(k * w)
-    m[2 * i:2 * i + 2, 2 * i:2 * i + 2] = [[c, s], [-s, c]]
+    m[2 * i : 2 * i + 2, 2 * i : 2 * i + 2] = [[c, s], [-s, c]]
   for pos in range(length):
     np.testing.assert_allclose(m @ pe[pos], pe[pos + k], atol=2e-6)
 
 
-@pytest.mark.parametrize("x_shape,k_shape,n", [
-    ((3, 5, 8), (8, 6), 1),          # FFN / Dense: [batch, length, d] x [d, f]
-    ((3, 5, 8), (8, 2, 4), 1),       # query/key/value: [.., d] x [d, heads, d_k]
-    ((3, 5, 2, 4), (2, 4, 8), 2),    # output: [.., heads, d_v] x [heads, d_v, d]
-])
+@pytest.mark.parametrize(
+  "x_shape,k_shape,n",
+  [
+    ((3, 5, 8), (8, 6), 1),  # FFN / Dense: [batch, length, d] x [d, f]
+    ((3, 5, 8), (8, 2, 4), 1),  # query/key/value: [.., d] x [d, heads, d_k]
+    ((3, 5, 2, 4), (2, 4, 8), 2),  # output: [.., heads, d_v] x [heads, d_v, d]
+  ],
+)
 def test_flat_dot_general_values_and_gradients_match_numpy(x_shape, k_shape, n):
-  from t2t_jax.layers import flat_dot_general
+  from t2t_jax.model.layers import flat_dot_general
+
   rng = np.random.default_rng(3)
   x, k = rng.normal(size=x_shape), rng.normal(size=k_shape)
-  out_shape = x_shape[:len(x_shape) - n] + k_shape[n:]
+  out_shape = x_shape[: len(x_shape) - n] + k_shape[n:]
   c = rng.normal(size=out_shape)
   dims = ((tuple(range(len(x_shape) - n, len(x_shape))), tuple(range(n))), ((), ()))
 
@@ -146,7 +154,7 @@ def test_flat_dot_general_values_and_gradients_match_numpy(x_shape, k_shape, n):
 
   x32, k32 = x.astype(np.float32), k.astype(np.float32)
   got = flat_dot_general(x32, k32, dims)
-  m = int(np.prod(x_shape[:len(x_shape) - n]))
+  m = int(np.prod(x_shape[: len(x_shape) - n]))
   kk = int(np.prod(k_shape[:n]))
   x2, k2, c2 = x.reshape(m, kk), k.reshape(kk, -1), c.reshape(m, -1)
   np.testing.assert_allclose(got, (x2 @ k2).reshape(out_shape), rtol=1e-5, atol=1e-5)
@@ -157,13 +165,15 @@ def test_flat_dot_general_values_and_gradients_match_numpy(x_shape, k_shape, n):
   batched = (((2,), (1,)), ((0,), (0,)))
   a = rng.normal(size=(3, 5, 8)).astype(np.float32)
   y = rng.normal(size=(3, 8, 4)).astype(np.float32)
-  np.testing.assert_allclose(flat_dot_general(a, y, batched),
-                             jax.lax.dot_general(a, y, batched), rtol=1e-6)
+  np.testing.assert_allclose(
+    flat_dot_general(a, y, batched), jax.lax.dot_general(a, y, batched), rtol=1e-6
+  )
   # forward mode works too (the why-self-attention path lengths use jvp)
   _, tangent = jax.jvp(lambda x: flat_dot_general(x, k32, dims), (x32,), (x32,))
   np.testing.assert_allclose(tangent, got, rtol=1e-5, atol=1e-5)
   dk_in = rng.normal(size=k_shape)
-  _, tangent = jax.jvp(lambda x, k: flat_dot_general(x, k, dims), (x32, k32),
-                       (x32, dk_in.astype(np.float32)))
+  _, tangent = jax.jvp(
+    lambda x, k: flat_dot_general(x, k, dims), (x32, k32), (x32, dk_in.astype(np.float32))
+  )
   expected = x2 @ k2 + x2 @ dk_in.reshape(kk, -1)
   np.testing.assert_allclose(tangent, expected.reshape(out_shape), rtol=1e-5, atol=1e-5)

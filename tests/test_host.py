@@ -1,4 +1,5 @@
-"""t2t_jax.host: the tools re-execute once with glibc's huge-page malloc, and it takes effect."""
+"""t2t_jax.cli.host: the tools re-execute once with glibc's huge-page malloc, and it
+takes effect."""
 
 import os
 import subprocess
@@ -6,7 +7,7 @@ import sys
 
 import pytest
 
-from t2t_jax import host
+from t2t_jax.cli import host
 
 LINUX = sys.platform.startswith("linux")
 
@@ -14,7 +15,7 @@ LINUX = sys.platform.startswith("linux")
 # rounds 2-6 and the GLIBC_TUNABLES it ran with.
 CHILD = r"""
 import ctypes, os, resource
-from t2t_jax import host
+from t2t_jax.cli import host
 host.use_huge_pages()
 libc = ctypes.CDLL("libc.so.6")
 libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
@@ -35,13 +36,15 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before,
 
 def _run_child(**env):
   env = {k: v for k, v in dict(os.environ, **env).items() if k != "GLIBC_TUNABLES"}
-  out = subprocess.run([sys.executable, "-c", CHILD], env=env, check=True, capture_output=True,
-                       text=True).stdout.split()
+  out = subprocess.run(
+    [sys.executable, "-c", CHILD], env=env, check=True, capture_output=True, text=True
+  ).stdout.split()
   return int(out[0]), out[1]
 
 
-@pytest.mark.skipif(not LINUX or host._thp_mode() in ("", "never"),
-                    reason="needs Linux with transparent huge pages")
+@pytest.mark.skipif(
+  not LINUX or host._thp_mode() in ("", "never"), reason="needs Linux with transparent huge pages"
+)
 def test_reexecuted_tool_faults_far_fewer_pages():
   faults, tunables = _run_child(T2T_HUGE_PAGES="1")
   default_faults, default_tunables = _run_child(T2T_HUGE_PAGES="0")
@@ -60,8 +63,10 @@ def test_environment_rules(monkeypatch):
   assert env == {"PATH": "/bin", "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
   # Other tunables are kept; a tunable already set (by the user, or by the first
   # execution) means no re-execution, so there is no loop.
-  assert host.huge_pages_env({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"})[
-      "GLIBC_TUNABLES"] == "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"
+  assert (
+    host.huge_pages_env({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"})["GLIBC_TUNABLES"]
+    == "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"
+  )
   assert host.huge_pages_env({"GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"}) == {}
   assert host.huge_pages_env({"T2T_HUGE_PAGES": "0"}) == {}
   monkeypatch.setattr(host, "_thp_mode", lambda: "never")
@@ -74,12 +79,12 @@ def test_environment_rules(monkeypatch):
 def test_use_huge_pages_reexecutes_the_same_command_line(monkeypatch):
   monkeypatch.setattr(host, "_thp_mode", lambda: "madvise")
   monkeypatch.setattr(sys, "platform", "linux")
-  monkeypatch.setattr(sys, "orig_argv", ["python", "-m", "t2t_jax.main", "--experiment=tiny"])
+  monkeypatch.setattr(sys, "orig_argv", ["python", "-m", "t2t_jax.cli.train", "--experiment=tiny"])
   monkeypatch.setenv("GLIBC_TUNABLES", "")  # restored (removed) after the test
   monkeypatch.delenv("T2T_HUGE_PAGES", raising=False)
   calls = []
   host.use_huge_pages(execv=lambda path, argv: calls.append((path, argv)))
-  assert calls == [(sys.executable, ["python", "-m", "t2t_jax.main", "--experiment=tiny"])]
+  assert calls == [(sys.executable, ["python", "-m", "t2t_jax.cli.train", "--experiment=tiny"])]
   assert os.environ["GLIBC_TUNABLES"] == "glibc.malloc.hugetlb=1"
   calls.clear()
   host.use_huge_pages(execv=lambda path, argv: calls.append((path, argv)))  # now set: no-op

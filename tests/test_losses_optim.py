@@ -1,12 +1,12 @@
 """Losses against float64 numpy; the paper's learning-rate schedule and Adam settings."""
 
-import numpy as np
-import pytest
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
+import pytest
 
-from t2t_jax import losses, optim
+from t2t_jax.training import losses, optim
 from tests import numpy_reference as ref
 
 
@@ -29,10 +29,13 @@ def test_loss_sums_agree_with_the_separate_functions():
   targets[1, 4:] = 0
   sums = losses.loss_sums(logits, targets, 0.1)
   np.testing.assert_allclose(
-      sums["loss"], losses.label_smoothed_cross_entropy(logits, targets, label_smoothing=0.1)[0],
-      rtol=1e-6)
-  np.testing.assert_allclose(sums["nll"], losses.negative_log_likelihood(logits, targets)[0],
-                             rtol=1e-6)
+    sums["loss"],
+    losses.label_smoothed_cross_entropy(logits, targets, label_smoothing=0.1)[0],
+    rtol=1e-6,
+  )
+  np.testing.assert_allclose(
+    sums["nll"], losses.negative_log_likelihood(logits, targets)[0], rtol=1e-6
+  )
   assert float(sums["correct"]) == float(losses.token_accuracy(logits, targets)[0])
   assert float(sums["denominator"]) == 10
 
@@ -40,7 +43,7 @@ def test_loss_sums_agree_with_the_separate_functions():
 def test_argmax_matches_numpy_with_ties_and_nan():
   rng = np.random.default_rng(7)
   x = rng.integers(-3, 4, size=(6, 5, 9)).astype(np.float32)  # small integers: many ties
-  x[0, 0, 4] = x[0, 0, 7] = np.nan   # the first NaN counts as the maximum, as in jnp/numpy
+  x[0, 0, 4] = x[0, 0, 7] = np.nan  # the first NaN counts as the maximum, as in jnp/numpy
   x[1, 2, :] = -np.inf
   for axis in (-1, 0, 1):
     got = np.asarray(jax.jit(losses.argmax, static_argnums=1)(x, axis))
@@ -53,8 +56,9 @@ def test_target_is_top_is_argmax_except_ties():
   logits = rng.normal(size=(4, 7, 50)).astype(np.float32)
   targets = rng.integers(0, 50, size=(4, 7))
   targets[0, :] = np.argmax(logits[0], axis=-1)  # some rows correct for sure
-  np.testing.assert_array_equal(np.asarray(losses.target_is_top(logits, targets)),
-                                np.argmax(logits, axis=-1) == targets)
+  np.testing.assert_array_equal(
+    np.asarray(losses.target_is_top(logits, targets)), np.argmax(logits, axis=-1) == targets
+  )
   tied = np.zeros((1, 2, 5), np.float32)  # constant logits: argmax says index 0; we say no
   assert not np.asarray(losses.target_is_top(tied, np.array([[0, 3]]))).any()
 
@@ -104,7 +108,7 @@ def test_schedule_formula_and_peak():
   d_model, warmup = 512, 4000
   schedule = optim.rsqrt_schedule(d_model, warmup)
   steps = np.array([1, 10, 1000, 3999, 4000, 4001, 10000, 100000])
-  want = d_model ** -0.5 * np.minimum(steps ** -0.5, steps * warmup ** -1.5)
+  want = d_model**-0.5 * np.minimum(steps**-0.5, steps * warmup**-1.5)
   np.testing.assert_allclose(np.asarray(jax.vmap(schedule)(steps)), want, rtol=1e-6)
   grid = np.arange(1, 20001)
   values = np.asarray(jax.vmap(schedule)(grid))
@@ -128,16 +132,15 @@ def test_adam_is_the_papers():
   for step, g in enumerate(grads, start=1):
     updates, state = tx.update({"w": jnp.asarray(g, jnp.float32)}, state, params)
     params = optax.apply_updates(params, updates)
-    lr = d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+    lr = d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
     m = 0.9 * m + 0.1 * g
     v = 0.98 * v + 0.02 * g * g
-    m_hat, v_hat = m / (1 - 0.9 ** step), v / (1 - 0.98 ** step)
+    m_hat, v_hat = m / (1 - 0.9**step), v / (1 - 0.98**step)
     p = p - lr * m_hat / (np.sqrt(v_hat) + 1e-9)
     np.testing.assert_allclose(np.asarray(params["w"]), p, rtol=1e-6)
 
 
-@pytest.mark.parametrize("eps,chunk,with_bias", [(0.1, 4, True), (0.0, 5, False),
-                                                 (0.1, 64, False)])
+@pytest.mark.parametrize("eps,chunk,with_bias", [(0.1, 4, True), (0.0, 5, False), (0.1, 64, False)])
 def test_chunked_output_loss_matches_numpy(eps, chunk, with_bias):
   """Loss, NLL, accuracy and all three gradients of the fused, chunked output layer."""
   rng = np.random.default_rng(1)
@@ -155,6 +158,7 @@ def test_chunked_output_loss_matches_numpy(eps, chunk, with_bias):
   for key in ("nll", "correct", "denominator"):
     np.testing.assert_allclose(float(sums[key]), float(plain[key]), rtol=1e-5)
   grads = jax.jit(jax.grad(lambda *a: fn(*a)["loss"], argnums=(0, 1, 2) if with_bias else (0, 1)))(
-      x, weights, bias)
+    x, weights, bias
+  )
   for got, expected in zip(grads, want_grads):
     np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-4, atol=1e-5)

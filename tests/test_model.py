@@ -1,15 +1,16 @@
 """The Flax Transformer: masking behaviour, caches, sizes, dtypes, and config validation."""
 
-import numpy as np
-import pytest
 import jax
 import jax.numpy as jnp
+import numpy as np
+import pytest
 
-from t2t_jax.model import Transformer, TransformerConfig, shift_right
 from t2t_jax.experiments import base, big
+from t2t_jax.model import Transformer, TransformerConfig, shift_right
 
-TINY = TransformerConfig(vocab_size=50, d_model=32, d_ff=64, num_heads=4, num_layers=2,
-                         dropout_rate=0.0, max_len=32)
+TINY = TransformerConfig(
+  vocab_size=50, d_model=32, d_ff=64, num_heads=4, num_layers=2, dropout_rate=0.0, max_len=32
+)
 
 
 def _random_batch(rng, batch, src_len, tgt_len, vocab=50, pad_from=None):
@@ -48,9 +49,9 @@ def test_decoder_is_causal(tiny_setup):
     # Decoder tokens after position t are targets[t:] (shifted right by one).
     changed[:, t:] = rng.integers(4, 50, size=changed[:, t:].shape)
     logits = np.asarray(apply(params, inputs, jnp.asarray(changed)))
-    np.testing.assert_allclose(logits[:, :t + 1], base_logits[:, :t + 1], atol=1e-5)
+    np.testing.assert_allclose(logits[:, : t + 1], base_logits[:, : t + 1], atol=1e-5)
     if t + 1 < 6:  # and the test can fail: later outputs do move
-      assert np.abs(logits[:, t + 1:] - base_logits[:, t + 1:]).max() > 1e-4
+      assert np.abs(logits[:, t + 1 :] - base_logits[:, t + 1 :]).max() > 1e-4
 
 
 def test_padding_does_not_leak(tiny_setup):
@@ -69,8 +70,11 @@ def test_padding_does_not_leak(tiny_setup):
   seg_tg = (np.asarray(targets) != 0).astype(np.int32)
   junk_in = np.where(seg_in == 1, inputs, rng.integers(4, 50, size=inputs.shape))
   junk_tg = np.where(seg_tg == 1, targets, rng.integers(4, 50, size=targets.shape))
-  packed = np.asarray(apply(params, jnp.asarray(junk_in), jnp.asarray(junk_tg),
-                            jnp.asarray(seg_in), jnp.asarray(seg_tg)))
+  packed = np.asarray(
+    apply(
+      params, jnp.asarray(junk_in), jnp.asarray(junk_tg), jnp.asarray(seg_in), jnp.asarray(seg_tg)
+    )
+  )
   np.testing.assert_allclose(packed[0, :3], logits[0, :3], atol=1e-5)
   np.testing.assert_allclose(packed[1], logits[1], atol=1e-5)
   # ... whereas the same junk without segment ids is real input and does change outputs.
@@ -95,8 +99,9 @@ def test_packed_row_equals_separate_pairs(tiny_setup):
   np.testing.assert_allclose(packed[0, 3:7], alone2[0], atol=1e-5)
 
 
-@pytest.mark.parametrize("norm,positional,share", [("post", "sinusoidal", True),
-                                                   ("pre", "learned", False)])
+@pytest.mark.parametrize(
+  "norm,positional,share", [("post", "sinusoidal", True), ("pre", "learned", False)]
+)
 def test_cached_decoding_matches_teacher_forcing(norm, positional, share):
   cfg = TINY.replace(norm=norm, positional=positional, share_embeddings=share)
   model = Transformer(cfg)
@@ -108,26 +113,28 @@ def test_cached_decoding_matches_teacher_forcing(norm, positional, share):
   @jax.jit
   def start(params, inputs):
     encoded = model.apply({"params": params}, inputs, method=Transformer.encode)
-    _, variables = model.apply({"params": params}, encoded, inputs, 6,
-                               method=Transformer.init_cache, mutable=["cache"])
+    _, variables = model.apply(
+      {"params": params}, encoded, inputs, 6, method=Transformer.init_cache, mutable=["cache"]
+    )
     return variables["cache"]
 
   @jax.jit
   def step(params, cache, ids):
-    logits, variables = model.apply({"params": params, "cache": cache}, ids,
-                                    method=Transformer.decode_step, mutable=["cache"])
+    logits, variables = model.apply(
+      {"params": params, "cache": cache}, ids, method=Transformer.decode_step, mutable=["cache"]
+    )
     return logits, variables["cache"]
 
   cache = start(params, inputs)
   decoder_inputs = shift_right(targets)
   for t in range(6):
-    logits, cache = step(params, cache, decoder_inputs[:, t:t + 1])
+    logits, cache = step(params, cache, decoder_inputs[:, t : t + 1])
     np.testing.assert_allclose(logits, full[:, t], atol=1e-5, rtol=1e-5)
 
 
 def _analytic_params(vocab, d_model, d_ff, layers_enc, layers_dec, shared=True, pre=False):
   """Parameters of the model, counted by hand from the paper's description."""
-  mha = 4 * d_model * d_model + 3 * d_model     # W^Q, W^K, W^V, W^O; biases but on W^K
+  mha = 4 * d_model * d_model + 3 * d_model  # W^Q, W^K, W^V, W^O; biases but on W^K
   ffn = d_model * d_ff + d_ff + d_ff * d_model + d_model
   ln = 2 * d_model
   enc = layers_enc * (mha + ffn + 2 * ln)
@@ -150,9 +157,11 @@ def test_parameter_counts_match_table3(experiment, paper_millions):
   counted = _count(cfg)
   m = config.model
   analytic = _analytic_params(37000, m.d_model, m.d_ff, m.num_layers, m.num_layers)
-  print(f"\n{experiment.__name__}: {counted:,} parameters "
-        f"(analytic {analytic:,}; paper {paper_millions}M; "
-        f"{100 * (counted / 1e6 / paper_millions - 1):+.2f}%)")
+  print(
+    f"\n{experiment.__name__}: {counted:,} parameters "
+    f"(analytic {analytic:,}; paper {paper_millions}M; "
+    f"{100 * (counted / 1e6 / paper_millions - 1):+.2f}%)"
+  )
   assert counted == analytic
   assert abs(counted / 1e6 - paper_millions) / paper_millions < 0.03
 
@@ -209,8 +218,13 @@ def test_dropout_is_active_only_when_not_deterministic(tiny_setup):
   inputs, targets = _random_batch(np.random.default_rng(7), 2, 7, 6)
   det = model.apply({"params": params}, inputs, targets)
   np.testing.assert_allclose(det, apply(params, inputs, targets), atol=1e-5)
-  run = lambda seed: model.apply({"params": params}, inputs, targets, deterministic=False,
-                                 rngs={"dropout": jax.random.PRNGKey(seed)})
+  run = lambda seed: model.apply(
+    {"params": params},
+    inputs,
+    targets,
+    deterministic=False,
+    rngs={"dropout": jax.random.PRNGKey(seed)},
+  )
   assert np.abs(run(0) - det).max() > 1e-3
   np.testing.assert_array_equal(run(0), run(0))
   assert np.abs(run(0) - run(1)).max() > 1e-3
@@ -226,7 +240,9 @@ def test_attention_weights_are_exposed(tiny_setup):
   np.testing.assert_array_equal(np.asarray(w)[0, :, :, 4:], 0.0)
 
 
-@pytest.mark.parametrize("change,message", [
+@pytest.mark.parametrize(
+  "change,message",
+  [
     (dict(d_model=30), "d_model=30 is not divisible by num_heads=4"),
     (dict(norm="middle"), "norm='middle': allowed values are 'post', 'pre'"),
     (dict(positional="rotary"), "positional='rotary': allowed values are 'sinusoidal', 'learned'"),
@@ -235,7 +251,8 @@ def test_attention_weights_are_exposed(tiny_setup):
     (dict(num_heads=0), "num_heads=0: must be a positive integer"),
     (dict(dtype="float33"), "dtype='float33' is not a dtype"),
     (dict(attention_impl="flash"), "attention_impl='flash': allowed values"),
-])
+  ],
+)
 def test_bad_config_names_the_field(change, message):
   with pytest.raises(ValueError, match=message):
     TINY.replace(**change)

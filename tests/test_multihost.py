@@ -1,7 +1,7 @@
 """Two processes on this machine against one: multi-host pmap training, data shards, failures.
 
 Each worker process has 4 simulated CPU devices and joins the other through
-t2t_jax.distributed (jax.distributed on localhost, gloo collectives): 2 processes x 4
+t2t_jax.training.distributed (jax.distributed on localhost, gloo collectives): 2 processes x 4
 devices must give what this test process (8 devices, tests/conftest.py) gives on the same
 global batch. The workers are this file run as `python -m tests.test_multihost MODE ...`.
 """
@@ -18,7 +18,7 @@ import time
 import numpy as np
 import pytest
 
-from t2t_jax import distributed
+from t2t_jax.training import distributed
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOCAL_DEVICES = 4
@@ -27,19 +27,13 @@ HEARTBEAT_S = {"step": 60, "hang": 5, "raise": 5}  # short where a failure is to
 
 # ----------------------------------------------------------------------------- shared set-up
 
-@functools.lru_cache(maxsize=None)
+
+@functools.cache
 def _model_and_state():
-  import jax  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  from t2t_jax import optim, steps  # pylint: disable=g-import-not-at-top
-  from t2t_jax.model import Transformer, TransformerConfig  # pylint: disable=g-import-not-at-top
-  cfg = TransformerConfig(vocab_size=40, d_model=32, d_ff=64, num_heads=4, num_layers=1,
-                          dropout_rate=0.1, max_len=16)
-  model = Transformer(cfg)
-  x = jnp.ones((1, 8), jnp.int32)
-  params = model.init(jax.random.PRNGKey(0), x, x)["params"]
-  tx = optim.make_optimizer(cfg.d_model, warmup_steps=4)
-  return model, steps.TrainState.create(params, tx, jax.random.PRNGKey(1)), cfg
+  from tests import support
+
+  model, state = support.small_state(dropout_rate=0.1)
+  return model, state, model.config
 
 
 def _global_batch(rows=32, length=8):
@@ -49,36 +43,56 @@ def _global_batch(rows=32, length=8):
   for key in ("inputs", "targets"):
     x = rng.integers(4, 40, size=(rows, length)).astype(np.int32)
     for r in range(rows):  # ragged lengths, so the global token count matters
-      x[r, rng.integers(2, length):] = 0
+      x[r, rng.integers(2, length) :] = 0
     batch[key] = x.reshape(8, rows // 8, length)
   return batch
 
 
 def _data_config():
-  from t2t_jax import data  # pylint: disable=g-import-not-at-top
+  from t2t_jax import data
+
   c = data.default_config()
-  c.update(source="synthetic", task="copy", synthetic_num_symbols=16, synthetic_min_len=6,
-           synthetic_max_len=10, synthetic_train_size=240, synthetic_eval_size=16,
-           max_len=16, bucket_boundaries=(8, 16), tokens_per_batch=512, prefetch_batches=0,
-           wait_for_process0_s=120.0)
+  c.update(
+    source="synthetic",
+    task="copy",
+    synthetic_num_symbols=16,
+    synthetic_min_len=6,
+    synthetic_max_len=10,
+    synthetic_train_size=240,
+    synthetic_eval_size=16,
+    max_len=16,
+    bucket_boundaries=(8, 16),
+    tokens_per_batch=512,
+    prefetch_batches=0,
+    wait_for_process0_s=120.0,
+  )
   return c
 
 
 def _train_step(local_batch):
   """One pmapped step (dropout on) on this process's devices; (host params, host metrics)."""
-  from t2t_jax import optim, parallel  # pylint: disable=g-import-not-at-top
+  from t2t_jax.training import (
+    optim,
+    parallel,
+  )
+
   model, state, cfg = _model_and_state()
   step = parallel.pmap_train_step(model, 0.1, optim.optimizer_schedule(cfg.d_model, 4))
   new_state, metrics = step(parallel.replicate(state), parallel.shard(local_batch))
   evals = parallel.pmap_eval_step(model, 0.1)(new_state.params, parallel.shard(local_batch))
-  return (parallel.unreplicate(new_state.params), parallel.host_metrics(metrics),
-          parallel.host_metrics(evals))
+  return (
+    parallel.unreplicate(new_state.params),
+    parallel.host_metrics(metrics),
+    parallel.host_metrics(evals),
+  )
 
 
 def _flat(tree):
-  import jax  # pylint: disable=g-import-not-at-top
-  return {jax.tree_util.keystr(p): np.asarray(v)
-          for p, v in jax.tree_util.tree_flatten_with_path(tree)[0]}
+  import jax
+
+  return {
+    jax.tree_util.keystr(p): np.asarray(v) for p, v in jax.tree_util.tree_flatten_with_path(tree)[0]
+  }
 
 
 def _read_epoch(datasets, num_steps):
@@ -90,20 +104,29 @@ def _read_epoch(datasets, num_steps):
 
 # ----------------------------------------------------------------------------- worker side
 
+
 def _worker(mode, process_id, num_processes, coordinator, out_dir):
   plan = distributed.resolve("auto", coordinator, num_processes, process_id, "", environ={})
-  plan = distributed.initialize(plan, init_timeout_s=120,
-                                heartbeat_timeout_s=HEARTBEAT_S[mode], shutdown_timeout_s=60)
-  import jax  # pylint: disable=g-import-not-at-top
-  from t2t_jax import parallel  # pylint: disable=g-import-not-at-top
+  plan = distributed.initialize(
+    plan, init_timeout_s=120, heartbeat_timeout_s=HEARTBEAT_S[mode], shutdown_timeout_s=60
+  )
+  import jax
+
+  from t2t_jax.training import parallel
+
   assert jax.process_count() == num_processes and jax.device_count() == 8
   mine = slice(process_id * LOCAL_DEVICES, (process_id + 1) * LOCAL_DEVICES)
   if mode == "step":
     params, metrics, evals = _train_step({k: v[mine] for k, v in _global_batch().items()})
-    from t2t_jax import data  # pylint: disable=g-import-not-at-top
-    datasets = data.get_datasets(_data_config(), os.path.join(out_dir, "data"),
-                                 process_index=process_id, process_count=num_processes,
-                                 num_local_devices=LOCAL_DEVICES)
+    from t2t_jax import data
+
+    datasets = data.get_datasets(
+      _data_config(),
+      os.path.join(out_dir, "data"),
+      process_index=process_id,
+      process_count=num_processes,
+      num_local_devices=LOCAL_DEVICES,
+    )
     batches = _read_epoch(datasets, datasets.bucket_plan.steps_before(1))
     arrays = {f"param{k}": v for k, v in _flat(params).items()}
     arrays.update({f"batch{i}_{k}": v for i, b in enumerate(batches) for k, v in b.items()})
@@ -115,7 +138,7 @@ def _worker(mode, process_id, num_processes, coordinator, out_dir):
   psum = jax.pmap(lambda x: jax.lax.psum(x, "batch"), axis_name="batch")
   x = np.ones((LOCAL_DEVICES,), np.float32)
   with distributed.fail_fast(plan):
-    for i in range(10 ** 9):
+    for i in range(10**9):
       total = float(parallel.unreplicate(psum(x)))
       assert total == 8.0
       if i == 20:
@@ -127,6 +150,7 @@ def _worker(mode, process_id, num_processes, coordinator, out_dir):
 
 # ----------------------------------------------------------------------------- test side
 
+
 def _free_port():
   with socket.socket() as s:
     s.bind(("localhost", 0))
@@ -134,17 +158,36 @@ def _free_port():
 
 
 def _launch(mode, out_dir, num_processes=2):
-  env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1",
-             XLA_FLAGS=f"--xla_force_host_platform_device_count={LOCAL_DEVICES}")
+  env = dict(
+    os.environ,
+    JAX_PLATFORMS="cpu",
+    PYTHONUNBUFFERED="1",
+    XLA_FLAGS=f"--xla_force_host_platform_device_count={LOCAL_DEVICES}",
+  )
   for key in [k for k in env if k.startswith(("SLURM_", "TPU_", "JAX_COORDINATOR"))]:
     del env[key]
   coordinator = f"localhost:{_free_port()}"
   procs = []
   for i in range(num_processes):
     log = open(os.path.join(out_dir, f"log{i}.txt"), "w")
-    procs.append(subprocess.Popen(
-        [sys.executable, "-m", "tests.test_multihost", mode, str(i), str(num_processes),
-         coordinator, out_dir], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT))
+    procs.append(
+      subprocess.Popen(
+        [
+          sys.executable,
+          "-m",
+          "tests.test_multihost",
+          mode,
+          str(i),
+          str(num_processes),
+          coordinator,
+          out_dir,
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+      )
+    )
     log.close()
   return procs
 
@@ -162,8 +205,10 @@ def _wait(procs, out_dir, timeout):
     except subprocess.TimeoutExpired:
       for q in procs:
         q.kill()
-      pytest.fail(f"workers still running after {timeout}s:\n"
-                  + "\n".join(_log(out_dir, i)[-3000:] for i in range(len(procs))))
+      pytest.fail(
+        f"workers still running after {timeout}s:\n"
+        + "\n".join(_log(out_dir, i)[-3000:] for i in range(len(procs)))
+      )
   return [p.returncode for p in procs]
 
 
@@ -173,19 +218,24 @@ def _wait_for_files(paths, procs, out_dir, timeout=240):
     if any(p.poll() is not None for p in procs) or time.time() > deadline:
       for q in procs:
         q.kill()
-      pytest.fail("workers did not start their collectives:\n"
-                  + "\n".join(_log(out_dir, i)[-3000:] for i in range(len(procs))))
+      pytest.fail(
+        "workers did not start their collectives:\n"
+        + "\n".join(_log(out_dir, i)[-3000:] for i in range(len(procs)))
+      )
     time.sleep(0.2)
 
 
 def test_two_processes_equal_one_process_and_read_disjoint_halves(tmp_path):
-  import jax  # pylint: disable=g-import-not-at-top
-  from t2t_jax import data  # pylint: disable=g-import-not-at-top
+  import jax
+
+  from t2t_jax import data
+
   assert jax.local_device_count() == 8, "tests run with 8 simulated CPU devices (conftest)"
   out = str(tmp_path)
   # One process, 8 devices: writes the (synthetic) vocabulary the workers then share.
-  reference = data.get_datasets(_data_config(), os.path.join(out, "data"), process_index=0,
-                                process_count=1, num_local_devices=8)
+  reference = data.get_datasets(
+    _data_config(), os.path.join(out, "data"), process_index=0, process_count=1, num_local_devices=8
+  )
   procs = _launch("step", out)
   params1, metrics1, evals1 = _train_step(_global_batch())
   initial = _flat(_model_and_state()[1].params)
@@ -206,8 +256,9 @@ def test_two_processes_equal_one_process_and_read_disjoint_halves(tmp_path):
     assert report["steps"] == num_steps
     got = np.load(os.path.join(out, f"worker{i}.npz"))
     for name, value in _flat(params1).items():
-      np.testing.assert_allclose(got[f"param{name}"], value, atol=1e-5, rtol=1e-5,
-                                 err_msg=f"process {i}: {name}")
+      np.testing.assert_allclose(
+        got[f"param{name}"], value, atol=1e-5, rtol=1e-5, err_msg=f"process {i}: {name}"
+      )
 
   # Data: each step's global batch is process 0's devices then process 1's; over an epoch
   # the two processes read disjoint halves that together are every pair the epoch holds.
@@ -219,8 +270,10 @@ def test_two_processes_equal_one_process_and_read_disjoint_halves(tmp_path):
       assert all(h.shape[0] == LOCAL_DEVICES for h in halves)
       np.testing.assert_array_equal(np.concatenate(halves), expected[key])
     for i, w in enumerate(workers):
-      rows = zip(w[f"batch{step}_inputs"].reshape(-1, w[f"batch{step}_inputs"].shape[-1]),
-                 w[f"batch{step}_targets"].reshape(-1, w[f"batch{step}_targets"].shape[-1]))
+      rows = zip(
+        w[f"batch{step}_inputs"].reshape(-1, w[f"batch{step}_inputs"].shape[-1]),
+        w[f"batch{step}_targets"].reshape(-1, w[f"batch{step}_targets"].shape[-1]),
+      )
       for src, tgt in rows:
         if src.any():
           pair = (tuple(src[src > 0]), tuple(tgt[tgt > 0]))
@@ -230,9 +283,13 @@ def test_two_processes_equal_one_process_and_read_disjoint_halves(tmp_path):
   assert len(seen[0]) == len(seen[1])
   plan = reference.bucket_plan
   in_full_batches = int(np.sum(plan.counts - plan.counts % plan.global_rows))
-  all_pairs = {(tuple(reference.train_pairs.pair(i)["inputs"]),
-                tuple(reference.train_pairs.pair(i)["targets"]))
-               for i in range(len(reference.train_pairs))}
+  all_pairs = {
+    (
+      tuple(reference.train_pairs.pair(i)["inputs"]),
+      tuple(reference.train_pairs.pair(i)["targets"]),
+    )
+    for i in range(len(reference.train_pairs))
+  }
   assert len(seen[0] | seen[1]) == in_full_batches and seen[0] | seen[1] <= all_pairs
   assert in_full_batches >= 0.8 * len(all_pairs)
 
@@ -251,8 +308,9 @@ def test_one_process_failing_stops_the_other(tmp_path, failure):
   elapsed = time.time() - start
   survivor = _log(out, 0)
   assert codes[0] != 0 and elapsed < 60, (codes, elapsed, survivor[-3000:])
-  assert "Terminating process because the JAX distributed service detected fatal errors" in \
-      survivor, survivor[-3000:]
+  assert (
+    "Terminating process because the JAX distributed service detected fatal errors" in survivor
+  ), survivor[-3000:]
   if failure == "raise":
     failed = _log(out, 1)
     assert codes[1] == 1, failed[-3000:]
@@ -263,29 +321,46 @@ def test_one_process_failing_stops_the_other(tmp_path, failure):
 def test_initialization_gives_up_with_a_clear_message(tmp_path):
   """Process 0 of 2 alone: exit 1 after --distributed_init_timeout_s, naming the address."""
   env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="")
-  code = ("from t2t_jax import distributed as d\n"
-          f"p = d.resolve('auto', 'localhost:{_free_port()}', 2, 0, '', environ={{}})\n"
-          "d.initialize(p, init_timeout_s=3)\n")
+  code = (
+    "from t2t_jax import distributed as d\n"
+    f"p = d.resolve('auto', 'localhost:{_free_port()}', 2, 0, '', environ={{}})\n"
+    "d.initialize(p, init_timeout_s=3)\n"
+  )
   start = time.time()
-  proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True,
-                        text=True, timeout=120)
+  proc = subprocess.run(
+    [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+  )
   assert proc.returncode == 1, proc.stderr[-3000:]
   assert time.time() - start < 60
-  assert "process 0 of 2 gave up after 3s waiting for all processes to join the " \
-         "coordinator at localhost:" in proc.stderr
+  assert (
+    "process 0 of 2 gave up after 3s waiting for all processes to join the "
+    "coordinator at localhost:" in proc.stderr
+  )
 
 
 def test_t2t_train_rejects_an_incomplete_multi_process_setup(tmp_path):
   env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "JAX_COORD"))}
-  proc = subprocess.run([sys.executable, "-m", "t2t_jax.main", f"--workdir={tmp_path}",
-                         "--num_processes=2", "--process_id=1"], cwd=REPO, env=env,
-                        capture_output=True, text=True, timeout=120)
+  proc = subprocess.run(
+    [
+      sys.executable,
+      "-m",
+      "t2t_jax.cli.train",
+      f"--workdir={tmp_path}",
+      "--num_processes=2",
+      "--process_id=1",
+    ],
+    cwd=REPO,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
   assert proc.returncode != 0
   assert "--num_processes=2 needs --coordinator_address=HOST:PORT" in proc.stderr
 
 
 def test_resolve_single_explicit_slurm_and_errors(monkeypatch):
-  import jax  # pylint: disable=g-import-not-at-top
+  import jax
 
   def must_not_be_called(*args, **kwargs):
     raise AssertionError("jax.distributed.initialize called for a single process")
@@ -295,38 +370,75 @@ def test_resolve_single_explicit_slurm_and_errors(monkeypatch):
   assert not single.multi_process and distributed.initialize(single) is single
   assert not distributed.resolve("off", "h:1", 4, 0, environ={}).multi_process
   assert not distributed.resolve(num_processes=1, environ={}).multi_process
-  plan = distributed.resolve(environ={"JAX_COORDINATOR_ADDRESS": "10.0.0.1:1234",
-                                      "JAX_NUM_PROCESSES": "4", "JAX_PROCESS_ID": "3"})
-  assert (plan.source, plan.coordinator_address, plan.num_processes, plan.process_id) == \
-      ("flags", "10.0.0.1:1234", 4, 3)
-  slurm = {"SLURM_JOB_ID": "4097", "SLURM_PROCID": "5", "SLURM_STEP_NUM_TASKS": "8",
-           "SLURM_STEP_NODELIST": "gpu[07-08,11]", "SLURM_NODEID": "1", "SLURM_LOCALID": "1",
-           "SLURM_STEP_TASKS_PER_NODE": "4(x2)"}
+  plan = distributed.resolve(
+    environ={
+      "JAX_COORDINATOR_ADDRESS": "10.0.0.1:1234",
+      "JAX_NUM_PROCESSES": "4",
+      "JAX_PROCESS_ID": "3",
+    }
+  )
+  assert (plan.source, plan.coordinator_address, plan.num_processes, plan.process_id) == (
+    "flags",
+    "10.0.0.1:1234",
+    4,
+    3,
+  )
+  slurm = {
+    "SLURM_JOB_ID": "4097",
+    "SLURM_PROCID": "5",
+    "SLURM_STEP_NUM_TASKS": "8",
+    "SLURM_STEP_NODELIST": "gpu[07-08,11]",
+    "SLURM_NODEID": "1",
+    "SLURM_LOCALID": "1",
+    "SLURM_STEP_TASKS_PER_NODE": "4(x2)",
+  }
   plan = distributed.resolve(environ=slurm)
-  assert (plan.source, plan.coordinator_address, plan.num_processes, plan.process_id,
-          plan.local_device_ids) == ("slurm", "gpu07:61441", 8, 5, (1,))
+  assert (
+    plan.source,
+    plan.coordinator_address,
+    plan.num_processes,
+    plan.process_id,
+    plan.local_device_ids,
+  ) == ("slurm", "gpu07:61441", 8, 5, (1,))
   # One task per node: every GPU of the node; explicit coordinator and count are kept.
-  plan = distributed.resolve(coordinator_address="head:9999", num_processes=2, environ=dict(
-      slurm, SLURM_STEP_NUM_TASKS="2", SLURM_PROCID="1", SLURM_STEP_TASKS_PER_NODE="1(x2)"))
-  assert (plan.coordinator_address, plan.num_processes, plan.process_id,
-          plan.local_device_ids) == ("head:9999", 2, 1, None)
+  plan = distributed.resolve(
+    coordinator_address="head:9999",
+    num_processes=2,
+    environ=dict(
+      slurm, SLURM_STEP_NUM_TASKS="2", SLURM_PROCID="1", SLURM_STEP_TASKS_PER_NODE="1(x2)"
+    ),
+  )
+  assert (plan.coordinator_address, plan.num_processes, plan.process_id, plan.local_device_ids) == (
+    "head:9999",
+    2,
+    1,
+    None,
+  )
   # Slurm bound one GPU per task already: no further restriction.
-  assert distributed.resolve(environ=dict(slurm, CUDA_VISIBLE_DEVICES="1")).local_device_ids \
-      is None
+  assert distributed.resolve(environ=dict(slurm, CUDA_VISIBLE_DEVICES="1")).local_device_ids is None
   # The batch script itself (no srun step) is one process.
-  assert not distributed.resolve(environ={"SLURM_JOB_ID": "1", "SLURM_PROCID": "0",
-                                          "SLURM_NTASKS": "8"},
-                                 tpu_process_count=lambda e: 1).multi_process
+  assert not distributed.resolve(
+    environ={"SLURM_JOB_ID": "1", "SLURM_PROCID": "0", "SLURM_NTASKS": "8"},
+    tpu_process_count=lambda e: 1,
+  ).multi_process
   tpu = distributed.resolve(environ={"TPU_WORKER_HOSTNAMES": "w0,w1,w2,w3"})
   assert tpu.source == "tpu" and tpu.num_processes is None
   assert distributed.expand_hostlist("a[1-3],b,c[08-10]x") == [
-      "a1", "a2", "a3", "b", "c08x", "c09x", "c10x"]
+    "a1",
+    "a2",
+    "a3",
+    "b",
+    "c08x",
+    "c09x",
+    "c10x",
+  ]
   for kwargs, match in [
-      (dict(num_processes=2, process_id=0), "needs --coordinator_address"),
-      (dict(coordinator_address="h:1", num_processes=2), "needs --process_id"),
-      (dict(coordinator_address="h:1", num_processes=2, process_id=2), r"must be in \[0, "),
-      (dict(coordinator_address="h", num_processes=2, process_id=1), "must be HOST:PORT"),
-      (dict(coordinator_address="h:1"), "without --num_processes")]:
+    (dict(num_processes=2, process_id=0), "needs --coordinator_address"),
+    (dict(coordinator_address="h:1", num_processes=2), "needs --process_id"),
+    (dict(coordinator_address="h:1", num_processes=2, process_id=2), r"must be in \[0, "),
+    (dict(coordinator_address="h", num_processes=2, process_id=1), "must be HOST:PORT"),
+    (dict(coordinator_address="h:1"), "without --num_processes"),
+  ]:
     with pytest.raises(distributed.DistributedSetupError, match=match):
       distributed.resolve(environ={}, tpu_process_count=lambda e: 1, **kwargs)
 

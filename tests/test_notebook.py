@@ -14,18 +14,31 @@ nbclient = pytest.importorskip("nbclient", reason="the notebook test needs nbcli
 pytest.importorskip("ipykernel", reason="the notebook test needs ipykernel ('dev' extra)")
 pytest.importorskip("matplotlib", reason="the notebook draws with matplotlib ('viz' extra)")
 
-NOTEBOOK = pathlib.Path(__file__).resolve().parents[1] / "experiments" / "notebooks" / "explore.ipynb"
-PICTURES = [f"{kind}_layer{layer}_heads.png" for kind in ("encoder_self", "decoder_self", "cross")
-            for layer in (0, 1)] + [
-    "cross_layer1_head0.png", "encoder_self_layer1_head1_lines.png",
-    "encoder_self_layer1_lines.png", "cross_layer1_head0_lines.png", "positional_encoding.png",
-    "learning_rate.png", "learning_rate_base.png", "training_curves.png", "dev_bleu.png"]
+NOTEBOOK = (
+  pathlib.Path(__file__).resolve().parents[1] / "experiments" / "notebooks" / "explore.ipynb"
+)
+PICTURES = [
+  f"{kind}_layer{layer}_heads.png"
+  for kind in ("encoder_self", "decoder_self", "cross")
+  for layer in (0, 1)
+] + [
+  "cross_layer1_head0.png",
+  "encoder_self_layer1_head1_lines.png",
+  "encoder_self_layer1_lines.png",
+  "cross_layer1_head0_lines.png",
+  "positional_encoding.png",
+  "learning_rate.png",
+  "learning_rate_base.png",
+  "training_curves.png",
+  "dev_bleu.png",
+]
 STEPS = 200
 
 
 def _run(nb):
-  client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
-                                   resources={"metadata": {"path": str(NOTEBOOK.parent)}})
+  client = nbclient.NotebookClient(
+    nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOK.parent)}}
+  )
   client.execute()
   return nb
 
@@ -43,8 +56,9 @@ def test_notebook_trains_translates_and_saves_every_picture(tmp_path, monkeypatc
   monkeypatch.setenv("JAX_PLATFORMS", "cpu")
   nb = nbformat.read(NOTEBOOK, as_version=4)
   code = [c for c in nb.cells if c.cell_type == "code"]
-  assert all(not c.outputs and c.execution_count is None for c in code), \
-      "commit the notebook with its outputs cleared"
+  assert all(not c.outputs and c.execution_count is None for c in code), (
+    "commit the notebook with its outputs cleared"
+  )
 
   nb = _run(nb)
   for name in PICTURES:
@@ -55,14 +69,17 @@ def test_notebook_trains_translates_and_saves_every_picture(tmp_path, monkeypatc
   assert records[-1]["step"] == STEPS and any("dev_bleu" in r for r in records)
   translations = next(_text(c) for c in code if "translator.translate(" in c.source)
   assert translations.count(" -> ") == 3
-  images = sum(o.get("output_type") in ("display_data", "execute_result") and
-               "image/png" in o.get("data", {}) for c in code for o in c.outputs)
+  images = sum(
+    o.get("output_type") in ("display_data", "execute_result") and "image/png" in o.get("data", {})
+    for c in code
+    for o in c.outputs
+  )
   assert images == len(PICTURES)  # every picture is also shown in the notebook
 
   # Run again on the same workdir: it loads the checkpoint instead of training.
   again = nbformat.read(NOTEBOOK, as_version=4)
   train_cell = next(i for i, c in enumerate(again.cells) if "train_and_evaluate" in c.source)
-  again.cells = again.cells[:train_cell + 1]
+  again.cells = again.cells[: train_cell + 1]
   before = (workdir / "metrics.jsonl").read_text()
   _run(again)
   assert "holds checkpoints: loading them" in _text(again.cells[train_cell])

@@ -1,4 +1,4 @@
-"""Tests for t2t_jax.scoring: against the sacrebleu command line and hand-counted BLEU."""
+"""t2t_jax.evaluation.scoring against the sacrebleu command line and hand-counted BLEU."""
 
 import math
 import subprocess
@@ -6,19 +6,19 @@ import sys
 
 import pytest
 
-from t2t_jax import scoring
+from t2t_jax.evaluation import scoring
 
 HYPS = [
-    "Die Katze saß auf der Matte.",
-    "Das ist ein state-of-the-art System, sagte er.",
-    "Sie sagte: «Das kostet 1.000,50 €!»",
-    "Im Jahr 2017 kamen 2-3 Besucher.",
+  "Die Katze saß auf der Matte.",
+  "Das ist ein state-of-the-art System, sagte er.",
+  "Sie sagte: «Das kostet 1.000,50 €!»",
+  "Im Jahr 2017 kamen 2-3 Besucher.",
 ]
 REFS = [
-    "Die Katze saß auf einer Matte.",
-    "Das ist ein State-of-the-Art-System, sagte er.",
-    "Sie sagte: «Das kostet 1.000,50 Euro!»",
-    "2017 kamen zwei bis drei Besucher.",
+  "Die Katze saß auf einer Matte.",
+  "Das ist ein State-of-the-Art-System, sagte er.",
+  "Sie sagte: «Das kostet 1.000,50 Euro!»",
+  "2017 kamen zwei bis drei Besucher.",
 ]
 
 
@@ -34,9 +34,26 @@ def test_sacrebleu_figure_and_signature_equal_the_command_line_tool(tmp_path):
   (tmp_path / "hyp.txt").write_text("\n".join(HYPS) + "\n", encoding="utf-8")
   (tmp_path / "ref.txt").write_text("\n".join(REFS) + "\n", encoding="utf-8")
   out = subprocess.run(
-      [sys.executable, "-m", "sacrebleu", str(tmp_path / "ref.txt"), "-i",
-       str(tmp_path / "hyp.txt"), "-m", "bleu", "chrf", "-f", "text", "-w", "4"],
-      check=True, capture_output=True, text=True, encoding="utf-8").stdout.splitlines()
+    [
+      sys.executable,
+      "-m",
+      "sacrebleu",
+      str(tmp_path / "ref.txt"),
+      "-i",
+      str(tmp_path / "hyp.txt"),
+      "-m",
+      "bleu",
+      "chrf",
+      "-f",
+      "text",
+      "-w",
+      "4",
+    ],
+    check=True,
+    capture_output=True,
+    text=True,
+    encoding="utf-8",
+  ).stdout.splitlines()
   cli = {}
   for line in out:  # "BLEU|nrefs:1|...|version:2.6.0 = 40.0162 84.6/63.6/..."
     signature, rest = line.split(" = ", 1)
@@ -94,8 +111,10 @@ def test_lowercased_bleu_equals_hand_counted_corpus_bleu():
 
 def test_split_compounds():
   mark = " ##AT##-##AT## "
-  assert (scoring.split_compounds("state-of-the-art")
-          == "state" + mark + "of" + mark + "the" + mark + "art")
+  assert (
+    scoring.split_compounds("state-of-the-art")
+    == "state" + mark + "of" + mark + "the" + mark + "art"
+  )
   assert scoring.split_compounds("2-3 Mal") == "2" + mark + "3 Mal"
   # Only hyphens between two non-spaces; free-standing dashes stay.
   assert scoring.split_compounds("so - und -so") == "so - und -so"
@@ -103,24 +122,48 @@ def test_split_compounds():
   assert scoring.split_compounds("a-b-c") == "a" + mark + "b-c"
 
 
-@pytest.mark.parametrize("text, tokens", [
-    ("A state-of-the-art system, really!",
-     ["A", "state", "##AT##-##AT##", "of", "##AT##-##AT##", "the", "##AT##-##AT##", "art",
-      "system", ",", "really", "!"]),
+@pytest.mark.parametrize(
+  "text, tokens",
+  [
+    (
+      "A state-of-the-art system, really!",
+      [
+        "A",
+        "state",
+        "##AT##-##AT##",
+        "of",
+        "##AT##-##AT##",
+        "the",
+        "##AT##-##AT##",
+        "art",
+        "system",
+        ",",
+        "really",
+        "!",
+      ],
+    ),
     # Punctuation inside numbers stays; symbols and quotes are split off.
-    ("Sie sagte: «Das kostet 1.000,50 €!»",
-     ["Sie", "sagte", ":", "«", "Das", "kostet", "1.000,50", "€", "!", "»"]),
+    (
+      "Sie sagte: «Das kostet 1.000,50 €!»",
+      ["Sie", "sagte", ":", "«", "Das", "kostet", "1.000,50", "€", "!", "»"],
+    ),
     ("Im Jahr 2017.", ["Im", "Jahr", "2017", "."]),
     # tokenizer.perl escapes XML characters by default (get_ende_bleu.sh keeps that).
     ("(x) $5 don't & co", ["(", "x", ")", "$", "5", "don", "&apos;", "t", "&amp;", "co"]),
-])
+  ],
+)
 def test_tokenize_for_bleu(text, tokens):
   assert scoring.tokenize_for_bleu(text) == tokens
 
 
 def test_count_mismatch_names_both_counts():
-  for fn in [scoring.sacrebleu_score, scoring.tokenized_bleu, scoring.lowercased_bleu,
-             scoring.chrf_score, scoring.score_all]:
+  for fn in [
+    scoring.sacrebleu_score,
+    scoring.tokenized_bleu,
+    scoring.lowercased_bleu,
+    scoring.chrf_score,
+    scoring.score_all,
+  ]:
     with pytest.raises(ValueError, match="3 hypotheses but 2 references"):
       fn(["a", "b", "c"], ["a", "b"])
 
@@ -129,8 +172,11 @@ def test_format_scores_lists_the_labelled_figures_in_order():
   text = scoring.format_scores(scoring.score_all(REFS, REFS))
   lines = text.splitlines()
   assert [line.split("  ")[0] for line in lines] == [
-      "sacreBLEU (cased, 13a)", "tokenized BLEU (Moses, compound-split)",
-      "lowercased BLEU (Moses tokens)", "chrF"]
+    "sacreBLEU (cased, 13a)",
+    "tokenized BLEU (Moses, compound-split)",
+    "lowercased BLEU (Moses tokens)",
+    "chrF",
+  ]
   assert all(" 100.00  " in line for line in lines)
   assert "BLEU|nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:" in lines[0]
   assert "tok:moses-de+compound-split|smooth:none" in lines[1]

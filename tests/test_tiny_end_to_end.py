@@ -6,16 +6,22 @@ import re
 import subprocess
 import sys
 
-from t2t_jax import data, summary, translate
+from t2t_jax import data
+from t2t_jax.decoding import translator as translate
+from t2t_jax.training import summary
 
 ENV = dict(os.environ, XLA_FLAGS="", JAX_PLATFORMS="cpu")  # one CPU device, as a user has
 
 
 def test_tiny_reaches_99_percent_exact_match(tmp_path):
   workdir = str(tmp_path / "tiny")
-  proc = subprocess.run([sys.executable, "-m", "t2t_jax.main", "--experiment=tiny",
-                         f"--workdir={workdir}"], env=ENV, capture_output=True, text=True,
-                        timeout=1200)
+  proc = subprocess.run(
+    [sys.executable, "-m", "t2t_jax.cli.train", "--experiment=tiny", f"--workdir={workdir}"],
+    env=ENV,
+    capture_output=True,
+    text=True,
+    timeout=1200,
+  )
   assert proc.returncode == 0, proc.stderr[-3000:]
   match = re.search(r"exact match ([\d.]+)%", proc.stderr)
   assert match, proc.stderr[-3000:]
@@ -29,9 +35,20 @@ def test_tiny_reaches_99_percent_exact_match(tmp_path):
   pairs = data.get_datasets(translate.load_config(workdir).data, workdir).test_pairs
   src, out = tmp_path / "test.src", tmp_path / "test.out"
   src.write_text("".join(s + "\n" for s, _ in pairs))
-  proc = subprocess.run([sys.executable, "-m", "t2t_jax.translate", f"--workdir={workdir}",
-                         f"--input={src}", f"--output={out}"], env=ENV, capture_output=True,
-                        text=True, timeout=600)
+  proc = subprocess.run(
+    [
+      sys.executable,
+      "-m",
+      "t2t_jax.cli.translate",
+      f"--workdir={workdir}",
+      f"--input={src}",
+      f"--output={out}",
+    ],
+    env=ENV,
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
   assert proc.returncode == 0, proc.stderr[-3000:]
   hyps = out.read_text().split("\n")[:-1]
   assert len(hyps) == len(pairs)

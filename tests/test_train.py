@@ -14,21 +14,35 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2t_jax import checkpoint, cli, optim, parallel, steps, summary, train
-from t2t_jax.model import Transformer, TransformerConfig
+from t2t_jax import data
+from t2t_jax.cli import common as cli
 from t2t_jax.experiments import tiny
+from t2t_jax.model import TransformerConfig
+from t2t_jax.training import checkpoint, optim, parallel, steps, summary
+from t2t_jax.training import trainer as train
+from tests import support
 
-CFG = TransformerConfig(vocab_size=40, d_model=32, d_ff=64, num_heads=4, num_layers=1,
-                        dropout_rate=0.0, max_len=16)
+CFG = TransformerConfig(**support.SMALL_MODEL)
 
 
 def small_config(**overrides):
   config = tiny.get_config()
   config.model.update(d_model=32, d_ff=64, num_layers=1, max_len=16)
-  config.data.update(synthetic_train_size=2000, synthetic_eval_size=64, synthetic_max_len=8,
-                     tokens_per_batch=1024, max_len=16)
-  config.update(num_train_steps=6, warmup_steps=10, log_every_steps=1, eval_every_steps=3,
-                checkpoint_every_steps=3, test_at_end=False)
+  config.data.update(
+    synthetic_train_size=2000,
+    synthetic_eval_size=64,
+    synthetic_max_len=8,
+    tokens_per_batch=1024,
+    max_len=16,
+  )
+  config.update(
+    num_train_steps=6,
+    warmup_steps=10,
+    log_every_steps=1,
+    eval_every_steps=3,
+    checkpoint_every_steps=3,
+    test_at_end=False,
+  )
   for key, value in overrides.items():
     target = config
     *path, leaf = key.split(".")
@@ -43,37 +57,33 @@ def _random_global_batch(rows=16, length=8, seed=0):
   inputs = rng.integers(4, 40, size=(rows, length)).astype(np.int32)
   targets = rng.integers(4, 40, size=(rows, length)).astype(np.int32)
   for r in range(rows):  # ragged lengths so the token weighting matters
-    inputs[r, rng.integers(2, length):] = 0
-    targets[r, rng.integers(2, length):] = 0
+    inputs[r, rng.integers(2, length) :] = 0
+    targets[r, rng.integers(2, length) :] = 0
   return dict(inputs=inputs, targets=targets)
-
-
-def _state(seed=0):
-  model = Transformer(CFG)
-  x = jnp.ones((1, 8), jnp.int32)
-  params = model.init(jax.random.PRNGKey(seed), x, x)["params"]
-  tx = optim.make_optimizer(CFG.d_model, warmup_steps=4)
-  return model, steps.TrainState.create(params, tx, jax.random.PRNGKey(1))
 
 
 def _split(batch, n):
   return {k: v.reshape((n, -1) + v.shape[1:]) for k, v in batch.items()}
 
 
-def test_eight_devices_equal_one_device():
+def test_eight_devices_equal_one_device(small_state):
   assert jax.local_device_count() == 8, "tests run with 8 simulated CPU devices (conftest)"
-  model, state = _state()
+  model, state = small_state()
   schedule = optim.optimizer_schedule(CFG.d_model, 4)
   batch = _random_global_batch()
   step8 = parallel.pmap_train_step(model, 0.1, schedule)
-  step1 = jax.pmap(functools.partial(steps.train_step, model=model, label_smoothing=0.1,
-                                     schedule=schedule),
-                   axis_name=parallel.AXIS, devices=jax.local_devices()[:1])
+  step1 = jax.pmap(
+    functools.partial(steps.train_step, model=model, label_smoothing=0.1, schedule=schedule),
+    axis_name=parallel.AXIS,
+    devices=jax.local_devices()[:1],
+  )
   s8, m8 = step8(parallel.replicate(state), parallel.shard(_split(batch, 8)))
   s1, m1 = step1(jax.tree.map(lambda x: np.asarray(x)[None], state), _split(batch, 1))
   p8, p1 = parallel.unreplicate(s8.params), jax.tree.map(lambda x: np.asarray(x[0]), s1.params)
-  moved = max(float(np.max(np.abs(a - b))) for a, b in
-              zip(jax.tree.leaves(p1), jax.tree.leaves(jax.device_get(state.params))))
+  moved = max(
+    float(np.max(np.abs(a - b)))
+    for a, b in zip(jax.tree.leaves(p1), jax.tree.leaves(jax.device_get(state.params)))
+  )
   assert moved > 1e-4  # the step did change the parameters
   for a, b in zip(jax.tree.leaves(p8), jax.tree.leaves(p1)):
     np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5)
@@ -81,11 +91,11 @@ def test_eight_devices_equal_one_device():
   assert float(np.asarray(m8["denominator"])[0]) == float((batch["targets"] != 0).sum())
 
 
-def test_gradient_accumulation_equals_one_big_batch():
-  model, state = _state()
+def test_gradient_accumulation_equals_one_big_batch(small_state):
+  model, state = small_state()
   schedule = optim.optimizer_schedule(CFG.d_model, 4)
-  batch = _split(_random_global_batch(rows=32), 8)        # [8, 4, L]
-  halves = [{k: v[:, i * 2:(i + 1) * 2] for k, v in batch.items()} for i in range(2)]
+  batch = _split(_random_global_batch(rows=32), 8)  # [8, 4, L]
+  halves = [{k: v[:, i * 2 : (i + 1) * 2] for k, v in batch.items()} for i in range(2)]
   fused = parallel.pmap_train_step(model, 0.1, schedule)
   s_big, _ = fused(parallel.replicate(state), parallel.shard(batch))
   accum = parallel.pmap_zero_accumulator()(parallel.replicate(state).params)
@@ -94,23 +104,31 @@ def test_gradient_accumulation_equals_one_big_batch():
   for i, half in enumerate(halves):
     accum = acc_step(p_state, accum, parallel.shard(half), i)
   s_acc, _ = parallel.pmap_apply_step(schedule)(p_state, accum)
-  for a, b in zip(jax.tree.leaves(parallel.unreplicate(s_acc.params)),
-                  jax.tree.leaves(parallel.unreplicate(s_big.params))):
+  for a, b in zip(
+    jax.tree.leaves(parallel.unreplicate(s_acc.params)),
+    jax.tree.leaves(parallel.unreplicate(s_big.params)),
+  ):
     np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5)
 
 
-def test_non_finite_loss_skips_update_and_names_step():
-  model, state = _state()
+def test_non_finite_loss_skips_update_and_names_step(small_state):
+  model, state = small_state()
   schedule = optim.optimizer_schedule(CFG.d_model, 4)
-  p_state = parallel.replicate(state.replace(params=jax.tree.map(
-      lambda x: x * jnp.nan if x.ndim == 2 and x.shape == (40, 32) else x, state.params)))
+  p_state = parallel.replicate(
+    state.replace(
+      params=jax.tree.map(
+        lambda x: x * jnp.nan if x.ndim == 2 and x.shape == (40, 32) else x, state.params
+      )
+    )
+  )
   batch = parallel.shard(_split(_random_global_batch(), 8))
   new, _ = parallel.pmap_train_step(model, 0.1, schedule)(p_state, batch)
   assert int(np.asarray(new.bad_step)[0]) == 1
   trainer = train.Trainer.__new__(train.Trainer)
   trainer.last_saved, trainer.ckpts = 3, type("C", (), {"directory": "/w/checkpoints"})()
-  with pytest.raises(train.NonFiniteLossError,
-                     match=r"non-finite loss or gradient at step 1.*step 3\) is kept"):
+  with pytest.raises(
+    train.NonFiniteLossError, match=r"non-finite loss or gradient at step 1.*step 3\) is kept"
+  ):
     trainer.check_finite(new)
 
 
@@ -137,7 +155,10 @@ def test_checkpoint_of_another_model_is_refused(tmp_path):
   workdir = str(tmp_path / "w")
   train.train_and_evaluate(small_config(num_train_steps=3), workdir)
   before = sorted(os.listdir(os.path.join(workdir, "checkpoints")))
-  with pytest.raises(checkpoint.CheckpointMismatchError, match=r"parameter .*wi.*bias.* is \(64,\) in the checkpoint but \(128,\) in the model"):
+  with pytest.raises(
+    checkpoint.CheckpointMismatchError,
+    match=r"parameter .*wi.*bias.* is \(64,\) in the checkpoint but \(128,\) in the model",
+  ):
     train.train_and_evaluate(small_config(**{"model.d_ff": 128, "num_train_steps": 6}), workdir)
   assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == before
 
@@ -152,14 +173,28 @@ def test_unwritable_workdir_fails_before_training(tmp_path):
 @pytest.mark.parametrize("name", cli.available_experiments())
 def test_every_experiment_builds_and_steps(name, tmp_path):
   config = main_config(name)
-  config.model.update(d_model=16, d_ff=32, num_heads=2, num_layers=1, num_encoder_layers=0,
-                      num_decoder_layers=0, max_len=16, dtype="float32",
-                      attention_impl="reference")
-  config.data.update(source="synthetic", synthetic_train_size=200, synthetic_eval_size=16,
-                     synthetic_max_len=6, tokens_per_batch=256, max_len=16, pack_len=16,
-                     bucket_boundaries=(8, 16))
-  config.update(num_train_steps=1, checkpoint_every_steps=1, eval_every_steps=1,
-                grad_accum_steps=1)
+  config.model.update(
+    d_model=16,
+    d_ff=32,
+    num_heads=2,
+    num_layers=1,
+    num_encoder_layers=0,
+    num_decoder_layers=0,
+    max_len=16,
+    dtype="float32",
+    attention_impl="reference",
+  )
+  config.data.update(
+    source="synthetic",
+    synthetic_train_size=200,
+    synthetic_eval_size=16,
+    synthetic_max_len=6,
+    tokens_per_batch=256,
+    max_len=16,
+    pack_len=16,
+    bucket_boundaries=(8, 16),
+  )
+  config.update(num_train_steps=1, checkpoint_every_steps=1, eval_every_steps=1, grad_accum_steps=1)
   out = train.train_and_evaluate(config, str(tmp_path / name))
   assert out["step"] == 1 and np.isfinite(out["loss"])
 
@@ -174,6 +209,7 @@ def main_config(name):
 
 def test_table3_rows_and_multi30k_directions():
   from t2t_jax.experiments import table3
+
   for row in table3.VARIANTS:
     config = main_config(f"table3:{row}")
     cfg = TransformerConfig.from_dict(config.model.to_dict(), vocab_size=37000)
@@ -184,21 +220,28 @@ def test_table3_rows_and_multi30k_directions():
     main_config("table3:Z9")
   de_en = main_config("multi30k:de-en")
   assert de_en.data.train_source.endswith("train.de") and de_en.data.test_target.endswith(
-      "test2016.en")
+    "test2016.en"
+  )
 
 
 def _cli(*args, **kw):
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2",
-             JAX_PLATFORMS="cpu")
-  return subprocess.Popen([sys.executable, "-m", "t2t_jax.main", *args], env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+  return subprocess.Popen(
+    [sys.executable, "-m", "t2t_jax.cli.train", *args],
+    env=env,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.STDOUT,
+    text=True,
+    **kw,
+  )
 
 
 def test_cli_bad_experiment_and_override(tmp_path):
   out, _ = _cli("--experiment=nope", f"--workdir={tmp_path}").communicate(timeout=120)
   assert "--experiment=nope: unknown experiment; available:" in out and "tiny" in out
-  out, _ = _cli("--experiment=tiny", f"--workdir={tmp_path}",
-                "--config.model.d_modle=8").communicate(timeout=120)
+  out, _ = _cli(
+    "--experiment=tiny", f"--workdir={tmp_path}", "--config.model.d_modle=8"
+  ).communicate(timeout=120)
   assert "d_modle" in out
   proc = _cli("--experiment=tiny", f"--workdir={tmp_path}", "--config.num_train_steps=abc")
   out, _ = proc.communicate(timeout=120)
@@ -207,11 +250,18 @@ def test_cli_bad_experiment_and_override(tmp_path):
 
 def test_sigterm_saves_and_resumes(tmp_path):
   workdir = str(tmp_path / "w")
-  args = ["--experiment=tiny", f"--workdir={workdir}", "--config.num_train_steps=100000",
-          "--config.log_every_steps=5", "--config.checkpoint_every_steps=100000",
-          "--config.eval_every_steps=100000", "--config.model.d_model=32",
-          "--config.model.d_ff=64", "--config.model.num_layers=1",
-          "--config.data.synthetic_train_size=2000"]
+  args = [
+    "--experiment=tiny",
+    f"--workdir={workdir}",
+    "--config.num_train_steps=100000",
+    "--config.log_every_steps=5",
+    "--config.checkpoint_every_steps=100000",
+    "--config.eval_every_steps=100000",
+    "--config.model.d_model=32",
+    "--config.model.d_ff=64",
+    "--config.model.num_layers=1",
+    "--config.data.synthetic_train_size=2000",
+  ]
   proc = _cli(*args)
   metrics = os.path.join(workdir, "metrics.jsonl")
   deadline = time.time() + 240
@@ -224,16 +274,18 @@ def test_sigterm_saves_and_resumes(tmp_path):
   assert "SIGTERM received: saved step" in out
   saved = checkpoint.Checkpoints(workdir).latest_step()
   assert saved is not None and saved >= 5
-  resumed = _cli(*[a.replace("100000", str(saved + 2), 1) if "num_train_steps" in a else a
-                   for a in args])
+  resumed = _cli(
+    *[a.replace("100000", str(saved + 2), 1) if "num_train_steps" in a else a for a in args]
+  )
   out, _ = resumed.communicate(timeout=240)
   assert resumed.returncode == 0, out
   assert "resumed from" in out and checkpoint.Checkpoints(workdir).latest_step() == saved + 2
 
 
-def test_no_recompilation_after_the_first_step():
-  from t2t_jax.benchmark import CompileCounter
-  model, state = _state()
+def test_no_recompilation_after_the_first_step(small_state):
+  from t2t_jax.cli.bench import CompileCounter
+
+  model, state = small_state()
   step = parallel.pmap_train_step(model, 0.1, optim.optimizer_schedule(CFG.d_model, 4))
   batch = parallel.shard(_split(_random_global_batch(), 8))
   p_state, _ = step(parallel.replicate(state), batch)
@@ -246,8 +298,14 @@ def test_no_recompilation_after_the_first_step():
 
 def test_test_split_is_scored_on_averaged_checkpoints(tmp_path, caplog):
   caplog.set_level("INFO")
-  config = small_config(num_train_steps=4, checkpoint_every_steps=2, eval_every_steps=100,
-                        average_checkpoints=2, test_at_end=True, select_checkpoints="")
+  config = small_config(
+    num_train_steps=4,
+    checkpoint_every_steps=2,
+    eval_every_steps=100,
+    average_checkpoints=2,
+    test_at_end=True,
+    select_checkpoints="",
+  )
   out = train.train_and_evaluate(config, str(tmp_path / "w"))
   assert "test: parameters from average:2 = checkpoint(s) [2, 4]" in caplog.text
   assert 0.0 <= out["test_exact_match"] <= 1.0 and "test_bleu" in out
@@ -255,8 +313,13 @@ def test_test_split_is_scored_on_averaged_checkpoints(tmp_path, caplog):
 
 def test_checkpoint_selected_on_dev_then_used_for_test(tmp_path, caplog):
   caplog.set_level("INFO")
-  config = small_config(num_train_steps=6, checkpoint_every_steps=2, eval_every_steps=100,
-                        test_at_end=True, select_checkpoints="latest, average:2,average:9")
+  config = small_config(
+    num_train_steps=6,
+    checkpoint_every_steps=2,
+    eval_every_steps=100,
+    test_at_end=True,
+    select_checkpoints="latest, average:2,average:9",
+  )
   workdir = str(tmp_path / "w")
   out = train.train_and_evaluate(config, workdir)
   with open(os.path.join(workdir, "selected.json")) as f:
@@ -268,7 +331,8 @@ def test_checkpoint_selected_on_dev_then_used_for_test(tmp_path, caplog):
   assert chosen["steps"] == {"latest": [6], "average:2": [4, 6]}[best]
   assert chosen["dev_sentences"] == config.data.synthetic_eval_size
   assert f"test: parameters from {best}" in caplog.text and "test_bleu" in out
-  from t2t_jax import translate
+  from t2t_jax.decoding import translator as translate
+
   t = translate.Translator.from_workdir(workdir, "selected")
   assert t.checkpoint_steps == chosen["steps"]
   report = summary.run_summary(workdir)
@@ -278,30 +342,29 @@ def test_checkpoint_selected_on_dev_then_used_for_test(tmp_path, caplog):
 
 
 def test_time_limit_stops_saves_and_tests(tmp_path):
-  config = small_config(num_train_steps=1000, log_every_steps=2, checkpoint_every_steps=500,
-                        train_time_limit_minutes=1e-6, test_at_end=True)
+  config = small_config(
+    num_train_steps=1000,
+    log_every_steps=2,
+    checkpoint_every_steps=500,
+    train_time_limit_minutes=1e-6,
+    test_at_end=True,
+  )
   out = train.train_and_evaluate(config, str(tmp_path / "w"))
   assert out["step"] == 2 and out["time_limit_reached"] and "test_bleu" in out
   assert "test_lowercased_bleu" in out
   # The test translations are kept, one line per test pair.
-  from t2t_jax import translate
-  lines = (tmp_path / "w" / f"test.{translate.target_language(config)}").read_text().splitlines()
+  lines = (tmp_path / "w" / f"test.{data.target_language(config.data)}").read_text().splitlines()
   assert len(lines) == config.data.synthetic_eval_size
   assert checkpoint.Checkpoints(str(tmp_path / "w")).steps() == [2]
 
 
 @pytest.mark.parametrize("share", [True, False])
-def test_chunked_output_loss_step_equals_whole_logits_step(share):
+def test_chunked_output_loss_step_equals_whole_logits_step(share, small_state):
   """The fused, chunked pre-softmax layer + loss gives the update of the plain one."""
   results = []
   for chunk in (0, 5):
-    cfg = CFG.replace(loss_chunk_tokens=chunk, share_embeddings=share, dropout_rate=0.1)
-    model = Transformer(cfg)
-    x = jnp.ones((1, 8), jnp.int32)
-    params = model.init(jax.random.PRNGKey(0), x, x)["params"]
-    state = steps.TrainState.create(params, optim.make_optimizer(cfg.d_model, 4),
-                                    jax.random.PRNGKey(1))
-    step = parallel.pmap_train_step(model, 0.1, optim.optimizer_schedule(cfg.d_model, 4))
+    model, state = small_state(loss_chunk_tokens=chunk, share_embeddings=share, dropout_rate=0.1)
+    step = parallel.pmap_train_step(model, 0.1, optim.optimizer_schedule(CFG.d_model, 4))
     s, m = step(parallel.replicate(state), parallel.shard(_split(_random_global_batch(), 8)))
     results.append((parallel.unreplicate(s.params), jax.device_get(m)))
   (p0, m0), (p5, m5) = results
@@ -312,8 +375,13 @@ def test_chunked_output_loss_step_equals_whole_logits_step(share):
 
 
 def test_bad_selection_candidate_names_the_config_field(tmp_path):
-  config = small_config(num_train_steps=2, checkpoint_every_steps=2, eval_every_steps=100,
-                        test_at_end=True, select_checkpoints="latest,best")
+  config = small_config(
+    num_train_steps=2,
+    checkpoint_every_steps=2,
+    eval_every_steps=100,
+    test_at_end=True,
+    select_checkpoints="latest,best",
+  )
   with pytest.raises(ValueError, match="config.select_checkpoints: candidate 'best'"):
     train.train_and_evaluate(config, str(tmp_path / "w"))
   assert checkpoint.Checkpoints(str(tmp_path / "w")).steps() == [2]  # training kept

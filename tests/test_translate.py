@@ -8,7 +8,9 @@ import jax
 import numpy as np
 import pytest
 
-from t2t_jax import checkpoint, train, translate
+from t2t_jax.decoding import translator as translate
+from t2t_jax.training import checkpoint
+from t2t_jax.training import trainer as train
 from tests.test_train import small_config
 
 
@@ -46,11 +48,13 @@ def test_average_checkpoints(workdir):
     np.testing.assert_allclose(a, (np.float64(b) + c) / 2, rtol=1e-6)
   t = translate.Translator.from_workdir(workdir, "average:3")
   assert t.checkpoint_steps == [2, 4, 6]
-  with pytest.raises(translate.TranslateError, match=r"holds 3 checkpoint\(s\) \[2, 4, 6\], fewer than 5"):
+  with pytest.raises(
+    checkpoint.CheckpointSpecError, match=r"holds 3 checkpoint\(s\) \[2, 4, 6\], fewer than 5"
+  ):
     translate.Translator.from_workdir(workdir, "average:5")
-  with pytest.raises(translate.TranslateError, match="not 'latest', 'average:N'"):
+  with pytest.raises(checkpoint.CheckpointSpecError, match="not 'latest', 'average:N'"):
     translate.Translator.from_workdir(workdir, "7")
-  with pytest.raises(translate.TranslateError, match="selected.json does not exist"):
+  with pytest.raises(checkpoint.CheckpointSpecError, match="selected.json does not exist"):
     translate.Translator.from_workdir(workdir, "selected")
 
 
@@ -67,16 +71,26 @@ def test_attention_weights_match_forward_and_sum_to_one(workdir):
 
 def _cli(*args, stdin=None):
   env = dict(os.environ, XLA_FLAGS="", JAX_PLATFORMS="cpu")
-  return subprocess.run([sys.executable, "-m", "t2t_jax.translate", *args], env=env,
-                        input=stdin, capture_output=True, timeout=300)
+  return subprocess.run(
+    [sys.executable, "-m", "t2t_jax.cli.translate", *args],
+    env=env,
+    input=stdin,
+    capture_output=True,
+    timeout=300,
+  )
 
 
 def test_cli_files_and_scores(workdir, tmp_path):
   src, ref, out = tmp_path / "src", tmp_path / "ref", tmp_path / "out"
   src.write_text("1 2 3\n\n4 5 6\n")
   ref.write_text("3 2 1\n\n6 5 4\n")
-  proc = _cli(f"--workdir={workdir}", f"--input={src}", f"--output={out}", f"--reference={ref}",
-              "--beam_size=2")
+  proc = _cli(
+    f"--workdir={workdir}",
+    f"--input={src}",
+    f"--output={out}",
+    f"--reference={ref}",
+    "--beam_size=2",
+  )
   assert proc.returncode == 0, proc.stderr.decode()
   assert len(out.read_text().split("\n")) == 4  # three lines, final newline
   err = proc.stderr.decode()
@@ -117,9 +131,20 @@ def test_cli_bad_input(workdir, tmp_path):
 def test_average_command_writes_a_translatable_workdir(workdir, tmp_path):
   out = tmp_path / "avg"
   env = dict(os.environ, XLA_FLAGS="", JAX_PLATFORMS="cpu")
-  run = lambda: subprocess.run([sys.executable, "-m", "t2t_jax.average", f"--workdir={workdir}",
-                                "--num=2", f"--output={out}"], env=env, capture_output=True,
-                               text=True, timeout=300)
+  run = lambda: subprocess.run(
+    [
+      sys.executable,
+      "-m",
+      "t2t_jax.cli.average",
+      f"--workdir={workdir}",
+      "--num=2",
+      f"--output={out}",
+    ],
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
   proc = run()
   assert proc.returncode == 0, proc.stderr
   assert "averaged steps [4, 6]" in proc.stdout

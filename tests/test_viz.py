@@ -17,13 +17,18 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top,wrong-import-position
+from matplotlib.figure import Figure
 
-from t2t_jax import layers, optim, positional, viz  # pylint: disable=wrong-import-position
-from t2t_jax.data.tokenizer import SymbolTokenizer  # pylint: disable=wrong-import-position
-from t2t_jax.experiments import tiny  # pylint: disable=wrong-import-position
-from t2t_jax.model import Transformer, TransformerConfig  # pylint: disable=wrong-import-position
-from t2t_jax.translate import Translator  # pylint: disable=wrong-import-position
+from t2t_jax import viz
+from t2t_jax.data.tokenizer import SymbolTokenizer
+from t2t_jax.experiments import tiny
+from t2t_jax.model import (
+  layers,
+  positional,
+)
+from t2t_jax.training import optim
+from t2t_jax.translate import Translator
+from tests import support
 
 SYMBOLS = [str(i) for i in range(12)]
 SOURCE, TARGET = "1 2 3 4 5 6", "6 5 4 3 2 1"
@@ -31,14 +36,13 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def _translator(impl="reference", seed=0):
-  cfg = TransformerConfig(vocab_size=4 + len(SYMBOLS), d_model=32, d_ff=64, num_heads=4,
-                          num_layers=2, dropout_rate=0.0, max_len=32, attention_impl=impl)
-  model = Transformer(cfg)
-  dummy = jnp.ones((1, 8), jnp.int32)
-  params = model.init(jax.random.PRNGKey(seed), dummy, dummy)["params"]
+  model, params = support.small_model(
+    seed, vocab_size=4 + len(SYMBOLS), num_layers=2, max_len=32, attention_impl=impl
+  )
   # Sharper attention than at initialisation, so a wrong weight shows as a large error.
   params = jax.tree_util.tree_map_with_path(
-      lambda p, x: x * 4.0 if any(getattr(k, "key", None) == "query" for k in p) else x, params)
+    lambda p, x: x * 4.0 if any(getattr(k, "key", None) == "query" for k in p) else x, params
+  )
   return Translator(model, params, SymbolTokenizer(SYMBOLS))
 
 
@@ -58,8 +62,7 @@ def _attention_calls(translator, source, target):
 
   def interceptor(next_fun, args, kwargs, context):
     out = next_fun(*args, **kwargs)
-    if isinstance(context.module, layers.MultiHeadAttention) and \
-        context.method_name == "__call__":
+    if isinstance(context.module, layers.MultiHeadAttention) and context.method_name == "__call__":
       calls[context.module.path] = (args, out)
     return out
 
@@ -84,9 +87,11 @@ def _output_from_weights(p, weights, inputs_kv):
   return np.einsum("qhe,hem->qm", heads, _f64(p["out"]["kernel"])) + _f64(p["out"]["bias"])
 
 
-MODULES = {"encoder_self": ("encoder", "self_attention"),
-           "decoder_self": ("decoder", "self_attention"),
-           "cross": ("decoder", "cross_attention")}
+MODULES = {
+  "encoder_self": ("encoder", "self_attention"),
+  "decoder_self": ("decoder", "self_attention"),
+  "cross": ("decoder", "cross_attention"),
+}
 
 
 @pytest.mark.parametrize("impl", ["reference", "xla"])
@@ -101,8 +106,12 @@ def test_weights_are_the_ones_the_forward_pass_uses(impl):
       p = t.params[part][f"layer_{layer}"][name]
       got = w[kind][layer]
       # The module's own output, from the plotted weights.
-      np.testing.assert_allclose(_output_from_weights(p, got, inputs_kv[0]), _f64(out[0]),
-                                 atol=2e-5, err_msg=f"{kind} layer {layer}")
+      np.testing.assert_allclose(
+        _output_from_weights(p, got, inputs_kv[0]),
+        _f64(out[0]),
+        atol=2e-5,
+        err_msg=f"{kind} layer {layer}",
+      )
       # An independent softmax(Q K^T / sqrt(d_k)) in float64, masked as the paper says.
       q, k = _dense(p["query"], inputs_q[0]), _dense(p["key"], inputs_kv[0])
       logits = np.einsum("qhd,khd->hqk", q, k) / np.sqrt(q.shape[-1])
@@ -111,8 +120,11 @@ def test_weights_are_the_ones_the_forward_pass_uses(impl):
       want = np.exp(logits - logits.max(-1, keepdims=True))
       want /= want.sum(-1, keepdims=True)
       np.testing.assert_allclose(got, want, atol=1e-5, err_msg=f"{kind} layer {layer}")
-      assert got.shape == (4, n_tgt if kind != "encoder_self" else n_src,
-                           n_src if kind != "decoder_self" else n_tgt)
+      assert got.shape == (
+        4,
+        n_tgt if kind != "encoder_self" else n_src,
+        n_src if kind != "decoder_self" else n_tgt,
+      )
       np.testing.assert_allclose(got.sum(-1), 1.0, rtol=1e-5)
   # Causal: a decoder position never attends ahead, and the first only to itself.
   assert np.all(np.triu(w["decoder_self"], k=1) == 0)
@@ -136,17 +148,21 @@ def test_padded_batch_rows_sum_to_one_over_unmasked_keys(translator):
   """In a padded batch (as training sees), pad keys get exactly 0 and rows sum to 1."""
   inputs = jnp.array([[5, 6, 7, 8, 1, 0, 0], [5, 6, 1, 0, 0, 0, 0]])
   targets = jnp.array([[8, 7, 6, 5, 1, 0], [6, 5, 1, 0, 0, 0]])
-  _, state = translator.model.apply({"params": translator.params}, inputs, targets,
-                                    mutable=["intermediates"])
+  _, state = translator.model.apply(
+    {"params": translator.params}, inputs, targets, mutable=["intermediates"]
+  )
   inter = state["intermediates"]
   src_ok, tgt_ok = np.asarray(inputs) > 0, np.asarray(targets) > 0
   causal = np.tril(np.ones((6, 6), bool))
   for layer in range(2):
-    get = lambda part, name: np.asarray(
-        inter[part][f"layer_{layer}"][name]["attention_weights"][0])  # [batch, h, q, k]
-    checks = [(get("encoder", "self_attention"), src_ok[:, None, :], src_ok),
-              (get("decoder", "self_attention"), tgt_ok[:, None, :] & causal, tgt_ok),
-              (get("decoder", "cross_attention"), src_ok[:, None, :], tgt_ok)]
+    get = lambda part, name, layer=layer: np.asarray(
+      inter[part][f"layer_{layer}"][name]["attention_weights"][0]
+    )  # [batch, h, q, k]
+    checks = [
+      (get("encoder", "self_attention"), src_ok[:, None, :], src_ok),
+      (get("decoder", "self_attention"), tgt_ok[:, None, :] & causal, tgt_ok),
+      (get("decoder", "cross_attention"), src_ok[:, None, :], tgt_ok),
+    ]
     for w, allowed, real_rows in checks:
       allowed = np.broadcast_to(allowed[:, None], w.shape)
       assert np.all(w[~allowed] == 0)
@@ -183,8 +199,11 @@ def test_attention_map_shows_the_weights_with_tokens(weights, kind, tmp_path):
   rows = [t.get_text() for t in ax.get_yticklabels()]
   cols = [t.get_text() for t in ax.get_xticklabels()]
   src, tgt = SOURCE.split() + ["</s>"], TARGET.split() + ["</s>"]
-  assert (rows, cols) == {"encoder_self": (src, src), "cross": (tgt, src),
-                          "decoder_self": (tgt, ["<s>"] + tgt[:-1])}[kind]
+  assert (rows, cols) == {
+    "encoder_self": (src, src),
+    "cross": (tgt, src),
+    "decoder_self": (tgt, ["<s>"] + tgt[:-1]),
+  }[kind]
   assert all(t.get_rotation() == 90 for t in ax.get_xticklabels())
   assert _labelled(ax) and "layer 1, head 2" in ax.get_title()
   assert viz.KINDS[kind] in ax.get_title()
@@ -265,11 +284,13 @@ def test_learning_rate_schedule_picture(tmp_path):
 
 
 def _metrics_workdir(tmp_path):
-  records = [dict(step=100, time=1000.0, loss=3.0),
-             dict(step=200, time=1030.0, loss=2.0, eval_loss=2.5, dev_bleu=10.0),
-             dict(step=300, loss=1.5),  # no time
-             dict(step=400, time=1150.0, loss=1.0, eval_loss=1.2, dev_bleu=30.0),
-             dict(step=400, time=1160.0, test_bleu=31.0)]  # the test record: no loss
+  records = [
+    dict(step=100, time=1000.0, loss=3.0),
+    dict(step=200, time=1030.0, loss=2.0, eval_loss=2.5, dev_bleu=10.0),
+    dict(step=300, loss=1.5),  # no time
+    dict(step=400, time=1150.0, loss=1.0, eval_loss=1.2, dev_bleu=30.0),
+    dict(step=400, time=1160.0, test_bleu=31.0),
+  ]  # the test record: no loss
   (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
   return str(tmp_path)
 

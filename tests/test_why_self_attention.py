@@ -8,7 +8,7 @@ import jax
 import numpy as np
 import pytest
 
-from t2t_jax import layer_timing as lt
+from t2t_jax.experiments import layer_timing as lt
 from t2t_jax.experiments import why_self_attention as wsa
 
 SPEC = lt.LayerSpec(d_model=16, num_heads=2, kernel=3, window=4)
@@ -18,8 +18,9 @@ PATH_NS = (4, 8, 32)  # measured in one pass at the longest; 32 = distance 31
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
   out = tmp_path_factory.mktemp("why_self_attention")
-  results, figures = wsa.run(str(out), SPEC, ns=[8, 16], path_ns=PATH_NS, repeats=1,
-                             log=lambda line: None)
+  results, figures = wsa.run(
+    str(out), SPEC, ns=[8, 16], path_ns=PATH_NS, repeats=1, log=lambda line: None
+  )
   return str(out), results, figures
 
 
@@ -74,10 +75,10 @@ def test_flop_counts_by_hand():
 def test_fit_exponent_recovers_known_growth():
   ns = lt.powers_of_two(8, 2048)
   assert ns[0] == 8 and ns[-1] == 2048 and len(ns) == 9
-  assert lt.fit_exponent(ns, [3e-6 * n ** 2 for n in ns]) == pytest.approx(2.0)
+  assert lt.fit_exponent(ns, [3e-6 * n**2 for n in ns]) == pytest.approx(2.0)
   assert lt.fit_exponent(ns, [5e-3 * n for n in ns]) == pytest.approx(1.0)
   # A fixed overhead flattens the small-n end; fitting the top of the range recovers n^2.
-  times = [1e-3 + 3e-7 * n ** 2 for n in ns]
+  times = [1e-3 + 3e-7 * n**2 for n in ns]
   assert lt.fit_exponent(ns, times) < 1.5
   assert lt.fit_exponent(ns, times, n_min=256) == pytest.approx(2.0, abs=0.1)
   with pytest.raises(ValueError, match="need >= 2 points"):

@@ -8,20 +8,28 @@ Public surface (see pipeline.py for the flow):
   DataError                                bad input or config (names file/line/flag)
 """
 
-from t2t_jax.data.config import bucket_boundaries
-from t2t_jax.data.config import default_config
+from t2t_jax.data.config import bucket_boundaries, default_config, target_language
 from t2t_jax.data.errors import DataError
-from t2t_jax.data.pipeline import Datasets
-from t2t_jax.data.pipeline import DataStats
-from t2t_jax.data.pipeline import get_datasets
-from t2t_jax.data.tokenizer import load_or_train_tokenizer
-from t2t_jax.data.tokenizer import load_tokenizer
-from t2t_jax.data.tokenizer import SentencePieceTokenizer
-from t2t_jax.data.tokenizer import SymbolTokenizer
-from t2t_jax.data.tokenizer import vocab_path
+from t2t_jax.data.pipeline import Datasets, DataStats, get_datasets
+from t2t_jax.data.tokenizer import (
+  SentencePieceTokenizer,
+  SymbolTokenizer,
+  load_or_train_tokenizer,
+  load_tokenizer,
+  vocab_path,
+)
 
 __all__ = [
-    'bucket_boundaries', 'default_config', 'DataError', 'Datasets', 'DataStats', 'get_datasets',
-    'load_or_train_tokenizer', 'load_tokenizer', 'SentencePieceTokenizer', 'SymbolTokenizer',
-    'vocab_path',
+  "bucket_boundaries",
+  "default_config",
+  "DataError",
+  "Datasets",
+  "DataStats",
+  "get_datasets",
+  "load_or_train_tokenizer",
+  "load_tokenizer",
+  "SentencePieceTokenizer",
+  "SymbolTokenizer",
+  "target_language",
+  "vocab_path",
 ]

@@ -20,8 +20,7 @@ import numpy as np
 
 from t2t_jax.data.tokenized import TokenizedPairs
 
-PACK_KEYS = ('inputs_segmentation', 'targets_segmentation', 'inputs_position',
-             'targets_position')
+PACK_KEYS = ("inputs_segmentation", "targets_segmentation", "inputs_position", "targets_position")
 
 
 class Sharding:
@@ -29,7 +28,7 @@ class Sharding:
 
   def __init__(self, process_index: int, process_count: int, num_local_devices: int):
     if not 0 <= process_index < process_count:
-      raise ValueError(f'process_index={process_index} not in [0, {process_count})')
+      raise ValueError(f"process_index={process_index} not in [0, {process_count})")
     self.process_index = process_index
     self.process_count = process_count
     self.num_local_devices = num_local_devices
@@ -42,10 +41,10 @@ class Sharding:
 def _rows(pairs: TokenizedPairs, members: np.ndarray, length: int, side: str) -> np.ndarray:
   """int32 [len(members), length], one pair per row, 0-padded; member -1 is an all-pad row."""
   out = np.zeros((len(members), length), np.int32)
-  flat, offsets = getattr(pairs, f'{side}_flat'), getattr(pairs, f'{side}_offsets')
+  flat, offsets = getattr(pairs, f"{side}_flat"), getattr(pairs, f"{side}_offsets")
   for row, i in enumerate(members):
     if i >= 0:
-      out[row, :offsets[i + 1] - offsets[i]] = flat[offsets[i]:offsets[i + 1]]
+      out[row, : offsets[i + 1] - offsets[i]] = flat[offsets[i] : offsets[i + 1]]
   return out
 
 
@@ -56,10 +55,10 @@ def _device_layout(batch: dict[str, np.ndarray], num_devices: int) -> dict[str, 
 
 def _add_single_pair_segments(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
   """Packing-layout keys for rows holding one pair each (segment 1, positions 0..n-1)."""
-  for side in ('inputs', 'targets'):
+  for side in ("inputs", "targets"):
     real = batch[side] > 0
-    batch[f'{side}_segmentation'] = real.astype(np.int32)
-    batch[f'{side}_position'] = np.where(real, np.arange(real.shape[-1]), 0).astype(np.int32)
+    batch[f"{side}_segmentation"] = real.astype(np.int32)
+    batch[f"{side}_position"] = np.where(real, np.arange(real.shape[-1]), 0).astype(np.int32)
   return batch
 
 
@@ -69,7 +68,7 @@ def _global_rows(rows_per_device: int, sharding: Sharding) -> int:
 
 def _host_slice(members: np.ndarray, sharding: Sharding) -> np.ndarray:
   per_host = len(members) // sharding.process_count
-  return members[sharding.process_index * per_host:(sharding.process_index + 1) * per_host]
+  return members[sharding.process_index * per_host : (sharding.process_index + 1) * per_host]
 
 
 class BucketPlan:
@@ -84,8 +83,9 @@ class BucketPlan:
   iterator state is just the next step.
   """
 
-  def __init__(self, pairs: TokenizedPairs, boundaries, budget_per_device: int,
-               sharding: Sharding, seed: int):
+  def __init__(
+    self, pairs: TokenizedPairs, boundaries, budget_per_device: int, sharding: Sharding, seed: int
+  ):
     self.pairs = pairs
     self.boundaries = np.asarray(boundaries)
     self.sharding = sharding
@@ -101,8 +101,10 @@ class BucketPlan:
 
   def shapes(self) -> list[tuple[int, int, int]]:
     """The static [devices, rows_per_device, length] shape of each bucket."""
-    return [(self.sharding.num_local_devices, int(r), int(b))
-            for r, b in zip(self.rows_per_device, self.boundaries)]
+    return [
+      (self.sharding.num_local_devices, int(r), int(b))
+      for r, b in zip(self.rows_per_device, self.boundaries)
+    ]
 
   @property
   def steps_per_epoch(self) -> float:
@@ -138,7 +140,7 @@ class BucketPlan:
     while num > 0:
       epoch, rank = divmod(first, count)
       take = min(num, count - rank)
-      out.append(self._order(epoch)[0][b][rank:rank + take])
+      out.append(self._order(epoch)[0][b][rank : rank + take])
       first, num = first + take, num - take
     return np.concatenate(out)
 
@@ -168,7 +170,7 @@ class BucketPlan:
     bucket, members = self.global_members(step)
     mine = _host_slice(members, self.sharding)
     length = int(self.boundaries[bucket])
-    batch = {side: _rows(self.pairs, mine, length, side) for side in ('inputs', 'targets')}
+    batch = {side: _rows(self.pairs, mine, length, side) for side in ("inputs", "targets")}
     return _device_layout(batch, self.sharding.num_local_devices)
 
 
@@ -191,12 +193,19 @@ def shard_indices(num_pairs: int, sharding: Sharding, seed: int) -> grain.MapDat
   Shards of different processes are disjoint and together hold every pair; element
   [e * len : (e + 1) * len] is epoch e of this shard.
   """
-  ds = grain.MapDataset.range(num_pairs)[sharding.process_index::sharding.process_count]
+  ds = grain.MapDataset.range(num_pairs)[sharding.process_index :: sharding.process_count]
   return ds.shuffle(seed=seed).repeat()
 
 
-def pack_dataset(pairs: TokenizedPairs, pack_len: int, rows_per_device: int, num_bins: int,
-                 sharding: Sharding, seed: int, prefetch: int) -> grain.IterDataset:
+def pack_dataset(
+  pairs: TokenizedPairs,
+  pack_len: int,
+  rows_per_device: int,
+  num_bins: int,
+  sharding: Sharding,
+  seed: int,
+  prefetch: int,
+) -> grain.IterDataset:
   """Infinite, checkpointable stream of packed batches [devices, rows_per_device, pack_len].
 
   grain's first-fit packer fills `num_bins` rows at a time (a pair goes into the first row
@@ -206,8 +215,12 @@ def pack_dataset(pairs: TokenizedPairs, pack_len: int, rows_per_device: int, num
   ds = shard_indices(len(pairs), sharding, seed).map(pairs.pair)
   ds = ds.to_iter_dataset(grain.ReadOptions(num_threads=0))
   ds = grain.experimental.FirstFitPackIterDataset(
-      ds, length_struct={'inputs': pack_len, 'targets': pack_len},
-      num_packing_bins=num_bins or rows, seed=seed, shuffle_bins=True)
+    ds,
+    length_struct={"inputs": pack_len, "targets": pack_len},
+    num_packing_bins=num_bins or rows,
+    seed=seed,
+    shuffle_bins=True,
+  )
   ds = ds.batch(rows, drop_remainder=True)
   ds = ds.map(lambda b: _device_layout(_rename_packed(b), sharding.num_local_devices))
   return _prefetch(ds, prefetch)
@@ -215,10 +228,10 @@ def pack_dataset(pairs: TokenizedPairs, pack_len: int, rows_per_device: int, num
 
 def _rename_packed(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
   out = {}
-  for side in ('inputs', 'targets'):
+  for side in ("inputs", "targets"):
     out[side] = batch[side]
-    out[f'{side}_segmentation'] = batch[f'{side}_segment_ids']
-    out[f'{side}_position'] = batch[f'{side}_positions']
+    out[f"{side}_segmentation"] = batch[f"{side}_segment_ids"]
+    out[f"{side}_position"] = batch[f"{side}_positions"]
   return out
 
 
@@ -234,8 +247,9 @@ def eval_length(length: int, boundaries) -> int:
   return int(-(-length // boundaries[-1]) * boundaries[-1])
 
 
-def eval_batches(pairs: TokenizedPairs, boundaries, budget_per_device: int, sharding: Sharding,
-                 pack_keys: bool):
+def eval_batches(
+  pairs: TokenizedPairs, boundaries, budget_per_device: int, sharding: Sharding, pack_keys: bool
+):
   """Yields every pair once, grouped by padded length, as this process's share of batches.
 
   Each process gets the same number of batches with the same shapes; a length group's last
@@ -248,10 +262,10 @@ def eval_batches(pairs: TokenizedPairs, boundaries, budget_per_device: int, shar
     rows = _global_rows(max(1, budget_per_device // int(length)), sharding)
     for start in range(0, len(group), rows):
       members = np.full(rows, -1, np.int64)
-      chunk = group[start:start + rows]
-      members[:len(chunk)] = chunk
+      chunk = group[start : start + rows]
+      members[: len(chunk)] = chunk
       mine = _host_slice(members, sharding)
-      batch = {side: _rows(pairs, mine, int(length), side) for side in ('inputs', 'targets')}
+      batch = {side: _rows(pairs, mine, int(length), side) for side in ("inputs", "targets")}
       if pack_keys:
         batch = _add_single_pair_segments(batch)
       yield _device_layout(batch, sharding.num_local_devices)

@@ -8,8 +8,8 @@ import ml_collections
 
 from t2t_jax.data.errors import DataError
 
-SOURCES = ('synthetic', 'textfiles', 'wmt14_translate', 'wmt17_translate')
-TASKS = ('copy', 'reverse', 'sort', 'shift', 'addition')
+SOURCES = ("synthetic", "textfiles", "wmt14_translate", "wmt17_translate")
+TASKS = ("copy", "reverse", "sort", "shift", "addition")
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -18,10 +18,10 @@ def default_config() -> ml_collections.ConfigDict:
   # Where pairs come from: 'synthetic' (generated in-package, no files), 'textfiles' (local
   # aligned plain-text files, prepared through a TFDS builder), 'wmt14_translate' or
   # 'wmt17_translate' (TFDS; downloads only when selected).
-  c.source = 'synthetic'
+  c.source = "synthetic"
 
   # --- synthetic transduction tasks (tensor2tensor's algorithmic problems in spirit) ---
-  c.task = 'reverse'  # 'copy' | 'reverse' | 'sort' | 'shift' (+1 mod n) | 'addition' (decimal)
+  c.task = "reverse"  # 'copy' | 'reverse' | 'sort' | 'shift' (+1 mod n) | 'addition' (decimal)
   c.synthetic_num_symbols = 16  # alphabet size for copy/reverse/sort/shift (addition uses 0-9)
   c.synthetic_min_len = 4  # shortest source, in symbols (addition: digits per operand)
   c.synthetic_max_len = 32  # longest source, in symbols (addition: digits per operand)
@@ -30,26 +30,26 @@ def default_config() -> ml_collections.ConfigDict:
   c.synthetic_seed = 0  # generation seed; dev/test use distinct streams of it
 
   # --- translation direction (WMT and textfiles) ---
-  c.pair = 'de-en'  # TFDS config of wmt14/wmt17: 'de-en' | 'fr-en' | ...
-  c.source_lang = ''  # '' -> 'en': the paper translates en->de and en->fr
-  c.target_lang = ''  # '' -> the pair's other language
+  c.pair = "de-en"  # TFDS config of wmt14/wmt17: 'de-en' | 'fr-en' | ...
+  c.source_lang = ""  # '' -> 'en': the paper translates en->de and en->fr
+  c.target_lang = ""  # '' -> the pair's other language
 
   # --- textfiles: aligned plain-text files, one sentence per line ('' = split absent) ---
-  c.train_source = ''  # e.g. '../shared/data/multi30k/train.en'
-  c.train_target = ''  # e.g. '../shared/data/multi30k/train.de'
-  c.dev_source = ''
-  c.dev_target = ''
-  c.test_source = ''
-  c.test_target = ''
+  c.train_source = ""  # e.g. '../shared/data/multi30k/train.en'
+  c.train_target = ""  # e.g. '../shared/data/multi30k/train.de'
+  c.dev_source = ""
+  c.dev_target = ""
+  c.test_source = ""
+  c.test_target = ""
 
   # --- TFDS ---
-  c.tfds_data_dir = ''  # '' -> TFDS default (WMT) or <workdir>/tfds (textfiles)
+  c.tfds_data_dir = ""  # '' -> TFDS default (WMT) or <workdir>/tfds (textfiles)
   c.tfds_download = True  # False: fail instead of downloading/preparing WMT
 
   # --- vocabulary (SentencePiece, shared by source and target, trained on train only) ---
-  c.vocab_path = ''  # '' -> <workdir>/vocab.model (synthetic: <workdir>/vocab.symbols)
+  c.vocab_path = ""  # '' -> <workdir>/vocab.model (synthetic: <workdir>/vocab.symbols)
   c.vocab_size = 37000  # paper: 37000 for en-de, 32000 for en-fr; ignored by synthetic
-  c.vocab_type = 'bpe'  # 'bpe' (paper: byte-pair encoding) | 'unigram'
+  c.vocab_type = "bpe"  # 'bpe' (paper: byte-pair encoding) | 'unigram'
   c.vocab_max_sentences = 1_000_000  # bound on sentences sampled to train the vocab
   c.vocab_character_coverage = 1.0  # 1.0 keeps every character of Latin-script corpora
   c.vocab_byte_fallback = True  # unseen characters become byte pieces: decode is lossless
@@ -58,7 +58,7 @@ def default_config() -> ml_collections.ConfigDict:
   # --- filtering and batching ---
   c.train_max_pairs = 0  # 0 = all; else only the first N training pairs (quick runs, tests)
   c.max_len = 256  # drop TRAIN pairs with either side longer (tokens incl. EOS); dev/test kept
-  c.batching = 'bucket'  # 'bucket' (padded length buckets, paper) | 'pack' (segments per row)
+  c.batching = "bucket"  # 'bucket' (padded length buckets, paper) | 'pack' (segments per row)
   c.tokens_per_batch = 25000  # GLOBAL budget per side per step (paper: ~25000 src + 25000 tgt)
   c.bucket_boundaries = ()  # explicit bucket lengths; () -> geometric rule below, up to max_len
   c.bucket_min = 8  # rule: first bucket length
@@ -77,34 +77,40 @@ def default_config() -> ml_collections.ConfigDict:
 
 def validate(c: ml_collections.ConfigDict) -> None:
   """Raises DataError naming the offending `config.data.*` flag."""
-  _check_choice(c, 'source', SOURCES)
-  _check_choice(c, 'batching', ('bucket', 'pack'))
-  _check_choice(c, 'vocab_type', ('bpe', 'unigram'))
-  if c.source == 'synthetic':
-    _check_choice(c, 'task', TASKS)
+  _check_choice(c, "source", SOURCES)
+  _check_choice(c, "batching", ("bucket", "pack"))
+  _check_choice(c, "vocab_type", ("bpe", "unigram"))
+  if c.source == "synthetic":
+    _check_choice(c, "task", TASKS)
     if not 1 <= c.synthetic_min_len <= c.synthetic_max_len:
-      raise DataError(f'config.data.synthetic_min_len={c.synthetic_min_len} must be in '
-                      f'[1, synthetic_max_len={c.synthetic_max_len}]')
-  if c.source == 'textfiles':
-    for split in ('train', 'dev', 'test'):
-      src, tgt = c[f'{split}_source'], c[f'{split}_target']
+      raise DataError(
+        f"config.data.synthetic_min_len={c.synthetic_min_len} must be in "
+        f"[1, synthetic_max_len={c.synthetic_max_len}]"
+      )
+  if c.source == "textfiles":
+    for split in ("train", "dev", "test"):
+      src, tgt = c[f"{split}_source"], c[f"{split}_target"]
       if bool(src) != bool(tgt):
-        raise DataError(f'config.data.{split}_source={src!r} and {split}_target={tgt!r}: '
-                        'give both files of a split or neither')
+        raise DataError(
+          f"config.data.{split}_source={src!r} and {split}_target={tgt!r}: "
+          "give both files of a split or neither"
+        )
     if not c.train_source:
-      raise DataError('config.data.train_source/train_target are required for textfiles')
+      raise DataError("config.data.train_source/train_target are required for textfiles")
   if c.train_max_pairs < 0:
-    raise DataError(f'config.data.train_max_pairs={c.train_max_pairs} must be >= 0')
+    raise DataError(f"config.data.train_max_pairs={c.train_max_pairs} must be >= 0")
   if c.max_len < 2:
-    raise DataError(f'config.data.max_len={c.max_len} must be >= 2 (a token plus EOS)')
-  if c.batching == 'pack' and c.pack_len < c.max_len:
-    raise DataError(f'config.data.pack_len={c.pack_len} must be >= max_len={c.max_len}, '
-                    'or kept pairs could not fit a row')
+    raise DataError(f"config.data.max_len={c.max_len} must be >= 2 (a token plus EOS)")
+  if c.batching == "pack" and c.pack_len < c.max_len:
+    raise DataError(
+      f"config.data.pack_len={c.pack_len} must be >= max_len={c.max_len}, "
+      "or kept pairs could not fit a row"
+    )
 
 
 def _check_choice(c, field, choices):
   if c[field] not in choices:
-    raise DataError(f'config.data.{field}={c[field]!r} must be one of {choices}')
+    raise DataError(f"config.data.{field}={c[field]!r} must be one of {choices}")
 
 
 def bucket_boundaries(c: ml_collections.ConfigDict) -> tuple[int, ...]:
@@ -123,10 +129,19 @@ def bucket_boundaries(c: ml_collections.ConfigDict) -> tuple[int, ...]:
 def per_device_budget(c: ml_collections.ConfigDict, num_devices_total: int) -> int:
   """Tokens per side for one device: the global budget split evenly over all devices."""
   budget = c.tokens_per_batch // num_devices_total
-  longest = c.pack_len if c.batching == 'pack' else c.max_len
+  longest = c.pack_len if c.batching == "pack" else c.max_len
   if budget < longest:
     raise DataError(
-        f'config.data.tokens_per_batch={c.tokens_per_batch} over {num_devices_total} devices '
-        f'gives {budget} tokens per device, fewer than one row of {longest} tokens '
-        f'({"pack_len" if c.batching == "pack" else "max_len"}); raise tokens_per_batch')
+      f"config.data.tokens_per_batch={c.tokens_per_batch} over {num_devices_total} devices "
+      f"gives {budget} tokens per device, fewer than one row of {longest} tokens "
+      f"({'pack_len' if c.batching == 'pack' else 'max_len'}); raise tokens_per_batch"
+    )
   return budget
+
+
+def target_language(c: ml_collections.ConfigDict) -> str:
+  """The target language code of a data config (for the Moses tokenization of scoring)."""
+  if c.get("target_lang"):
+    return c.target_lang
+  other = [lang for lang in c.get("pair", "de-en").split("-") if lang != "en"]
+  return other[0] if other else "en"

@@ -1,12 +1,12 @@
 """get_datasets: source -> vocabulary -> tokenize/filter -> token-budget batches per host.
 
-    datasets = get_datasets(config.data, workdir, process_index=jax.process_index(),
-                            process_count=jax.process_count(),
-                            num_local_devices=jax.local_device_count())
-    it = datasets.train_iter()          # grain DatasetIterator: get_state()/set_state()
-    batch = next(it)                    # {'inputs': int32 [devices, rows, L], 'targets': ...}
-    for batch in datasets.eval_batches(): ...
-    print(datasets.stats.summary())
+datasets = get_datasets(config.data, workdir, process_index=jax.process_index(),
+                        process_count=jax.process_count(),
+                        num_local_devices=jax.local_device_count())
+it = datasets.train_iter()          # grain DatasetIterator: get_state()/set_state()
+batch = next(it)                    # {'inputs': int32 [devices, rows, L], 'targets': ...}
+for batch in datasets.eval_batches(): ...
+print(datasets.stats.summary())
 """
 
 import atexit
@@ -19,10 +19,8 @@ import weakref
 import grain
 import numpy as np
 
-from t2t_jax.data import batching
+from t2t_jax.data import batching, sources, tokenized
 from t2t_jax.data import config as config_lib
-from t2t_jax.data import sources
-from t2t_jax.data import tokenized
 from t2t_jax.data import tokenizer as tokenizer_lib
 from t2t_jax.data.errors import DataError
 from t2t_jax.data.tokenized import SplitCounts, TokenizedPairs
@@ -31,13 +29,14 @@ from t2t_jax.data.tokenized import SplitCounts, TokenizedPairs
 @dataclasses.dataclass
 class DataStats:
   """The per-run data report. Batch figures are this process's, over the batches yielded."""
+
   train: SplitCounts = dataclasses.field(default_factory=SplitCounts)
   dev: SplitCounts = dataclasses.field(default_factory=SplitCounts)
   test: SplitCounts = dataclasses.field(default_factory=SplitCounts)
-  batching: str = ''
+  batching: str = ""
   tokens_per_batch_budget: int = 0  # global, per side
   budget_per_device: int = 0  # per side
-  shapes: str = ''
+  shapes: str = ""
   batches: int = 0
   input_tokens: int = 0  # non-pad tokens yielded
   target_tokens: int = 0
@@ -47,10 +46,10 @@ class DataStats:
 
   def record(self, batch: dict[str, np.ndarray]) -> None:
     self.batches += 1
-    self.input_tokens += int(np.count_nonzero(batch['inputs']))
-    self.target_tokens += int(np.count_nonzero(batch['targets']))
-    self.input_slots += batch['inputs'].size
-    self.target_slots += batch['targets'].size
+    self.input_tokens += int(np.count_nonzero(batch["inputs"]))
+    self.target_tokens += int(np.count_nonzero(batch["targets"]))
+    self.input_slots += batch["inputs"].size
+    self.target_slots += batch["targets"].size
 
   @property
   def mean_input_tokens_per_batch(self) -> float:
@@ -69,21 +68,22 @@ class DataStats:
   def summary(self) -> str:
     t = self.train
     lines = [
-        f'train: {t.read} pairs read, {t.empty_skipped} empty skipped, '
-        f'{t.dropped_too_long} dropped by length, {t.kept} kept',
-        f'dev: {self.dev.read} pairs read, {self.dev.empty_skipped} empty skipped; '
-        f'test: {self.test.read} pairs read, {self.test.empty_skipped} empty skipped',
-        f'batching: {self.batching}, budget {self.tokens_per_batch_budget} tokens/side/step '
-        f'global, {self.budget_per_device} per device; shapes {self.shapes}',
-        'setup: ' + ', '.join(f'{k} {v:.2f}s' for k, v in self.setup_seconds.items()),
+      f"train: {t.read} pairs read, {t.empty_skipped} empty skipped, "
+      f"{t.dropped_too_long} dropped by length, {t.kept} kept",
+      f"dev: {self.dev.read} pairs read, {self.dev.empty_skipped} empty skipped; "
+      f"test: {self.test.read} pairs read, {self.test.empty_skipped} empty skipped",
+      f"batching: {self.batching}, budget {self.tokens_per_batch_budget} tokens/side/step "
+      f"global, {self.budget_per_device} per device; shapes {self.shapes}",
+      "setup: " + ", ".join(f"{k} {v:.2f}s" for k, v in self.setup_seconds.items()),
     ]
     if self.batches:
       lines.append(
-          f'over {self.batches} batches (this process): mean tokens/batch '
-          f'{self.mean_input_tokens_per_batch:.1f} source + '
-          f'{self.mean_target_tokens_per_batch:.1f} target, padding fraction '
-          f'{self.padding_fraction:.3f}')
-    return '\n'.join(lines)
+        f"over {self.batches} batches (this process): mean tokens/batch "
+        f"{self.mean_input_tokens_per_batch:.1f} source + "
+        f"{self.mean_target_tokens_per_batch:.1f} target, padding fraction "
+        f"{self.padding_fraction:.3f}"
+      )
+    return "\n".join(lines)
 
 
 _LIVE_ITERATORS = weakref.WeakSet()
@@ -129,8 +129,16 @@ class TrainIterator(grain.DatasetIterator):
 class Datasets:
   """What the trainer and evaluators use; built by `get_datasets`."""
 
-  def __init__(self, c, tokenizer, train: TokenizedPairs, dev_pairs, test_pairs,
-               stats: DataStats, sharding: batching.Sharding):
+  def __init__(
+    self,
+    c,
+    tokenizer,
+    train: TokenizedPairs,
+    dev_pairs,
+    test_pairs,
+    stats: DataStats,
+    sharding: batching.Sharding,
+  ):
     self.config = c
     self.tokenizer = tokenizer
     self.train_pairs = train  # tokenized, filtered training pairs (all processes' data)
@@ -141,9 +149,10 @@ class Datasets:
     self.boundaries = config_lib.bucket_boundaries(c)
     self.budget_per_device = config_lib.per_device_budget(c, sharding.num_devices)
     self.bucket_plan = None
-    if c.batching == 'bucket':
-      self.bucket_plan = batching.BucketPlan(train, self.boundaries, self.budget_per_device,
-                                             sharding, c.shuffle_seed)
+    if c.batching == "bucket":
+      self.bucket_plan = batching.BucketPlan(
+        train, self.boundaries, self.budget_per_device, sharding, c.shuffle_seed
+      )
     self._tokenized = {}
 
   @property
@@ -162,54 +171,76 @@ class Datasets:
     c = self.config
     if self.bucket_plan is not None:
       return batching.bucket_dataset(self.bucket_plan, c.prefetch_batches)
-    return batching.pack_dataset(self.train_pairs, c.pack_len, self.pack_rows_per_device,
-                                 c.pack_bins, self.sharding, c.shuffle_seed, c.prefetch_batches)
+    return batching.pack_dataset(
+      self.train_pairs,
+      c.pack_len,
+      self.pack_rows_per_device,
+      c.pack_bins,
+      self.sharding,
+      c.shuffle_seed,
+      c.prefetch_batches,
+    )
 
   def train_iter(self) -> TrainIterator:
     """A fresh iterator from step 0; restore a checkpoint with `.set_state(state)`."""
     return TrainIterator(iter(self.train_dataset()), self.stats)
 
-  def eval_batches(self, split: str = 'dev'):
+  def eval_batches(self, split: str = "dev"):
     """Every pair of `split` ('dev' | 'test') once, in static-shaped padded batches."""
     pairs = self._tokenized_split(split)
-    return batching.eval_batches(pairs, self.boundaries, self.budget_per_device, self.sharding,
-                                 pack_keys=self.config.batching == 'pack')
+    return batching.eval_batches(
+      pairs,
+      self.boundaries,
+      self.budget_per_device,
+      self.sharding,
+      pack_keys=self.config.batching == "pack",
+    )
 
   def _tokenized_split(self, split: str) -> TokenizedPairs:
     if split not in self._tokenized:
-      raw = {'dev': self.dev_pairs, 'test': self.test_pairs}[split]
+      raw = {"dev": self.dev_pairs, "test": self.test_pairs}[split]
       self._tokenized[split] = tokenized.tokenize_pairs(raw, self.tokenizer)
     return self._tokenized[split]
 
 
-def get_datasets(data_config, workdir: str, *, process_index: int = 0, process_count: int = 1,
-                 num_local_devices: int = 1) -> Datasets:
+def get_datasets(
+  data_config,
+  workdir: str,
+  *,
+  process_index: int = 0,
+  process_count: int = 1,
+  num_local_devices: int = 1,
+) -> Datasets:
   """Builds the data of one run (see the module docstring). Bad input raises DataError."""
   c = data_config
   config_lib.validate(c)
   sharding = batching.Sharding(process_index, process_count, num_local_devices)
   config_lib.per_device_budget(c, sharding.num_devices)  # fail before any expensive work
   stats = DataStats(batching=c.batching, tokens_per_batch_budget=c.tokens_per_batch)
-  with _timed(stats, 'open/prepare source'):
+  with _timed(stats, "open/prepare source"):
     splits = sources.open_splits(c, workdir, process_index=process_index)
-  with _timed(stats, 'vocabulary'):
+  with _timed(stats, "vocabulary"):
     tokenizer = tokenizer_lib.load_or_train_tokenizer(
-        c, workdir, process_index=process_index,
-        train_sentences=lambda: tokenizer_lib.sample_sentences(
-            splits['train'], c.vocab_max_sentences, c.vocab_seed))
-  with _timed(stats, 'read+tokenize train'):
-    train, stats.train = tokenized.tokenize_source(splits['train'], tokenizer,
-                                                   max_len=c.max_len)
+      c,
+      workdir,
+      process_index=process_index,
+      train_sentences=lambda: tokenizer_lib.sample_sentences(
+        splits["train"], c.vocab_max_sentences, c.vocab_seed
+      ),
+    )
+  with _timed(stats, "read+tokenize train"):
+    train, stats.train = tokenized.tokenize_source(splits["train"], tokenizer, max_len=c.max_len)
   if not len(train):
-    raise DataError(f'no training pairs left ({stats.train}); check the '
-                               'training files and config.data.max_len')
-  with _timed(stats, 'read dev+test'):
-    dev_pairs = _read_all(splits['dev'], stats.dev)
-    test_pairs = _read_all(splits['test'], stats.test)
+    raise DataError(
+      f"no training pairs left ({stats.train}); check the training files and config.data.max_len"
+    )
+  with _timed(stats, "read dev+test"):
+    dev_pairs = _read_all(splits["dev"], stats.dev)
+    test_pairs = _read_all(splits["test"], stats.test)
   data = Datasets(c, tokenizer, train, dev_pairs, test_pairs, stats, sharding)
   stats.budget_per_device = data.budget_per_device
   stats.shapes = _describe_shapes(data)
-  logging.info('Data:\n%s', stats.summary())
+  logging.info("Data:\n%s", stats.summary())
   return data
 
 
@@ -231,5 +262,5 @@ def _read_all(source, counts: SplitCounts) -> list[tuple[str, str]]:
 def _describe_shapes(data: Datasets) -> str:
   d = data.sharding.num_local_devices
   if data.bucket_plan is not None:
-    return ' '.join(f'[{d},{r},{n}]' for _, r, n in data.bucket_plan.shapes())
-  return f'[{d},{data.pack_rows_per_device},{data.config.pack_len}]'
+    return " ".join(f"[{d},{r},{n}]" for _, r, n in data.bucket_plan.shapes())
+  return f"[{d},{data.pack_rows_per_device},{data.config.pack_len}]"

@@ -10,27 +10,25 @@ import hashlib
 import json
 import logging
 import time
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
-from etils import epath
 import tensorflow_datasets as tfds
+from etils import epath
 
-from t2t_jax.data import synthetic
-from t2t_jax.data import textio
+from t2t_jax.data import synthetic, textio
 from t2t_jax.data.errors import DataError
 
-SPLITS = ('train', 'dev', 'test')
-_TFDS_SPLIT = {'train': 'train', 'dev': 'validation', 'test': 'test'}
+SPLITS = ("train", "dev", "test")
+_TFDS_SPLIT = {"train": "train", "dev": "validation", "test": "test"}
 
 
 class PairSource(Protocol):
   """Random access to the (source_text, target_text) pairs of one split."""
 
-  def __len__(self) -> int:
-    ...
+  def __len__(self) -> int: ...
 
-  def read(self, indices: Sequence[int]) -> list[tuple[str, str]]:
-    ...
+  def read(self, indices: Sequence[int]) -> list[tuple[str, str]]: ...
 
 
 class ListPairs:
@@ -79,7 +77,7 @@ class HeadPairs:
 
 
 def _text(value) -> str:
-  return value.decode('utf-8') if isinstance(value, bytes) else str(value)
+  return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
 class Textfiles(tfds.core.GeneratorBasedBuilder):
@@ -91,7 +89,7 @@ class Textfiles(tfds.core.GeneratorBasedBuilder):
   alignment. Validation (line counts, UTF-8) happens while preparing, before any training.
   """
 
-  VERSION = tfds.core.Version('1.0.0')
+  VERSION = tfds.core.Version("1.0.0")
 
   @tfds.core.utils.classproperty
   @classmethod
@@ -102,28 +100,30 @@ class Textfiles(tfds.core.GeneratorBasedBuilder):
 
   def __init__(self, *, files: dict[str, tuple[str, str]], **kwargs):
     self._files = files
-    name = 'files_' + _fingerprint(files)
+    name = "files_" + _fingerprint(files)
     super().__init__(config=tfds.core.BuilderConfig(name=name), **kwargs)
 
   def _info(self) -> tfds.core.DatasetInfo:
-    features = {'source': tfds.features.Text(), 'target': tfds.features.Text()}
+    features = {"source": tfds.features.Text(), "target": tfds.features.Text()}
     return tfds.core.DatasetInfo(
-        builder=self,
-        description='Aligned local text files: ' + json.dumps(self._files),
-        features=tfds.features.FeaturesDict(features),
-        supervised_keys=('source', 'target'),
-        disable_shuffling=True)
+      builder=self,
+      description="Aligned local text files: " + json.dumps(self._files),
+      features=tfds.features.FeaturesDict(features),
+      supervised_keys=("source", "target"),
+      disable_shuffling=True,
+    )
 
   def _split_generators(self, dl_manager):
     del dl_manager  # local files only
     # Read (and so validate) every split before anything is written.
-    pairs = {split: textio.read_parallel(*paths, split=split)
-             for split, paths in self._files.items()}
+    pairs = {
+      split: textio.read_parallel(*paths, split=split) for split, paths in self._files.items()
+    }
     return {_TFDS_SPLIT[split]: self._generate_examples(p) for split, p in pairs.items()}
 
   def _generate_examples(self, pairs):
     for i, (source, target) in enumerate(pairs):
-      yield i, {'source': source, 'target': target}
+      yield i, {"source": source, "target": target}
 
 
 def _fingerprint(files: dict[str, tuple[str, str]]) -> str:
@@ -131,9 +131,9 @@ def _fingerprint(files: dict[str, tuple[str, str]]) -> str:
   `touch` is not, and every host of a multi-host job names the same prepared dataset."""
   digest = hashlib.sha256()
   for split, paths in sorted(files.items()):
-    for side, path in zip(('source', 'target'), paths):
-      digest.update(f'{split}_{side}:'.encode())
-      digest.update(_file_digest(path, f'{split}_{side}'))
+    for side, path in zip(("source", "target"), paths):
+      digest.update(f"{split}_{side}:".encode())
+      digest.update(_file_digest(path, f"{split}_{side}"))
   return digest.hexdigest()[:16]
 
 
@@ -141,66 +141,83 @@ def _file_digest(path: str, flag: str) -> bytes:
   p = epath.Path(path)
   try:
     if p.is_dir():
-      raise IsADirectoryError(21, 'is a directory')
+      raise IsADirectoryError(21, "is a directory")
     digest = hashlib.sha256()
-    with p.open('rb') as f:
-      for block in iter(lambda: f.read(1 << 20), b''):
+    with p.open("rb") as f:
+      for block in iter(lambda: f.read(1 << 20), b""):
         digest.update(block)
     return digest.digest()
   except FileNotFoundError:
-    raise DataError(f'{path}: no such file (config.data.{flag})') from None
+    raise DataError(f"{path}: no such file (config.data.{flag})") from None
   except OSError as e:
-    raise DataError(f'{path}: cannot read: {e.strerror or e} (config.data.{flag})') from None
+    raise DataError(f"{path}: cannot read: {e.strerror or e} (config.data.{flag})") from None
 
 
 def open_splits(c, workdir: str, *, process_index: int = 0) -> dict[str, PairSource | None]:
   """Returns {'train', 'dev', 'test'} -> PairSource (None where the source has no such split)."""
   splits = _open_splits(c, workdir, process_index)
   if c.train_max_pairs:
-    splits['train'] = HeadPairs(splits['train'], c.train_max_pairs)
+    splits["train"] = HeadPairs(splits["train"], c.train_max_pairs)
   return splits
 
 
 def _open_splits(c, workdir: str, process_index: int) -> dict[str, PairSource | None]:
-  if c.source == 'synthetic':
+  if c.source == "synthetic":
     return {split: ListPairs(synthetic.pairs(c, split)) for split in SPLITS}
-  if c.source == 'textfiles':
-    files = {split: (c[f'{split}_source'], c[f'{split}_target'])
-             for split in SPLITS if c[f'{split}_source']}
-    data_dir = c.tfds_data_dir or str(epath.Path(workdir) / 'tfds')
-    builder = Textfiles(files=files, data_dir=data_dir, file_format='array_record')
+  if c.source == "textfiles":
+    files = {
+      split: (c[f"{split}_source"], c[f"{split}_target"])
+      for split in SPLITS
+      if c[f"{split}_source"]
+    }
+    data_dir = c.tfds_data_dir or str(epath.Path(workdir) / "tfds")
+    builder = Textfiles(files=files, data_dir=data_dir, file_format="array_record")
     _prepare(builder, c, process_index)
-    return {split: (TfdsPairs(builder.as_data_source(split=_TFDS_SPLIT[split]), 'source',
-                              'target') if split in files else None) for split in SPLITS}
+    return {
+      split: (
+        TfdsPairs(builder.as_data_source(split=_TFDS_SPLIT[split]), "source", "target")
+        if split in files
+        else None
+      )
+      for split in SPLITS
+    }
   return _open_wmt(c, process_index)
 
 
 def _open_wmt(c, process_index: int) -> dict[str, PairSource]:
   # Registers the wmt* builders; imported only when WMT is asked for.
-  import tensorflow_datasets.translate  # pylint: disable=g-import-not-at-top,unused-import
+  import tensorflow_datasets.translate  # noqa: F401 (registers the wmt builders)
+
   source_lang, target_lang = languages(c)
-  builder = tfds.builder(f'{c.source}/{c.pair}', data_dir=c.tfds_data_dir or None,
-                         file_format='array_record')
+  builder = tfds.builder(
+    f"{c.source}/{c.pair}", data_dir=c.tfds_data_dir or None, file_format="array_record"
+  )
   try:
     _prepare(builder, c, process_index)
   except ModuleNotFoundError as e:
-    if e.name != 'importlib_resources':
+    if e.name != "importlib_resources":
       raise
     # tensorflow-datasets 4.9 imports it when preparing its packaged builders.
-    raise DataError(f'preparing {builder.info.full_name} needs the importlib_resources '
-                    'package: pip install importlib_resources') from None
-  return {split: TfdsPairs(builder.as_data_source(split=_TFDS_SPLIT[split]), source_lang,
-                           target_lang) for split in SPLITS}
+    raise DataError(
+      f"preparing {builder.info.full_name} needs the importlib_resources "
+      "package: pip install importlib_resources"
+    ) from None
+  return {
+    split: TfdsPairs(builder.as_data_source(split=_TFDS_SPLIT[split]), source_lang, target_lang)
+    for split in SPLITS
+  }
 
 
 def languages(c) -> tuple[str, str]:
   """(source, target) language of a WMT pair; by default English -> the other language."""
-  pair = c.pair.split('-')
-  source = c.source_lang or 'en'
-  target = c.target_lang or next((lang for lang in pair if lang != source), '')
+  pair = c.pair.split("-")
+  source = c.source_lang or "en"
+  target = c.target_lang or next((lang for lang in pair if lang != source), "")
   if len(pair) != 2 or sorted((source, target)) != sorted(pair):
-    raise DataError(f'config.data.source_lang={c.source_lang!r}/target_lang={c.target_lang!r} '
-                    f'do not match config.data.pair={c.pair!r}')
+    raise DataError(
+      f"config.data.source_lang={c.source_lang!r}/target_lang={c.target_lang!r} "
+      f"do not match config.data.pair={c.pair!r}"
+    )
   return source, target
 
 
@@ -209,21 +226,26 @@ def _prepare(builder, c, process_index: int) -> None:
   if builder.is_prepared():
     return
   if process_index == 0:
-    if c.source != 'textfiles' and not c.tfds_download:
-      raise DataError(f'{builder.info.full_name} is not prepared in {builder.data_dir} and '
-                      'config.data.tfds_download=False')
+    if c.source != "textfiles" and not c.tfds_download:
+      raise DataError(
+        f"{builder.info.full_name} is not prepared in {builder.data_dir} and "
+        "config.data.tfds_download=False"
+      )
     builder.download_and_prepare()
     return
-  wait_for(builder.is_prepared, f'{builder.info.full_name} in {builder.data_dir}',
-           c.wait_for_process0_s)
+  wait_for(
+    builder.is_prepared, f"{builder.info.full_name} in {builder.data_dir}", c.wait_for_process0_s
+  )
 
 
 def wait_for(ready, what: str, timeout_s: float) -> None:
   """Polls `ready()` until true; raises DataError after `timeout_s`."""
   deadline = time.monotonic() + timeout_s
-  logging.info('Waiting for process 0 to write %s', what)
+  logging.info("Waiting for process 0 to write %s", what)
   while not ready():
     if time.monotonic() > deadline:
-      raise DataError(f'gave up after {timeout_s}s waiting for process 0 to write {what}; '
-                      'the workdir and tfds_data_dir must be shared by all processes')
+      raise DataError(
+        f"gave up after {timeout_s}s waiting for process 0 to write {what}; "
+        "the workdir and tfds_data_dir must be shared by all processes"
+      )
     time.sleep(1.0)

@@ -7,49 +7,49 @@ Generation is deterministic from (synthetic_seed, split) and needs no files or d
 
 import numpy as np
 
-_SPLIT_STREAMS = {'train': 0, 'dev': 1, 'test': 2}
+_SPLIT_STREAMS = {"train": 0, "dev": 1, "test": 2}
 
 
 def symbols(c) -> list[str]:
   """The task's alphabet, in vocabulary order."""
-  if c.task == 'addition':
-    return [str(d) for d in range(10)] + ['+']
+  if c.task == "addition":
+    return [str(d) for d in range(10)] + ["+"]
   return [str(i) for i in range(c.synthetic_num_symbols)]
 
 
 def _target(task: str, x: np.ndarray, num_symbols: int) -> np.ndarray:
-  if task == 'copy':
+  if task == "copy":
     return x
-  if task == 'reverse':
+  if task == "reverse":
     return x[::-1]
-  if task == 'sort':
+  if task == "sort":
     return np.sort(x)
-  if task == 'shift':
+  if task == "shift":
     return (x + 1) % num_symbols
-  raise ValueError(f'unknown synthetic task {task!r}')
+  raise ValueError(f"unknown synthetic task {task!r}")
 
 
 def _addition_pair(rng: np.random.Generator, lo: int, hi: int) -> tuple[str, str]:
   a, b = (_random_number(rng, int(rng.integers(lo, hi + 1))) for _ in range(2))
-  return ' '.join(str(a) + '+' + str(b)), ' '.join(str(a + b))
+  return " ".join(str(a) + "+" + str(b)), " ".join(str(a + b))
 
 
 def _random_number(rng: np.random.Generator, digits: int) -> int:
   first = int(rng.integers(1, 10))  # no leading zero: the number has exactly `digits` digits
   rest = rng.integers(0, 10, digits - 1)
-  return int(''.join([str(first)] + [str(d) for d in rest]))
+  return int("".join([str(first)] + [str(d) for d in rest]))
 
 
 def pairs(c, split: str) -> list[tuple[str, str]]:
   """Returns the (source, target) text pairs of `split` ('train' | 'dev' | 'test')."""
-  size = c.synthetic_train_size if split == 'train' else c.synthetic_eval_size
+  size = c.synthetic_train_size if split == "train" else c.synthetic_eval_size
   rng = np.random.default_rng([c.synthetic_seed, _SPLIT_STREAMS[split]])
   lo, hi = c.synthetic_min_len, c.synthetic_max_len
-  if c.task == 'addition':
+  if c.task == "addition":
     return [_addition_pair(rng, lo, hi) for _ in range(size)]
   out = []
   for length in rng.integers(lo, hi + 1, size):
     x = rng.integers(0, c.synthetic_num_symbols, length)
     y = _target(c.task, x, c.synthetic_num_symbols)
-    out.append((' '.join(map(str, x)), ' '.join(map(str, y))))
+    out.append((" ".join(map(str, x)), " ".join(map(str, y))))
   return out

@@ -7,7 +7,7 @@ what was dropped, at a cost of one pass over the corpus at startup.
 
 import dataclasses
 import itertools
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -22,6 +22,7 @@ class TokenizedPairs:
   Pair i's source is `inputs_flat[inputs_offsets[i]:inputs_offsets[i + 1]]` (same for
   targets); offsets have shape [N + 1].
   """
+
   inputs_flat: np.ndarray
   inputs_offsets: np.ndarray
   targets_flat: np.ndarray
@@ -42,16 +43,19 @@ class TokenizedPairs:
     """{'inputs': int32 [len_i], 'targets': int32 [len_t]} of pair i, EOS included."""
     i = int(i)
     return {
-        'inputs': self.inputs_flat[self.inputs_offsets[i]:self.inputs_offsets[i + 1]].astype(
-            np.int32),
-        'targets': self.targets_flat[self.targets_offsets[i]:self.targets_offsets[i + 1]]
-                   .astype(np.int32),
+      "inputs": self.inputs_flat[self.inputs_offsets[i] : self.inputs_offsets[i + 1]].astype(
+        np.int32
+      ),
+      "targets": self.targets_flat[self.targets_offsets[i] : self.targets_offsets[i + 1]].astype(
+        np.int32
+      ),
     }
 
 
 @dataclasses.dataclass
 class SplitCounts:
   """What happened to the pairs of one split."""
+
   read: int = 0  # pairs (lines) read from the source
   empty_skipped: int = 0  # pairs skipped because a side was empty or whitespace
   dropped_too_long: int = 0  # training pairs dropped because a side exceeded max_len
@@ -66,8 +70,9 @@ def non_empty(pairs: Sequence[tuple[str, str]], counts: SplitCounts) -> list[tup
   return kept
 
 
-def tokenize_source(source, tokenizer, *, max_len: int | None, chunk: int = 20000
-                    ) -> tuple[TokenizedPairs, SplitCounts]:
+def tokenize_source(
+  source, tokenizer, *, max_len: int | None, chunk: int = 20000
+) -> tuple[TokenizedPairs, SplitCounts]:
   """Reads and tokenizes every pair of a PairSource; drops pairs over max_len (None: keep all)."""
   counts = SplitCounts()
   parts = []
@@ -97,16 +102,20 @@ def _encode(pairs, tokenizer, max_len, counts):
 
 def _flatten(seqs: list[list[int]], dtype) -> tuple[np.ndarray, np.ndarray]:
   lengths = np.fromiter((len(s) + 1 for s in seqs), np.int64, len(seqs))
-  flat = np.fromiter(itertools.chain.from_iterable(s + [EOS_ID] for s in seqs), dtype,
-                     int(lengths.sum()))
+  flat = np.fromiter(
+    itertools.chain.from_iterable(s + [EOS_ID] for s in seqs), dtype, int(lengths.sum())
+  )
   return flat, lengths
 
 
 def _concatenate(parts, dtype) -> TokenizedPairs:
   sides = []
   for side in (0, 1):
-    flats, lengths = zip(*[_flatten(part[side], dtype) for part in parts]) if parts else (
-        [np.zeros(0, dtype)], [np.zeros(0, np.int64)])
+    flats, lengths = (
+      zip(*[_flatten(part[side], dtype) for part in parts])
+      if parts
+      else ([np.zeros(0, dtype)], [np.zeros(0, np.int64)])
+    )
     offsets = np.concatenate([[0], np.cumsum(np.concatenate(lengths))]).astype(np.int64)
     sides += [np.concatenate(flats), offsets]
   return TokenizedPairs(*sides)

@@ -12,19 +12,19 @@ experiment is an error rather than something silently retrained over.
 import io
 import logging
 import os
-from typing import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
-from etils import epath
 import numpy as np
 import sentencepiece as spm
+from etils import epath
 from sentencepiece import sentencepiece_model_pb2
 
 from t2t_jax.data import synthetic
 from t2t_jax.data.errors import DataError
 from t2t_jax.tokens import BOS_ID, EOS_ID, NUM_RESERVED, PAD_ID, UNK_ID
 
-SENTENCEPIECE_FILE = 'vocab.model'
-SYMBOLS_FILE = 'vocab.symbols'
+SENTENCEPIECE_FILE = "vocab.model"
+SYMBOLS_FILE = "vocab.symbols"
 
 
 def _strip(ids) -> list[int]:
@@ -83,34 +83,42 @@ class SymbolTokenizer:
     return [self.encode(t) for t in texts]
 
   def decode(self, ids) -> str:
-    return ' '.join(self.symbols[i - NUM_RESERVED] if i >= NUM_RESERVED else '<unk>'
-                    for i in _strip(ids))
+    return " ".join(
+      self.symbols[i - NUM_RESERVED] if i >= NUM_RESERVED else "<unk>" for i in _strip(ids)
+    )
 
 
 def _check_reserved_ids(sp: spm.SentencePieceProcessor) -> None:
   got = (sp.pad_id(), sp.eos_id(), sp.bos_id(), sp.unk_id())
   if got != (PAD_ID, EOS_ID, BOS_ID, UNK_ID):
-    raise DataError(f'SentencePiece model has pad/eos/bos/unk ids {got}, but t2t_jax needs '
-                    f'{(PAD_ID, EOS_ID, BOS_ID, UNK_ID)}; it was not trained by t2t_jax')
+    raise DataError(
+      f"SentencePiece model has pad/eos/bos/unk ids {got}, but t2t_jax needs "
+      f"{(PAD_ID, EOS_ID, BOS_ID, UNK_ID)}; it was not trained by t2t_jax"
+    )
 
 
 def vocab_path(c, workdir: str) -> epath.Path:
   if c.vocab_path:
     return epath.Path(c.vocab_path)
-  name = SYMBOLS_FILE if c.source == 'synthetic' else SENTENCEPIECE_FILE
+  name = SYMBOLS_FILE if c.source == "synthetic" else SENTENCEPIECE_FILE
   return epath.Path(workdir) / name
 
 
 def load_tokenizer(path: str | os.PathLike, num_threads: int = 0):
   """Loads a stored vocabulary (`*.symbols` -> SymbolTokenizer, else SentencePiece)."""
   path = epath.Path(path)
-  if path.name.endswith('.symbols'):
-    return SymbolTokenizer(path.read_text(encoding='utf-8').split('\n')[:-1])
+  if path.name.endswith(".symbols"):
+    return SymbolTokenizer(path.read_text(encoding="utf-8").split("\n")[:-1])
   return SentencePieceTokenizer(path.read_bytes(), num_threads)
 
 
-def load_or_train_tokenizer(c, workdir: str, *, process_index: int = 0,
-                            train_sentences: Callable[[], Iterable[str]] | None = None):
+def load_or_train_tokenizer(
+  c,
+  workdir: str,
+  *,
+  process_index: int = 0,
+  train_sentences: Callable[[], Iterable[str]] | None = None,
+):
   """Returns the experiment's tokenizer, training and storing it first if absent.
 
   Args:
@@ -121,13 +129,18 @@ def load_or_train_tokenizer(c, workdir: str, *, process_index: int = 0,
       sample); by default the training split of `c` is opened and sampled.
   """
   path = vocab_path(c, workdir)
-  expected = _symbols_text(c) if c.source == 'synthetic' else None
+  expected = _symbols_text(c) if c.source == "synthetic" else None
   if not path.exists():
     if process_index == 0:
-      _write_atomic(path, expected.encode() if expected is not None
-                    else train_sentencepiece(_training_sentences(c, workdir, train_sentences), c))
+      _write_atomic(
+        path,
+        expected.encode()
+        if expected is not None
+        else train_sentencepiece(_training_sentences(c, workdir, train_sentences), c),
+      )
     else:
-      from t2t_jax.data.sources import wait_for  # pylint: disable=g-import-not-at-top
+      from t2t_jax.data.sources import wait_for
+
       wait_for(path.exists, str(path), c.wait_for_process0_s)
   tokenizer = load_tokenizer(path, c.tokenize_threads)
   _check_matches_config(tokenizer, path, c, expected)
@@ -135,41 +148,50 @@ def load_or_train_tokenizer(c, workdir: str, *, process_index: int = 0,
 
 
 def _symbols_text(c) -> str:
-  return ''.join(s + '\n' for s in synthetic.symbols(c))
+  return "".join(s + "\n" for s in synthetic.symbols(c))
 
 
 def _training_sentences(c, workdir, train_sentences):
   if train_sentences is not None:
     return train_sentences()
-  from t2t_jax.data import sources  # pylint: disable=g-import-not-at-top
-  return sample_sentences(sources.open_splits(c, workdir)['train'], c.vocab_max_sentences,
-                          c.vocab_seed)
+  from t2t_jax.data import sources
+
+  return sample_sentences(
+    sources.open_splits(c, workdir)["train"], c.vocab_max_sentences, c.vocab_seed
+  )
 
 
 def _check_matches_config(tokenizer, path, c, expected_symbols) -> None:
   if expected_symbols is not None:
     if not isinstance(tokenizer, SymbolTokenizer) or (
-        _symbols_text(c) != ''.join(s + '\n' for s in tokenizer.symbols)):
-      raise DataError(f'{path} does not hold the symbols of synthetic task {c.task!r} '
-                      f'({tokenizer.vocab_size} ids); use a fresh workdir or delete it')
+      _symbols_text(c) != "".join(s + "\n" for s in tokenizer.symbols)
+    ):
+      raise DataError(
+        f"{path} does not hold the symbols of synthetic task {c.task!r} "
+        f"({tokenizer.vocab_size} ids); use a fresh workdir or delete it"
+      )
     return
   if tokenizer.vocab_size != c.vocab_size:
     raise DataError(
-        f'{path} has {tokenizer.vocab_size} pieces but config.data.vocab_size={c.vocab_size}; '
-        f'refusing to retrain over it: set --config.data.vocab_size={tokenizer.vocab_size}, '
-        'or delete the file (or use a fresh workdir) to train a new vocabulary')
+      f"{path} has {tokenizer.vocab_size} pieces but config.data.vocab_size={c.vocab_size}; "
+      f"refusing to retrain over it: set --config.data.vocab_size={tokenizer.vocab_size}, "
+      "or delete the file (or use a fresh workdir) to train a new vocabulary"
+    )
   model = sentencepiece_model_pb2.ModelProto.FromString(tokenizer.model_proto)
   model_type = sentencepiece_model_pb2.TrainerSpec.ModelType.Name(
-      model.trainer_spec.model_type).lower()
+    model.trainer_spec.model_type
+  ).lower()
   if model_type != c.vocab_type:
-    raise DataError(f'{path} is a {model_type} model but config.data.vocab_type='
-                    f'{c.vocab_type!r}; delete it or fix the config')
+    raise DataError(
+      f"{path} is a {model_type} model but config.data.vocab_type="
+      f"{c.vocab_type!r}; delete it or fix the config"
+    )
 
 
 def _write_atomic(path: epath.Path, data: bytes) -> None:
   """Readers on other hosts only ever see a complete file."""
   path.parent.mkdir(parents=True, exist_ok=True)
-  tmp = path.parent / f'{path.name}.tmp-{os.getpid()}'
+  tmp = path.parent / f"{path.name}.tmp-{os.getpid()}"
   tmp.write_bytes(data)
   tmp.rename(path)
 
@@ -177,18 +199,28 @@ def _write_atomic(path: epath.Path, data: bytes) -> None:
 def train_sentencepiece(sentences: Iterable[str], c) -> bytes:
   """Trains a shared SentencePiece model on `sentences`; returns the serialized model."""
   model = io.BytesIO()
-  logging.info('Training a %s vocabulary of %d pieces', c.vocab_type, c.vocab_size)
+  logging.info("Training a %s vocabulary of %d pieces", c.vocab_type, c.vocab_size)
   try:
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(sentences), model_writer=model, vocab_size=c.vocab_size,
-        model_type=c.vocab_type, pad_id=PAD_ID, eos_id=EOS_ID, bos_id=BOS_ID, unk_id=UNK_ID,
-        character_coverage=c.vocab_character_coverage, byte_fallback=c.vocab_byte_fallback,
-        num_threads=c.tokenize_threads or os.cpu_count() or 1,
-        input_sentence_size=0,  # the caller already sampled a bounded number of sentences
-        minloglevel=2)
+      sentence_iterator=iter(sentences),
+      model_writer=model,
+      vocab_size=c.vocab_size,
+      model_type=c.vocab_type,
+      pad_id=PAD_ID,
+      eos_id=EOS_ID,
+      bos_id=BOS_ID,
+      unk_id=UNK_ID,
+      character_coverage=c.vocab_character_coverage,
+      byte_fallback=c.vocab_byte_fallback,
+      num_threads=c.tokenize_threads or os.cpu_count() or 1,
+      input_sentence_size=0,  # the caller already sampled a bounded number of sentences
+      minloglevel=2,
+    )
   except RuntimeError as e:
-    raise DataError(f'SentencePiece training failed for config.data.vocab_size={c.vocab_size}'
-                    f' (vocab_type={c.vocab_type!r}): {e}') from None
+    raise DataError(
+      f"SentencePiece training failed for config.data.vocab_size={c.vocab_size}"
+      f" (vocab_type={c.vocab_type!r}): {e}"
+    ) from None
   return model.getvalue()
 
 
@@ -196,10 +228,13 @@ def sample_sentences(train, max_sentences: int, seed: int, chunk: int = 10000):
   """Yields both sides of at most max_sentences // 2 training pairs, sampled uniformly."""
   n = len(train)
   k = min(n, max(1, max_sentences // 2))
-  indices = np.arange(n) if k == n else np.sort(
-      np.random.default_rng(seed).choice(n, size=k, replace=False))
+  indices = (
+    np.arange(n)
+    if k == n
+    else np.sort(np.random.default_rng(seed).choice(n, size=k, replace=False))
+  )
   for start in range(0, k, chunk):
-    for source, target in train.read(indices[start:start + chunk].tolist()):
+    for source, target in train.read(indices[start : start + chunk].tolist()):
       for text in (source, target):
         if text.strip():
           yield text

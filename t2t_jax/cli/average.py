@@ -1,0 +1,40 @@
+"""t2t-average: write the mean of a workdir's last N checkpoints as a new workdir.
+
+    t2t-average --workdir=DIR --num=5 --output=DIR_avg
+    t2t-translate --workdir=DIR_avg --input=... --reference=...
+
+The paper averages the last 5 (base) or 20 (big) checkpoints, written at 10-minute intervals.
+`t2t-translate --checkpoint=average:N` does the same on the fly without writing anything.
+"""
+
+from absl import app, flags
+
+from t2t_jax.cli import common
+from t2t_jax.training import checkpoint
+
+flags.DEFINE_string("workdir", None, "a t2t-train workdir")
+flags.DEFINE_integer("num", 5, "how many of the latest checkpoints to average")
+flags.DEFINE_string("output", None, "new workdir for the averaged checkpoint")
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments {argv[1:]}")
+  if not FLAGS.workdir or not FLAGS.output:
+    raise app.UsageError("--workdir and --output are required")
+  common.quiet_library_logs()
+  try:
+    steps = checkpoint.choose_steps(checkpoint.Checkpoints(FLAGS.workdir), f"average:{FLAGS.num}")
+    path = checkpoint.write_averaged_workdir(FLAGS.workdir, steps, FLAGS.output)
+  except (checkpoint.CheckpointSpecError, FileExistsError) as e:
+    raise SystemExit(f"t2t-average: {e}") from None
+  print(f"averaged steps {steps} -> {path}")
+
+
+def run():
+  app.run(main)
+
+
+if __name__ == "__main__":
+  run()

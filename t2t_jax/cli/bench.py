@@ -1,0 +1,404 @@
+"""t2t-bench: speed of an experiment against the device's measured matmul peak.
+
+    t2t-bench --experiment=tiny [--config.FIELD=VALUE ...] [--parts=peak,train,decode,pipeline]
+              [--batch_tokens=4096] [--seq_len=32] [--json=bench.json]
+
+Prints a table and writes JSON with:
+  peak      the measured FLOP/s of a large matrix product (float32 on CPU, bf16 on GPU/TPU);
+  train     train-step time (median of --steps after compile), target tokens/s, model FLOPs
+            per target token, achieved FLOP/s, MFU against the peak, compile time and the
+            number of compilations after warm-up (should be 0), peak memory;
+  decode    beam search (--beam_size, alpha 0.6) and greedy: sentences/s and generated
+            tokens/s on real sentences (multi30k or newstest2014 from ../shared/data when
+            present, else synthetic), with a trained --workdir or random parameters;
+  pipeline  the input pipeline's pairs/s and tokens/s.
+
+Model FLOPs (per training step, on full-length synthetic batches, so every token is real):
+  6 * (encoder non-embedding params * source tokens + decoder non-embedding params * target
+  tokens)  [forward 2, backward 4 per parameter and token]
+  + 6 * d_model * vocab * target tokens  [pre-softmax layer; shared with the embedding]
+  + 3 * sum over attention layers of 4 * q_len * kv_len * h * d_k  [QK^T and AV, full
+  matrices, as computed]. Embedding lookups, layer norms, softmax and the optimizer are not
+  counted (standard MFU practice).
+"""
+
+import json
+import os
+import resource
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import app, flags
+
+from t2t_jax.cli import common, host
+from t2t_jax.decoding import translator as translator_lib
+from t2t_jax.model import Transformer, TransformerConfig
+from t2t_jax.training import optim, parallel, steps
+
+flags.DEFINE_string("experiment", "tiny", "experiment (as for t2t-train), optionally NAME:ARG")
+flags.DEFINE_list("parts", ["peak", "train", "decode", "pipeline"], "what to measure")
+flags.DEFINE_integer("batch_tokens", 0, "target tokens per training step (0: the config's)")
+flags.DEFINE_integer("seq_len", 32, "source and target length of the synthetic batch")
+flags.DEFINE_integer("vocab_size", 0, "vocabulary size (0: the config's data.vocab_size)")
+flags.DEFINE_integer("steps", 10, "timed training steps after warm-up")
+flags.DEFINE_string("workdir", None, "trained workdir for decoding (else random parameters)")
+flags.DEFINE_integer("decode_sentences", 128, "sentences to decode")
+flags.DEFINE_enum(
+  "decode_corpus",
+  "",
+  ["", "multi30k", "newstest2014"],
+  "source sentences for the decode figure, from ../shared/data "
+  "($T2T_SHARED_DATA); empty: multi30k test2016, else newstest2014, else "
+  "synthetic",
+)
+flags.DEFINE_integer("beam_size", 4, "beam width for the decoding figure")
+flags.DEFINE_integer("pipeline_batches", 200, "batches drawn from the input pipeline")
+flags.DEFINE_string("json", None, "write the results here as JSON")
+FLAGS = flags.FLAGS
+
+
+class CompileCounter:
+  """Counts XLA compilations (jax's backend-compile events)."""
+
+  def __init__(self):
+    self.count = 0
+    jax.monitoring.register_event_duration_secs_listener(self._listen)
+
+  def _listen(self, event, duration, **kwargs):
+    del duration, kwargs
+    if event == "/jax/core/compile/backend_compile_duration":
+      self.count += 1
+
+
+def measure_peak(dtype=None, n: int = 0, repeats: int = 5) -> dict:
+  """FLOP/s of an n x n matrix product, best of `repeats` (float32 CPU, bf16 elsewhere)."""
+  platform = jax.devices()[0].platform
+  dtype = dtype or (jnp.float32 if platform == "cpu" else jnp.bfloat16)
+  n = n or (2048 if platform == "cpu" else 8192)
+  a = jax.random.normal(jax.random.PRNGKey(0), (n, n), dtype)
+  matmul = jax.jit(lambda x, y: x @ y)
+  matmul(a, a).block_until_ready()
+  times = []
+  for _ in range(repeats):
+    t0 = time.perf_counter()
+    matmul(a, a).block_until_ready()
+    times.append(time.perf_counter() - t0)
+  return dict(platform=platform, dtype=jnp.dtype(dtype).name, n=n, peak_flops=2 * n**3 / min(times))
+
+
+def _non_embedding(params) -> tuple:
+  """(encoder, decoder) parameter counts without embeddings and position tables."""
+  count = lambda tree: sum(int(np.prod(x.shape)) for x in jax.tree.leaves(tree))
+  strip = lambda tree: {k: v for k, v in tree.items() if k != "positions"}
+  return count(strip(params["encoder"])), count(strip(params["decoder"]))
+
+
+def model_flops_per_step(
+  cfg: TransformerConfig, params, rows: int, src_len: int, tgt_len: int
+) -> float:
+  enc, dec = _non_embedding(params)
+  src_tokens, tgt_tokens = rows * src_len, rows * tgt_len
+  dense = 6 * (enc * src_tokens + dec * tgt_tokens)
+  softmax = 6 * cfg.d_model * cfg.vocab_size * tgt_tokens
+  per_pair = lambda q, k: 2 * q * k * cfg.num_heads * (cfg.key_dim + cfg.value_dim)
+  attention = rows * (
+    cfg.encoder_layers * per_pair(src_len, src_len)
+    + cfg.decoder_layers * (per_pair(tgt_len, tgt_len) + per_pair(tgt_len, src_len))
+  )
+  return dense + softmax + 3 * attention
+
+
+def _synthetic_batch(rows: int, src_len: int, tgt_len: int, vocab: int, devices: int):
+  rng = np.random.default_rng(0)
+  batch = dict(
+    inputs=rng.integers(4, vocab, (devices, rows // devices, src_len)),
+    targets=rng.integers(4, vocab, (devices, rows // devices, tgt_len)),
+  )
+  return {k: v.astype(np.int32) for k, v in batch.items()}
+
+
+def _peak_memory() -> dict:
+  stats = jax.devices()[0].memory_stats() or {}
+  if "peak_bytes_in_use" in stats:
+    return dict(peak_device_memory_bytes=int(stats["peak_bytes_in_use"]))
+  # CPU: the process's peak resident memory stands in for device memory.
+  return dict(peak_host_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+
+
+def bench_train(
+  config, vocab_size: int, batch_tokens: int, seq_len: int, num_steps: int, counter: CompileCounter
+) -> dict:
+  cfg = TransformerConfig.from_dict(config.model.to_dict(), vocab_size=vocab_size)
+  model = Transformer(cfg)
+  devices = jax.local_device_count()
+  rows = max(devices, batch_tokens // seq_len // devices * devices)
+  dummy = jnp.ones((1, 8), jnp.int32)
+  params = jax.jit(model.init)(jax.random.PRNGKey(0), dummy, dummy)["params"]
+  tx = optim.make_optimizer(cfg.d_model, config.warmup_steps)
+  state = parallel.replicate(steps.TrainState.create(params, tx, jax.random.PRNGKey(1)))
+  schedule = optim.optimizer_schedule(cfg.d_model, config.warmup_steps)
+  step = parallel.pmap_train_step(model, config.label_smoothing, schedule)
+  batch = parallel.shard(_synthetic_batch(rows, seq_len, seq_len, vocab_size, devices))
+  t0 = time.perf_counter()
+  state, metrics = step(state, batch)
+  jax.block_until_ready(metrics)
+  first = time.perf_counter() - t0
+  compiles_before = counter.count
+  times = []
+  for _ in range(num_steps):
+    t0 = time.perf_counter()
+    state, metrics = step(state, batch)
+    jax.block_until_ready(metrics)
+    times.append(time.perf_counter() - t0)
+  median = statistics.median(times)
+  flops = model_flops_per_step(cfg, params, rows, seq_len, seq_len)
+  tgt_tokens = rows * seq_len
+  return dict(
+    params=sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params)),
+    devices=devices,
+    rows=rows,
+    seq_len=seq_len,
+    target_tokens_per_step=tgt_tokens,
+    dropout_rate=cfg.dropout_rate,
+    dtype=cfg.dtype.name,
+    step_time_s=median,
+    step_times_s=times,
+    compile_s=first - median,
+    compiles_after_warmup=counter.count - compiles_before,
+    target_tokens_per_s=tgt_tokens / median,
+    model_flops_per_step=flops,
+    model_flops_per_target_token=flops / tgt_tokens,
+    achieved_flops=flops / median,
+    **_peak_memory(),
+  )
+
+
+CORPORA = {"multi30k": "multi30k/test2016.en", "newstest2014": "wmt14/newstest2014.en"}
+
+
+def _real_sentences(n: int, corpus: str = ""):
+  """English sources from ../shared/data: `corpus` (an error if absent), or the first of
+  multi30k test2016 and newstest2014 present, or (None, None)."""
+  from tests import support as testing
+
+  root = str(testing.shared_data_dir())
+  for name in [corpus] if corpus else CORPORA:
+    path = os.path.join(root, CORPORA[name])
+    if os.path.isfile(path):
+      with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f][:n], CORPORA[name]
+  if corpus:
+    raise app.UsageError(
+      f"--decode_corpus={corpus}: {path} not found "
+      f"(set T2T_SHARED_DATA to the folder holding {CORPORA[corpus]})"
+    )
+  return None, None
+
+
+def _decode_inputs(config, vocab_size: int, n: int):
+  """(source id lists, description, params or None, model config) for the decode figure."""
+  sentences, origin = _real_sentences(n, FLAGS.decode_corpus)
+  if FLAGS.workdir:
+    tr = translator_lib.Translator.from_workdir(FLAGS.workdir)
+    if sentences is None:
+      raise app.UsageError("--workdir given but no real sentences under ../shared/data")
+    ids = tr._source_ids(sentences)
+    return ids, f"{origin} through {FLAGS.workdir}'s model", tr.params, tr.model
+  rng = np.random.default_rng(0)
+  if sentences is not None:
+    # Random parameters and ids, with the lengths of real sentences (~1.3 subwords a word).
+    lengths = [max(2, int(round(1.3 * len(s.split())))) + 1 for s in sentences]
+    what = f"random ids with the lengths of {origin} (1.3 subwords per word)"
+  else:
+    lengths = [30] * n
+    what = "synthetic: random ids, 30 tokens each"
+  ids = [list(rng.integers(4, vocab_size, size=n - 1)) + [1] for n in lengths]
+  cfg = TransformerConfig.from_dict(config.model.to_dict(), vocab_size=vocab_size)
+  model = Transformer(cfg)
+  dummy = jnp.ones((1, 8), jnp.int32)
+  params = jax.jit(model.init)(jax.random.PRNGKey(0), dummy, dummy)["params"]
+  return ids, what + ", random parameters, outputs as long as sources", params, model
+
+
+def bench_decode(config, vocab_size: int, n: int, beam_size: int) -> dict:
+  ids, what, params, model = _decode_inputs(config, vocab_size, n)
+  extra = config.get("max_output_extra", 50)
+  max_len = model.config.max_len
+  src_len = min(max(len(s) for s in ids), max_len)
+  inputs = np.zeros((len(ids), src_len), np.int32)
+  for r, s in enumerate(ids):
+    inputs[r, : min(len(s), src_len)] = s[:src_len]
+  # A trained model stops where it wants (limit: source + 50, as in the paper); random
+  # parameters would stop at once, so there EOS is suppressed until the source length.
+  trained = FLAGS.workdir is not None
+  limits = np.array([len(s) + (extra if trained else 0) for s in ids], np.int32)
+  limits = np.minimum(limits, max_len)
+  max_decode_len = int(min(-(-limits.max() // 8) * 8, max_len))
+  out = {}
+  for name, beam in (("beam", beam_size), ("greedy", 1)):
+    run = lambda beam=beam: np.asarray(
+      translator_lib._search(
+        params,
+        jnp.asarray(inputs),
+        jnp.asarray(limits),
+        jnp.float32(0.6),
+        model=model,
+        max_decode_len=max_decode_len,
+        beam_size=beam,
+        suppress_eos=not trained,
+      )
+    )
+    t0 = time.perf_counter()
+    run()
+    first = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    seqs = run()
+    elapsed = time.perf_counter() - t0
+    generated = int(np.sum(seqs != 0))  # tokens up to and including EOS
+    out[name] = dict(
+      beam_size=beam,
+      sentences=len(ids),
+      seconds=elapsed,
+      compile_s=first - elapsed,
+      sentences_per_s=len(ids) / elapsed,
+      target_tokens=generated,
+      target_tokens_per_s=generated / elapsed,
+      mean_output_tokens=generated / len(ids),
+    )
+  out["inputs"] = what
+  out["mean_source_tokens"] = float(np.mean([len(s) for s in ids]))
+  return out
+
+
+def bench_pipeline(config, num_batches: int) -> dict:
+  import tempfile
+
+  from t2t_jax import data
+
+  data_config = config.data
+  note = config.data.source
+  if data_config.source not in ("synthetic", "textfiles"):
+    # WMT needs a download: measure the same pipeline on multi30k instead.
+    root = data.testing.shared_data_dir()
+    if not (root / "multi30k" / "train.en").exists():
+      return dict(skipped=f"{data_config.source} needs a download and multi30k is absent")
+    data_config = data.testing.textfiles_config(
+      root / "multi30k",
+      vocab_size=8000,
+      max_len=data_config.max_len,
+      tokens_per_batch=data_config.tokens_per_batch,
+      batching=data_config.batching,
+    )
+    note = "multi30k (stand-in for WMT)"
+  with tempfile.TemporaryDirectory() as workdir:
+    t0 = time.perf_counter()
+    ds = data.get_datasets(data_config, workdir, num_local_devices=jax.local_device_count())
+    setup = time.perf_counter() - t0
+    it = ds.train_iter()
+    pairs = tokens = 0
+    t0 = time.perf_counter()
+    for _ in range(num_batches):
+      batch = next(it)
+      tokens += int(np.sum(batch["targets"] != 0) + np.sum(batch["inputs"] != 0))
+      seg = batch.get("targets_segmentation")
+      pairs += int(
+        np.sum(batch["targets"][..., 0] != 0)
+        if seg is None
+        else sum(len(np.unique(r[r > 0])) for r in seg.reshape(-1, seg.shape[-1]))
+      )
+    elapsed = time.perf_counter() - t0
+    it.close()
+  return dict(
+    source=note,
+    batching=data_config.batching,
+    setup_s=setup,
+    batches=num_batches,
+    pairs_per_s=pairs / elapsed,
+    tokens_per_s=tokens / elapsed,
+  )
+
+
+def _table(results: dict) -> str:
+  lines = []
+  peak = results.get("peak", {}).get("peak_flops")
+  if peak:
+    p = results["peak"]
+    lines.append(
+      f"matmul peak ({p['platform']}, {p['dtype']}, n={p['n']}): {peak / 1e9:.1f} GFLOP/s"
+    )
+  if "train" in results:
+    t = results["train"]
+    mfu = f"{100 * t['achieved_flops'] / peak:.1f}%" if peak else "n/a"
+    memory = t.get("peak_device_memory_bytes", t.get("peak_host_rss_bytes", 0)) / 2**20
+    lines += [
+      f"train: {t['params']:,} params, {t['devices']} device(s), {t['rows']} x {t['seq_len']}"
+      f" tokens per side, dropout {t['dropout_rate']}, {t['dtype']}",
+      f"  step {1e3 * t['step_time_s']:.1f} ms (median of {len(t['step_times_s'])}), "
+      f"{t['target_tokens_per_s']:,.0f} target tokens/s",
+      f"  {t['model_flops_per_target_token'] / 1e6:.1f} MFLOP per target token, "
+      f"{t['achieved_flops'] / 1e9:.1f} GFLOP/s achieved, MFU {mfu}",
+      f"  compile {t['compile_s']:.1f} s, compilations after warm-up: "
+      f"{t['compiles_after_warmup']}, peak memory {memory:,.0f} MiB",
+    ]
+  if "decode" in results:
+    d = results["decode"]
+    lines.append(f"decode ({d['inputs']}; mean source {d['mean_source_tokens']:.1f} tokens):")
+    for name in ("beam", "greedy"):
+      r = d[name]
+      lines.append(
+        f"  {name} {r['beam_size']}: {r['sentences_per_s']:.1f} sentences/s, "
+        f"{r['target_tokens_per_s']:,.0f} target tokens/s "
+        f"({r['mean_output_tokens']:.1f} tokens per output, compile "
+        f"{r['compile_s']:.1f} s)"
+      )
+  if "pipeline" in results:
+    p = results["pipeline"]
+    if "skipped" in p:
+      lines.append(f"pipeline: skipped ({p['skipped']})")
+    else:
+      lines.append(
+        f"pipeline ({p['source']}, {p['batching']}): {p['pairs_per_s']:,.0f} "
+        f"pairs/s, {p['tokens_per_s']:,.0f} tokens/s (setup {p['setup_s']:.1f} s)"
+      )
+  return "\n".join(lines)
+
+
+def main(argv):
+  del argv
+  common.quiet_library_logs()
+  config = FLAGS.config
+  vocab = FLAGS.vocab_size or config.data.vocab_size
+  if config.data.source == "synthetic" and not FLAGS.vocab_size:
+    vocab = config.data.synthetic_num_symbols + 4 + 12  # the symbol vocabulary's size
+  counter = CompileCounter()
+  results = dict(
+    experiment=FLAGS.experiment, devices=[str(d) for d in jax.devices()], jax=jax.__version__
+  )
+  if "peak" in FLAGS.parts:
+    results["peak"] = measure_peak()
+  if "train" in FLAGS.parts:
+    batch_tokens = FLAGS.batch_tokens or config.data.tokens_per_batch
+    results["train"] = bench_train(config, vocab, batch_tokens, FLAGS.seq_len, FLAGS.steps, counter)
+    if "peak" in results:
+      results["train"]["mfu"] = results["train"]["achieved_flops"] / results["peak"]["peak_flops"]
+  if "decode" in FLAGS.parts:
+    results["decode"] = bench_decode(config, vocab, FLAGS.decode_sentences, FLAGS.beam_size)
+  if "pipeline" in FLAGS.parts:
+    results["pipeline"] = bench_pipeline(config, FLAGS.pipeline_batches)
+  print(_table(results))
+  if FLAGS.json:
+    with open(FLAGS.json, "w", encoding="utf-8") as f:
+      json.dump(results, f, indent=2)
+
+
+def run():
+  host.use_huge_pages()
+  common.define_config_flag("t2t-bench")
+  app.run(main)
+
+
+if __name__ == "__main__":
+  run()

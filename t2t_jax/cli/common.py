@@ -1,0 +1,71 @@
+"""Command-line plumbing shared by t2t-train and t2t-bench: --experiment -> config flag."""
+
+import logging as std_logging
+import os
+import sys
+
+from absl import app, logging
+from ml_collections import config_flags
+
+import t2t_jax.experiments
+
+EXPERIMENTS_DIR = os.path.dirname(t2t_jax.experiments.__file__)
+DEFAULT_EXPERIMENT = "tiny"
+
+
+def available_experiments() -> list:
+  """Training experiments: files in experiments/ that define get_config() (not programs such
+  as why_self_attention)."""
+  names = []
+  for f in sorted(os.listdir(EXPERIMENTS_DIR)):
+    if f.endswith(".py") and not f.startswith("_"):
+      with open(os.path.join(EXPERIMENTS_DIR, f), encoding="utf-8") as source:
+        if "\ndef get_config(" in source.read():
+          names.append(f[:-3])
+  return names
+
+
+def experiment_path(name: str) -> str:
+  """Resolves --experiment=NAME[:ARG] to 'file.py[:ARG]' (ARG goes to get_config)."""
+  name, sep, arg = name.partition(":")
+  if name.endswith(".py") and os.path.isfile(name):
+    return name + sep + arg
+  path = os.path.join(EXPERIMENTS_DIR, f"{name}.py")
+  if name not in available_experiments():
+    raise app.UsageError(
+      f"--experiment={name}: unknown experiment; available: {', '.join(available_experiments())}"
+    )
+  return path + sep + arg
+
+
+def experiment_from_argv(argv) -> str:
+  """--experiment must be known before flag parsing: it picks the file --config.* overrides."""
+  for i, arg in enumerate(argv):
+    if arg.startswith("--experiment="):
+      return arg.split("=", 1)[1]
+    if arg == "--experiment" and i + 1 < len(argv):
+      return argv[i + 1]
+  return DEFAULT_EXPERIMENT
+
+
+def define_config_flag(tool: str) -> None:
+  """Defines --config from --experiment in sys.argv; exits with the known names if unknown."""
+  try:
+    path = experiment_path(experiment_from_argv(sys.argv))
+  except app.UsageError as e:
+    sys.exit(f"{tool}: {e}")
+  config_flags.DEFINE_config_file(
+    "config", path, "experiment config (set by --experiment)", lock_config=True
+  )
+
+
+def quiet_library_logs() -> None:
+  """Keeps the console to our progress lines: orbax's and TFDS's INFO chatter is dropped."""
+  noisy = ("/orbax/", "/tensorflow_datasets/", "/etils/", "/grain/")
+
+  def keep(record: std_logging.LogRecord) -> bool:
+    return record.levelno >= std_logging.WARNING or not any(n in record.pathname for n in noisy)
+
+  logging.get_absl_handler().addFilter(keep)
+  # Outside absl.app (a notebook) the absl handler is not installed: filter at the logger.
+  std_logging.getLogger("absl").addFilter(keep)

@@ -1,0 +1,531 @@
+"""Greedy and beam search over a `tokens_to_logits(ids, cache)` function.
+
+Decoding never sees the model. The caller closes the model, its parameters and the encoder
+output over a function
+
+    tokens_to_logits(ids, cache) -> (logits, new_cache)
+
+where `ids` is int32 [N, 1] (the last token of each hypothesis; `BOS_ID` at the first step),
+`logits` is [N, vocab] and unnormalised (the search applies log-softmax), and `cache` is any
+pytree whose scalar leaves are shared by all rows (e.g. a step index) and whose other leaves
+have leading dim N. Beam search then keeps a copy of the cache per hypothesis and gathers
+those copies after every step.
+
+A model that knows about beams can do better (`beam_search(..., reorder_cache=...)`): it
+takes ids [batch, beam] and returns logits [batch, beam, vocab], keeps whatever cache layout
+it likes (the Transformer shares the encoder keys/values between a sentence's hypotheses
+and writes each hypothesis's self-attention entry in place, see `BeamSlots`), and is told
+after every step which parent each new hypothesis continues.
+
+Conventions of both searches:
+
+- `cache` comes in for `batch` sentences (leading dim batch).
+- Outputs exclude BOS, end with EOS and hold PAD after it: int32 [..., max_decode_len].
+- `max_lengths` int [batch] is each sentence's output limit, EOS included (the paper uses
+  source length + 50); values above `max_decode_len` are clipped to it. A hypothesis that
+  reaches its limit is forced to end: at that step every token but EOS gets log-probability
+  -inf, and EOS keeps its model log-probability (no renormalisation), so scores stay model
+  probabilities of the sequences returned.
+- `max_decode_len` is the static array length; the self-attention cache must hold that many
+  positions. Everything runs in `jax.lax.while_loop`s (greedy: one; beam search: one per
+  batch size, see its `compact`), so both searches work under `jax.jit` with
+  `tokens_to_logits` closed over.
+"""
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from t2t_jax.tokens import BOS_ID, EOS_ID, PAD_ID
+from t2t_jax.training import losses
+
+Cache = Any
+TokensToLogits = Callable[[jax.Array, Cache], tuple[jax.Array, Cache]]
+
+NEG_INF = float("-inf")
+
+
+def length_penalty(length, alpha):
+  """GNMT length penalty lp = ((5 + length) / 6) ** alpha (Wu et al. 2016, eq. 14).
+
+  `length` counts generated tokens including EOS; float32, broadcasting.
+  """
+  return ((5.0 + jnp.asarray(length, jnp.float32)) / 6.0) ** alpha
+
+
+# --- beam-dimension helpers (scalar leaves are shared and pass through untouched) -------------
+
+
+def _map_nonscalar(fn, tree):
+  return jax.tree_util.tree_map(lambda x: x if jnp.ndim(x) == 0 else fn(x), tree)
+
+
+def add_beam_dim(tree, beam_size: int):
+  """[batch, ...] -> [batch, beam, ...], each sentence repeated beam_size times."""
+
+  def add(x):
+    x = jnp.asarray(x)
+    return jnp.broadcast_to(x[:, None], (x.shape[0], beam_size) + x.shape[1:])
+
+  return _map_nonscalar(add, tree)
+
+
+def flatten_beam_dim(tree):
+  """[batch, beam, ...] -> [batch * beam, ...]: the layout `tokens_to_logits` sees."""
+  return _map_nonscalar(lambda x: x.reshape((-1,) + x.shape[2:]), tree)
+
+
+def unflatten_beam_dim(tree, batch_size: int):
+  """[batch * beam, ...] -> [batch, beam, ...]."""
+  return _map_nonscalar(lambda x: x.reshape((batch_size, -1) + x.shape[1:]), tree)
+
+
+def gather_beams(tree, beam_indices):
+  """Picks beams per sentence: leaves [batch, old_beam, ...] -> [batch, new_beam, ...].
+
+  `beam_indices` is int [batch, new_beam] into the old beam dimension.
+  """
+  batch_indices = jnp.arange(beam_indices.shape[0])[:, None]
+  return _map_nonscalar(lambda x: x[batch_indices, beam_indices], tree)
+
+
+def _write_tokens(seqs, step, tokens):
+  """seqs int32 [batch, beam, max_decode_len] with `tokens` [batch, beam] written at `step`."""
+  return lax.dynamic_update_slice_in_dim(seqs, tokens[..., None].astype(seqs.dtype), step, axis=2)
+
+
+def _last_tokens(seqs, step, bos_id):
+  """Input of this step: BOS at step 0, else the token written at step - 1. [...] int32."""
+  prev = lax.dynamic_index_in_dim(seqs, jnp.maximum(step - 1, 0), axis=-1, keepdims=False)
+  return jnp.where(step == 0, jnp.asarray(bos_id, seqs.dtype), prev)
+
+
+def _at_limit_log_probs(logits, step, max_lengths, eos_id):
+  """log-softmax in float32, with the forced end at each sentence's limit.
+
+  logits [batch, ...rest, vocab]; max_lengths int32 [batch], already clipped. Every token
+  but EOS gets -inf where `step + 1 >= max_length`. The log-softmax runs on [rows, vocab]
+  whatever the leading dims: XLA's CPU reductions round differently by rank, and this way
+  beam search matches the per-row computation bit for bit.
+  """
+  shape = logits.shape
+  log_probs = jax.nn.log_softmax(logits.astype(jnp.float32).reshape(-1, shape[-1]), axis=-1)
+  log_probs = log_probs.reshape(shape)
+  at_limit = (step + 1 >= max_lengths).reshape((-1,) + (1,) * (log_probs.ndim - 1))
+  not_eos = jnp.arange(log_probs.shape[-1]) != eos_id
+  return jnp.where(at_limit & not_eos, NEG_INF, log_probs)
+
+
+def _next_log_probs(tokens_to_logits, ids, cache, step, max_lengths, eos_id):
+  """Calls a per-row model once (ids [batch]) and applies the forced end at the limits.
+
+  Returns (log_probs float32 [batch, vocab], new cache).
+  """
+  logits, new_cache = tokens_to_logits(ids.reshape(-1, 1), cache)
+  return _at_limit_log_probs(logits, step, max_lengths, eos_id), new_cache
+
+
+def _materialized(tree):
+  """A while loop's initial state, computed once before the loop.
+
+  Without the barrier XLA may sink cheap ops on loop-invariant leaves into the loop body
+  (e.g. the transpose that puts the encoder keys/values into the cache layout), where they
+  run at every step.
+  """
+  return lax.optimization_barrier(tree)
+
+
+def _check_args(cache, max_lengths, max_decode_len):
+  leaves = [x for x in jax.tree_util.tree_leaves(cache) if jnp.ndim(x) > 0]
+  batch_size = jnp.shape(max_lengths)[0]
+  for x in leaves:
+    if x.shape[0] != batch_size:
+      raise ValueError(
+        f"cache leaf of shape {x.shape} does not have leading dim "
+        f"batch = len(max_lengths) = {batch_size}"
+      )
+  if max_decode_len < 1:
+    raise ValueError(f"max_decode_len must be >= 1, got {max_decode_len}")
+  return jnp.clip(jnp.asarray(max_lengths, jnp.int32), 1, max_decode_len)
+
+
+# --- caches with one slot per hypothesis and position ------------------------------------------
+
+
+class BeamSlots(NamedTuple):
+  """Where each hypothesis's history lives in a cache that is never reordered.
+
+  For a beam-aware model whose self-attention cache holds max_decode_len * beam slots per
+  sentence, position-major: at step t hypothesis b writes slot t * beam + b, in place. After
+  reordering, a hypothesis's entries at earlier positions sit in its ancestors' slots;
+  `slots` records which. Instead of gathering the cache (every step, all of it), the model
+  attends through `attention_mask()`, and `reorder` gathers only this int32 table.
+
+  Put it in the cache given to `beam_search` and call `reorder` from its `reorder_cache`.
+  """
+
+  slots: jax.Array  # int32 [batch, beam, max_decode_len]: [i, b, s] = beam index whose slot
+  # holds position s of hypothesis b of sentence i (valid for s < step)
+  step: jax.Array  # int32 scalar: the position written next
+
+  @classmethod
+  def create(cls, batch_size: int, beam_size: int, max_decode_len: int) -> "BeamSlots":
+    return cls(
+      slots=jnp.zeros((batch_size, beam_size, max_decode_len), jnp.int32),
+      step=jnp.array(0, jnp.int32),
+    )
+
+  def _with_current(self):
+    """`slots` with position `step` set to each hypothesis's own slot (what it writes now)."""
+    beam_size, length = self.slots.shape[1:]
+    now = jnp.arange(length) == self.step
+    return jnp.where(now, jnp.arange(beam_size)[:, None], self.slots)
+
+  def attention_mask(self):
+    """bool [batch, 1, beam, max_decode_len * beam]: the slots each hypothesis reads at this
+    step (its history at positions < step and its own entry at `step`)."""
+    batch_size, beam_size, length = self.slots.shape
+    visible = (jnp.arange(length) <= self.step)[:, None]
+    mask = (self._with_current()[..., None] == jnp.arange(beam_size)) & visible
+    return mask.reshape(batch_size, 1, beam_size, length * beam_size)
+
+  def reorder(self, parents) -> "BeamSlots":
+    """After the step: new hypothesis b continues old hypothesis parents[:, b] ([batch, beam])."""
+    return BeamSlots(slots=gather_beams(self._with_current(), parents), step=self.step + 1)
+
+
+def _per_row_model(tokens_to_logits, cache, beam_size):
+  """A per-row `tokens_to_logits` as a beam-aware one: (tokens_to_logits, cache, reorder).
+
+  The cache is copied to every hypothesis ([batch, beam, ...]) and gathered by parent.
+  """
+
+  def beam_tokens_to_logits(ids, cache):
+    logits, new_cache = tokens_to_logits(ids.reshape(-1, 1), flatten_beam_dim(cache))
+    logits = logits.reshape(ids.shape + logits.shape[-1:])
+    return logits, unflatten_beam_dim(new_cache, ids.shape[0])
+
+  return beam_tokens_to_logits, add_beam_dim(cache, beam_size), gather_beams
+
+
+# --- beam search ------------------------------------------------------------------------------
+
+
+class _BeamState(NamedTuple):
+  step: jax.Array  # int32 scalar: tokens generated so far by every live hypothesis
+  live_seqs: jax.Array  # int32 [batch, beam, max_decode_len], PAD beyond `step`
+  live_log_probs: jax.Array  # float32 [batch, beam], sorted best first; -inf = empty slot
+  finished_seqs: jax.Array  # int32 [batch, beam, max_decode_len], EOS-terminated
+  finished_scores: jax.Array  # float32 [batch, beam], sorted best first; -inf = empty slot
+  cache: Cache  # the model's, for beams (see beam_search)
+
+
+def _merge_finished(seqs, scores, new_seqs, new_scores):
+  """Keeps the best beam_size of old and new finished hypotheses, best first.
+
+  Old entries come first, so on equal scores `lax.top_k` (lower index first on ties)
+  keeps what was already there.
+  """
+  all_seqs = jnp.concatenate([seqs, new_seqs], axis=1)
+  all_scores = jnp.concatenate([scores, new_scores], axis=1)
+  top_scores, top = lax.top_k(all_scores, scores.shape[1])
+  return gather_beams(all_seqs, top), top_scores
+
+
+def _top_k(x, k: int, chunk: int = 128):
+  """lax.top_k(x, k) on the last axis, exactly (values, indices, lower index first on ties),
+  pruned by chunks: the top k elements lie in the k chunks with the largest maxima (an
+  element of the top k whose chunk is not among them would have k better chunk maxima
+  above it; equal maxima order chunks by index, as equal elements are ordered). So one
+  max-reduction over x, a top_k over the chunk maxima, and a top_k over the k chosen
+  chunks, gathered in index order so that ties still go to the lower index: far less work
+  than XLA's TopK over the whole vocabulary.
+  """
+  n = x.shape[-1]
+  if 4 * k * chunk > n:  # not worth it (and at least 4k chunks to choose from)
+    return lax.top_k(x, k)
+  lead = x.shape[:-1]
+  full = n // chunk
+  maxima = jnp.max(x[..., : full * chunk].reshape(lead + (full, chunk)), axis=-1)
+  if full * chunk < n:
+    maxima = jnp.concatenate(
+      [maxima, jnp.max(x[..., full * chunk :], axis=-1, keepdims=True)], axis=-1
+    )
+  _, chunks = lax.top_k(maxima, k)
+  chunks = jnp.sort(chunks, axis=-1)
+  index = (chunks[..., None] * chunk + jnp.arange(chunk)).reshape(lead + (k * chunk,))
+  values = jnp.take_along_axis(x, jnp.minimum(index, n - 1), axis=-1)
+  values = jnp.where(index < n, values, NEG_INF)  # past the end of a short last chunk
+  top_values, top = lax.top_k(values, k)
+  return top_values, jnp.take_along_axis(index, top, axis=-1)
+
+
+def _top_extensions(candidates, k):
+  """lax.top_k over each sentence's [beam * vocab] candidates, in two stages.
+
+  candidates float32 [batch, beam, vocab] -> (values [batch, k], parent [batch, k], token
+  [batch, k]), exactly what top_k of candidates.reshape(batch, -1) gives, ties included:
+  each element of the overall top k is in its own beam's top k (the elements above it in
+  its beam are above it overall), and the second stage sees the per-beam winners in
+  flat-index order (beam-major, each beam's sorted with lower token first on ties), so
+  lower-index-first on ties carries over.
+  """
+  batch_size, beam_size, vocab_size = candidates.shape
+  per_beam = min(k, vocab_size)
+  values, tokens = _top_k(candidates, per_beam)  # [batch, beam, per_beam]
+  top_values, top = lax.top_k(values.reshape(batch_size, -1), k)  # [batch, k]
+  parent = top // per_beam
+  token = jnp.take_along_axis(tokens.reshape(batch_size, -1), top, axis=1)
+  return top_values, parent, token.astype(jnp.int32)
+
+
+def _beam_step(state, tokens_to_logits, reorder_cache, max_lengths, alpha, eos_id, bos_id):
+  """One search step: extends every live hypothesis by one token."""
+  batch_size, beam_size, _ = state.live_seqs.shape
+  ids = _last_tokens(state.live_seqs, state.step, bos_id)
+  logits, cache = tokens_to_logits(ids, state.cache)
+  log_probs = _at_limit_log_probs(logits, state.step, max_lengths, eos_id)
+  candidates = state.live_log_probs[..., None] + log_probs  # [batch, beam, vocab]
+
+  # Every live hypothesis's EOS extension is offered to the finished set.
+  eos_log_probs = candidates[..., eos_id]
+  eos_scores = eos_log_probs / length_penalty(state.step + 1, alpha)
+  eos_tokens = jnp.full((batch_size, beam_size), eos_id, jnp.int32)
+  eos_seqs = _write_tokens(state.live_seqs, state.step, eos_tokens)
+  finished_seqs, finished_scores = _merge_finished(
+    state.finished_seqs, state.finished_scores, eos_seqs, eos_scores
+  )
+
+  # The live set is the beam_size best non-EOS extensions. (A select, not .at[].set: that
+  # is a scatter, which makes XLA copy the [batch, beam, vocab] array first.)
+  candidates = jnp.where(jnp.arange(candidates.shape[-1]) == eos_id, NEG_INF, candidates)
+  live_log_probs, parent, token = _top_extensions(candidates, beam_size)
+  live_seqs = _write_tokens(gather_beams(state.live_seqs, parent), state.step, token)
+  return _BeamState(
+    step=state.step + 1,
+    live_seqs=live_seqs,
+    live_log_probs=live_log_probs,
+    finished_seqs=finished_seqs,
+    finished_scores=finished_scores,
+    cache=reorder_cache(cache, parent),
+  )
+
+
+def _beam_search_done(state, max_lengths, alpha):
+  """[batch] bool: True where no live hypothesis can still change the finished set.
+
+  Bound: a live hypothesis with log-prob L <= 0 and length `step` ends with log-prob
+  L' <= L (log-probs only fall) at some length n in [step + 1, max_length], so its score is
+  L' / lp(n) <= L / lp(n) <= L / max(lp(step + 1), lp(max_length)): lp is monotone in n
+  (increasing for alpha >= 0, where this is t2t's L / lp(max_length); decreasing for
+  alpha < 0), so its largest value on the range is at an end. The bound is exact (never
+  stops while a live hypothesis could still enter the finished set) for every alpha.
+  A sentence is done when that bound for its best live hypothesis is strictly below its
+  worst finished score (so the finished set is full) or it has no live hypothesis left.
+  """
+  best_live = state.live_log_probs[:, 0]
+  largest_lp = jnp.maximum(
+    length_penalty(state.step + 1, alpha), length_penalty(max_lengths, alpha)
+  )
+  best_possible = best_live / largest_lp
+  worst_finished = state.finished_scores[:, -1]
+  return (best_live == NEG_INF) | (best_possible < worst_finished)
+
+
+def beam_search(
+  tokens_to_logits: TokensToLogits,
+  cache: Cache,
+  *,
+  max_lengths,
+  max_decode_len: int,
+  beam_size: int = 4,
+  alpha=0.6,
+  eos_id: int = EOS_ID,
+  bos_id: int = BOS_ID,
+  early_stop: bool = True,
+  reorder_cache: Callable[[Cache, jax.Array], Cache] | None = None,
+  compact: bool = True,
+):
+  """Beam search with the GNMT length penalty, as in tensor2tensor (paper: beam 4, alpha 0.6).
+
+  Each step extends the live hypotheses by one token. Each live hypothesis's EOS extension
+  is offered to a finished set, which keeps the beam_size best by
+  score = log p(sequence) / length_penalty(length incl. EOS, alpha). The beam_size most
+  probable non-EOS extensions become the next live set; each carries its parent's history
+  (its cache is reordered by parent). The search stops when no live hypothesis can still
+  enter the finished set (see `_beam_search_done`; exact, not a heuristic) or at
+  `max_decode_len`.
+
+  One deliberate difference from t2t's beam_search.py (and Flax's examples/wmt): those take
+  the top 2 * beam_size extensions by log-prob and finish only the EOS extensions among
+  them. Here every live hypothesis's EOS extension is considered. The live sets are the
+  same (t2t's top 2k always contain the top k non-EOS extensions), so the finished set is
+  the best of a superset of t2t's candidates and its best score is never lower than t2t's.
+  With a beam at least as large as the number of possible prefixes the search is exact.
+
+  Note that beam_size=1 is not greedy search: a hypothesis ending early stays in the
+  finished set while the live one continues, and the better of the two by score wins.
+
+  Args:
+    tokens_to_logits: without `reorder_cache`, a per-row model (see the module docstring):
+      the search copies `cache` to every hypothesis and gathers the copies by parent after
+      each step. With `reorder_cache`, a beam-aware model: ids int32 [batch, beam] ->
+      logits [batch, beam, vocab] and the new cache.
+    cache: without `reorder_cache`, a pytree for `batch` sentences (leading dim batch;
+      scalar leaves shared); with it, the model's cache for batch * beam hypotheses in any
+      layout whose non-scalar leaves have leading dim batch.
+    max_lengths: int [batch] output limit per sentence, EOS included.
+    max_decode_len: static length of the returned arrays (>= max(max_lengths)).
+    beam_size: hypotheses kept per sentence.
+    alpha: length-penalty exponent (a Python float or a traced scalar).
+    eos_id, bos_id: end and start token ids.
+    early_stop: False runs every sentence to its limit (for tests; same results).
+    reorder_cache: (cache, parents int32 [batch, beam]) -> cache, called after every step:
+      new hypothesis b of sentence i continues old hypothesis parents[i, b]. Hypotheses
+      start identical (all with BOS; only hypothesis 0 is expanded at the first step).
+    compact: drop finished sentences from the batch (with early_stop, from 32 sentences
+      up): once at most a quarter of the rows are still searching, those are gathered
+      into a batch a quarter the size (every state and cache leaf along its leading dim),
+      down to 8 rows. Results are the same either way, provided the model computes each
+      sentence on its own: a finished sentence's result is final.
+
+  Returns:
+    sequences int32 [batch, beam_size, max_decode_len] (no BOS, EOS then PAD) and scores
+    float32 [batch, beam_size], best first. Empty slots (fewer than beam_size sequences of
+    nonzero probability) have score -inf and all-PAD sequences. A sentence with no
+    finished hypothesis at all (only possible if the model gives EOS probability 0)
+    returns its live hypotheses, scored log p / lp(length).
+  """
+  max_lengths = _check_args(cache, max_lengths, max_decode_len)
+  if reorder_cache is None:
+    tokens_to_logits, cache, reorder_cache = _per_row_model(tokens_to_logits, cache, beam_size)
+  batch_size = max_lengths.shape[0]
+  empty_seqs = jnp.full((batch_size, beam_size, max_decode_len), PAD_ID, jnp.int32)
+  first_beam_only = jnp.where(jnp.arange(beam_size) == 0, 0.0, NEG_INF)
+  state = _BeamState(
+    step=jnp.array(0, jnp.int32),
+    live_seqs=empty_seqs,
+    # All beams start identical; only the first may expand or it would be found k times.
+    live_log_probs=jnp.broadcast_to(first_beam_only, (batch_size, beam_size)),
+    finished_seqs=empty_seqs,
+    finished_scores=jnp.full((batch_size, beam_size), NEG_INF, jnp.float32),
+    cache=cache,
+  )
+
+  def run(state, lengths, next_rows):
+    """Steps until every sentence is done, or only next_rows of them are still running."""
+
+    def cond(state):
+      running = state.step < max_decode_len
+      if not early_stop:
+        return running & (state.step < jnp.max(lengths))
+      not_done = ~_beam_search_done(state, lengths, alpha)
+      return running & (jnp.sum(not_done) > next_rows)
+
+    def body(state):
+      return _beam_step(state, tokens_to_logits, reorder_cache, lengths, alpha, eos_id, bos_id)
+
+    return lax.while_loop(cond, body, _materialized(state))
+
+  sizes = _batch_sizes(batch_size) if early_stop and compact else [batch_size]
+  if len(sizes) == 1:
+    return _beam_outputs(run(state, max_lengths, 0), alpha)
+  # Finished sentences leave the batch: each loop runs until at most the next size is left,
+  # then those rows are gathered (padded with finished ones, whose results are final).
+  state = run(state, max_lengths, sizes[1])
+  sequences, scores = _beam_outputs(state, alpha)
+  rows, lengths = jnp.arange(batch_size), max_lengths
+  for size, next_size in zip(sizes[1:], sizes[2:] + [0]):
+    keep = jnp.argsort(_beam_search_done(state, lengths, alpha), stable=True)[:size]
+    state = _map_nonscalar(lambda x, keep=keep: x[keep], state)
+    rows, lengths = rows[keep], lengths[keep]
+    state = run(state, lengths, next_size)
+    row_sequences, row_scores = _beam_outputs(state, alpha)
+    sequences, scores = sequences.at[rows].set(row_sequences), scores.at[rows].set(row_scores)
+  return sequences, scores
+
+
+def _batch_sizes(batch_size: int, factor: int = 4, smallest: int = 8):
+  """Batch sizes the search steps through as sentences finish: batch, batch / 4, ... >= 8.
+
+  Each size compiles its own loop, so quartering keeps compile time down while most of the
+  work on finished rows is still dropped (docs/performance.md).
+  """
+  sizes = [batch_size]
+  while sizes[-1] // factor >= smallest:
+    sizes.append(sizes[-1] // factor)
+  return sizes
+
+
+def _beam_outputs(state, alpha):
+  """(sequences, scores) as beam_search returns them, from a search state."""
+  has_finished = state.finished_scores[:, 0] > NEG_INF
+  live_scores = state.live_log_probs / length_penalty(state.step, alpha)
+  sequences = jnp.where(has_finished[:, None, None], state.finished_seqs, state.live_seqs)
+  scores = jnp.where(has_finished[:, None], state.finished_scores, live_scores)
+  return jnp.where((scores > NEG_INF)[..., None], sequences, PAD_ID), scores
+
+
+# --- greedy search ----------------------------------------------------------------------------
+
+
+class _GreedyState(NamedTuple):
+  step: jax.Array  # int32 scalar: tokens generated so far
+  seqs: jax.Array  # int32 [batch, max_decode_len]
+  log_probs: jax.Array  # float32 [batch]: sum of log-probs of the tokens chosen (EOS included)
+  finished: jax.Array  # bool [batch]
+  cache: Cache  # leaves [batch, ...]
+
+
+def greedy_search(
+  tokens_to_logits: TokensToLogits,
+  cache: Cache,
+  *,
+  max_lengths,
+  max_decode_len: int,
+  eos_id: int = EOS_ID,
+  bos_id: int = BOS_ID,
+):
+  """Takes the most probable token at every step until EOS (or the forced EOS at the limit).
+
+  Args: as `beam_search`; `cache` leaves have leading dim batch.
+
+  Returns:
+    sequences int32 [batch, max_decode_len] (no BOS, EOS then PAD) and their log-probs
+    float32 [batch]. Stops as soon as every sentence has ended.
+  """
+  max_lengths = _check_args(cache, max_lengths, max_decode_len)
+  batch_size = max_lengths.shape[0]
+  init = _GreedyState(
+    step=jnp.array(0, jnp.int32),
+    seqs=jnp.full((batch_size, max_decode_len), PAD_ID, jnp.int32),
+    log_probs=jnp.zeros((batch_size,), jnp.float32),
+    finished=jnp.zeros((batch_size,), bool),
+    cache=_materialized(cache),
+  )
+
+  def cond(state):
+    return (state.step < max_decode_len) & ~jnp.all(state.finished)
+
+  def body(state):
+    ids = _last_tokens(state.seqs, state.step, bos_id)
+    log_probs, cache = _next_log_probs(
+      tokens_to_logits, ids, state.cache, state.step, max_lengths, eos_id
+    )
+    token = losses.argmax(log_probs).astype(jnp.int32)
+    token_log_prob = jnp.take_along_axis(log_probs, token[:, None], axis=-1)[:, 0]
+    token = jnp.where(state.finished, PAD_ID, token)
+    seqs = lax.dynamic_update_slice_in_dim(state.seqs, token[:, None], state.step, axis=1)
+    return _GreedyState(
+      step=state.step + 1,
+      seqs=seqs,
+      log_probs=state.log_probs + jnp.where(state.finished, 0.0, token_log_prob),
+      finished=state.finished | (token == eos_id),
+      cache=cache,
+    )
+
+  final = lax.while_loop(cond, body, init)
+  return final.seqs, final.log_probs

@@ -1,0 +1,285 @@
+"""The Translator: a trained workdir's model, parameters and vocabulary, text in, text out.
+
+Used by notebooks, t2t-translate and the trainer's evaluation. Sentences are sorted by length
+for batching and put back in input order; padded shapes are rounded so that few compile.
+"""
+
+import functools
+import json
+import os
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from absl import logging
+
+from t2t_jax import data as data_lib
+from t2t_jax.decoding import search
+from t2t_jax.model import Transformer, TransformerConfig, beam_search_cache
+from t2t_jax.tokens import EOS_ID, PAD_ID
+from t2t_jax.training import checkpoint
+
+
+class TranslateError(ValueError):
+  """A workdir, checkpoint choice or input file that cannot be used; names the path."""
+
+
+def load_config(workdir: str) -> ml_collections.ConfigDict:
+  """The resolved config t2t-train wrote to <workdir>/config.json."""
+  path = os.path.join(workdir, "config.json")
+  if not os.path.isfile(path):
+    raise TranslateError(f"{workdir}: no config.json (not a t2t-train workdir?)")
+  with open(path, encoding="utf-8") as f:
+    return ml_collections.ConfigDict(json.load(f))
+
+
+def _load_tokenizer(config, workdir):
+  path = data_lib.vocab_path(config.data, workdir)
+  if not os.path.exists(str(path)):
+    raise TranslateError(f"{workdir}: vocabulary {path} is missing")
+  return data_lib.load_tokenizer(path)
+
+
+def _round_up(n: int, multiple: int) -> int:
+  return -(-n // multiple) * multiple
+
+
+def decode(
+  params,
+  inputs,
+  max_lengths,
+  alpha,
+  *,
+  model,
+  max_decode_len: int,
+  beam_size: int,
+  suppress_eos: bool = False,
+):
+  """Encodes once, builds the cache, then beam search (beam_size > 1) or greedy decoding.
+
+  Beam search runs the decoder on [batch, beam] ids (`Transformer.decode_beam_step`): the
+  hypotheses of a sentence share its encoder keys/values, and their self-attention entries
+  are written in place and read through `search.BeamSlots`, so no cache is copied per
+  hypothesis or gathered after a step.
+
+  suppress_eos (benchmarks only): EOS is never chosen before the length limit, so every
+  output has exactly its max length whatever the parameters.
+
+  Returns:
+    beam search: `search.beam_search`'s (sequences [batch, beam, max_decode_len], scores
+    [batch, beam]); greedy: (sequences [batch, 1, max_decode_len], log-probs [batch, 1]).
+  """
+  encoded = model.apply({"params": params}, inputs, method=Transformer.encode)
+  _, state = model.apply(
+    {"params": params},
+    encoded,
+    inputs,
+    max_decode_len,
+    method=Transformer.init_cache,
+    mutable=["cache"],
+  )
+
+  def no_eos(logits):
+    if not suppress_eos:
+      return logits
+    return jnp.where(jnp.arange(logits.shape[-1]) == EOS_ID, -1e9, logits)
+
+  if beam_size == 1:
+
+    def tokens_to_logits(ids, cache):
+      logits, new = model.apply(
+        {"params": params, "cache": cache}, ids, method=Transformer.decode_step, mutable=["cache"]
+      )
+      return no_eos(logits), new["cache"]
+
+    seqs, log_probs = search.greedy_search(
+      tokens_to_logits, state["cache"], max_lengths=max_lengths, max_decode_len=max_decode_len
+    )
+    return seqs[:, None], log_probs[:, None]
+
+  def beam_tokens_to_logits(ids, cache):
+    model_cache, slots = cache
+    logits, new = model.apply(
+      {"params": params, "cache": model_cache},
+      ids,
+      slots.attention_mask(),
+      method=Transformer.decode_beam_step,
+      mutable=["cache"],
+    )
+    return no_eos(logits), (new["cache"], slots)
+
+  def reorder(cache, parents):
+    model_cache, slots = cache
+    return model_cache, slots.reorder(parents)
+
+  cache = (
+    beam_search_cache(state["cache"], beam_size),
+    search.BeamSlots.create(inputs.shape[0], beam_size, max_decode_len),
+  )
+  return search.beam_search(
+    beam_tokens_to_logits,
+    cache,
+    max_lengths=max_lengths,
+    max_decode_len=max_decode_len,
+    beam_size=beam_size,
+    alpha=alpha,
+    reorder_cache=reorder,
+  )
+
+
+@functools.partial(
+  jax.jit, static_argnames=("model", "max_decode_len", "beam_size", "suppress_eos")
+)
+def _search(
+  params, inputs, max_lengths, alpha, *, model, max_decode_len, beam_size, suppress_eos=False
+):
+  """The best output of `decode` per sentence: int32 [batch, max_decode_len]."""
+  seqs, _ = decode(
+    params,
+    inputs,
+    max_lengths,
+    alpha,
+    model=model,
+    max_decode_len=max_decode_len,
+    beam_size=beam_size,
+    suppress_eos=suppress_eos,
+  )
+  return seqs[:, 0]
+
+
+class Translator:
+  """A trained model with its vocabulary: `.translate(sentences)` and `.attention_weights`."""
+
+  def __init__(
+    self,
+    model: Transformer,
+    params,
+    tokenizer,
+    max_output_extra: int = 50,
+    batch_tokens: int = 4096,
+  ):
+    self.model, self.params, self.tokenizer = model, params, tokenizer
+    self.max_output_extra = max_output_extra
+    self.batch_tokens = batch_tokens
+    self.checkpoint_steps: list[int] = []
+    self.target_lang = "de"
+
+  @classmethod
+  def from_workdir(cls, workdir: str, checkpoint_spec: str = "latest", **kwargs):
+    """Loads config.json, the vocabulary and checkpoint(s) ('latest', 'average:N', 'STEP')."""
+    config = load_config(workdir)
+    tokenizer = _load_tokenizer(config, workdir)
+    model_cfg = TransformerConfig.from_dict(config.model.to_dict(), vocab_size=tokenizer.vocab_size)
+    model = Transformer(model_cfg)
+    dummy = jnp.ones((1, 4), jnp.int32)
+    like = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), dummy, dummy))["params"]
+    params, steps = checkpoint.load_params(workdir, checkpoint_spec, like)
+    kwargs.setdefault("max_output_extra", config.get("max_output_extra", 50))
+    translator = cls(model, params, tokenizer, **kwargs)
+    translator.checkpoint_steps = steps
+    translator.target_lang = data_lib.target_language(config.data)
+    return translator
+
+  def _source_ids(self, sentences: Sequence[str]) -> list[list[int]]:
+    max_len = self.model.config.max_len
+    ids = []
+    for i, text in enumerate(sentences):
+      tokens = list(self.tokenizer.encode(text)) + [EOS_ID]
+      if len(tokens) > max_len:
+        logging.warning(
+          "line %d: %d source tokens exceed the model's max_len=%d; truncated",
+          i + 1,
+          len(tokens),
+          max_len,
+        )
+        tokens = tokens[: max_len - 1] + [EOS_ID]
+      ids.append(tokens)
+    return ids
+
+  def translate(
+    self, sentences: Sequence[str], beam_size: int = 4, alpha: float = 0.6
+  ) -> list[str]:
+    """Translates each sentence (max output length = its source length + max_output_extra)."""
+    sources = self._source_ids(sentences)
+    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+    outputs: list[str | None] = [None] * len(sources)
+    for batch in self._batches(order, sources):
+      for i, text in zip(
+        batch, self._translate_batch([sources[i] for i in batch], beam_size, alpha)
+      ):
+        outputs[i] = text
+    return outputs
+
+  def _batches(self, order, sources):
+    batch, longest = [], 0
+    for i in order:
+      longest = max(longest, len(sources[i]))
+      if batch and (len(batch) + 1) * longest > self.batch_tokens:
+        yield batch
+        batch, longest = [], len(sources[i])
+      batch.append(i)
+    if batch:
+      yield batch
+
+  def _translate_batch(self, sources, beam_size, alpha) -> list[str]:
+    max_len = self.model.config.max_len
+    src_len = min(_round_up(max(len(s) for s in sources), 8), max_len)
+    rows = 1 << (len(sources) - 1).bit_length()  # few distinct shapes: fewer compiles
+    inputs = np.full((rows, src_len), PAD_ID, np.int32)
+    for r, s in enumerate(sources):
+      inputs[r, : len(s)] = s
+    limits = np.array(
+      [len(s) + self.max_output_extra for s in sources] + [1] * (rows - len(sources)), np.int32
+    )
+    if limits.max() > max_len:
+      logging.warning(
+        "output length limited to the model's max_len=%d (source length + %d exceeds it)",
+        max_len,
+        self.max_output_extra,
+      )
+    max_decode_len = min(_round_up(int(limits.max()), 8), max_len)
+    seqs = _search(
+      self.params,
+      jnp.asarray(inputs),
+      jnp.asarray(np.minimum(limits, max_len)),
+      jnp.float32(alpha),
+      model=self.model,
+      max_decode_len=max_decode_len,
+      beam_size=beam_size,
+    )
+    return [self.tokenizer.decode(row) for row in np.asarray(seqs)[: len(sources)]]
+
+  def attention_weights(self, source: str, target: str) -> dict:
+    """Every layer's and head's attention for one pair, teacher-forced on `target`.
+
+    Returns {'encoder_self': [layers, heads, src, src], 'decoder_self': [layers, heads, tgt,
+    tgt], 'cross': [layers, heads, tgt, src]} as numpy, plus the 'source_tokens' and
+    'target_tokens' (subword strings, EOS included) that label the axes.
+    """
+    src = self._source_ids([source])[0]
+    tgt = list(self.tokenizer.encode(target)) + [EOS_ID]
+    inputs, targets = jnp.array([src]), jnp.array([tgt])
+    _, state = self.model.apply({"params": self.params}, inputs, targets, mutable=["intermediates"])
+    inter = state["intermediates"]
+    stack = lambda part, layers, kind: np.stack(
+      [
+        np.asarray(inter[part][f"layer_{i}"][kind]["attention_weights"][0][0])
+        for i in range(layers)
+      ]
+    )
+    cfg = self.model.config
+    return dict(
+      encoder_self=stack("encoder", cfg.encoder_layers, "self_attention"),
+      decoder_self=stack("decoder", cfg.decoder_layers, "self_attention"),
+      cross=stack("decoder", cfg.decoder_layers, "cross_attention"),
+      source_tokens=self._pieces(src),
+      target_tokens=self._pieces(tgt),
+    )
+
+  def _pieces(self, ids) -> list[str]:
+    piece = getattr(self.tokenizer, "id_to_piece", None)
+    if piece is not None:
+      return [piece(i) for i in ids]
+    return [self.tokenizer.decode([i]) if i != EOS_ID else "</s>" for i in ids]

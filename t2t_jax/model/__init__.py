@@ -1,0 +1,25 @@
+"""The paper's network: pure functions (attention, masks, positions, dropout) composed into
+Flax modules (layers) and the encoder-decoder Transformer (transformer).
+
+`t2t_jax.model.Transformer` and `t2t_jax.model.TransformerConfig` are the public entry points.
+"""
+
+from t2t_jax.model.transformer import (
+  Decoder,
+  Encoder,
+  OutputLayer,
+  Transformer,
+  TransformerConfig,
+  beam_search_cache,
+  shift_right,
+)
+
+__all__ = [
+  "Decoder",
+  "Encoder",
+  "OutputLayer",
+  "Transformer",
+  "TransformerConfig",
+  "beam_search_cache",
+  "shift_right",
+]

@@ -1,0 +1,387 @@
+"""The Transformer (paper section 3): configuration, encoder, decoder, and the full model.
+
+`Transformer.__call__` is the teacher-forced forward pass used in training;
+`encode`/`decode` split it; `init_cache`/`decode_step` run the decoder one position at a
+time for search (see `t2t_jax.decoding.search`), with the encoder's keys/values computed once.
+"""
+
+import dataclasses
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from t2t_jax.model import masks
+from t2t_jax.model.layers import (
+  AddPositions,
+  DecoderLayer,
+  Embed,
+  EncoderLayer,
+  _layer_norm,
+  xavier,
+)
+from t2t_jax.tokens import BOS_ID, PAD_ID
+
+Array = jnp.ndarray
+NORMS = ("post", "pre")
+POSITIONALS = ("sinusoidal", "learned")
+ATTENTION_IMPLS = ("reference", "xla", "cudnn")
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+  """Model hyperparameters, named as in the paper (Table 3 columns)."""
+
+  vocab_size: int
+  d_model: int = 512
+  d_ff: int = 2048
+  num_heads: int = 8  # h
+  d_k: int = 0  # query/key size per head; 0: d_model / h
+  d_v: int = 0  # value size per head; 0: d_model / h
+  num_layers: int = 6  # N, for encoder and decoder unless given separately
+  num_encoder_layers: int | None = None  # None or 0: num_layers
+  num_decoder_layers: int | None = None
+  dropout_rate: float = 0.1  # P_drop: residual and embedding dropout
+  attention_dropout_rate: float = 0.0
+  norm: str = "post"  # 'post' (paper) or 'pre'
+  positional: str = "sinusoidal"  # 'sinusoidal' (paper) or 'learned' (Table 3 row E)
+  share_embeddings: bool = True  # one matrix for source, target and pre-softmax (3.4)
+  dtype: Any = jnp.float32  # computation dtype; parameters stay float32
+  max_len: int = 512  # longest sequence (position table size)
+  attention_impl: str = "reference"  # 'reference', 'xla' or 'cudnn'
+  # Training/eval loss: the pre-softmax layer and the loss run over chunks of this many
+  # target tokens, never holding all logits (losses.output_loss_sums); 0: whole logits.
+  loss_chunk_tokens: int = 512
+
+  def __post_init__(self):
+    try:
+      object.__setattr__(self, "dtype", jnp.dtype(self.dtype))
+    except TypeError as e:
+      raise ValueError(
+        f"TransformerConfig.dtype={self.dtype!r} is not a dtype (use 'float32' or 'bfloat16')"
+      ) from e
+    for name in ("vocab_size", "d_model", "d_ff", "num_heads", "num_layers", "max_len"):
+      _check_positive(name, getattr(self, name))
+    for name in ("num_encoder_layers", "num_decoder_layers"):
+      if getattr(self, name):  # None or 0 mean "num_layers"
+        _check_positive(name, getattr(self, name))
+    if self.loss_chunk_tokens < 0:
+      raise ValueError(
+        f"TransformerConfig.loss_chunk_tokens={self.loss_chunk_tokens}: must "
+        "be >= 0 (0: whole logits)"
+      )
+    for name in ("d_k", "d_v"):
+      if getattr(self, name):
+        _check_positive(name, getattr(self, name))
+      elif self.d_model % self.num_heads:
+        raise ValueError(
+          f"TransformerConfig.d_model={self.d_model} is not divisible by "
+          f"num_heads={self.num_heads} ({name} = d_model / h must be whole; "
+          f"or set {name})"
+        )
+    if self.d_model % 2:
+      raise ValueError(
+        f"TransformerConfig.d_model={self.d_model} must be even "
+        "(sin/cos pairs of the positional encoding)"
+      )
+    _check_choice("norm", self.norm, NORMS)
+    _check_choice("positional", self.positional, POSITIONALS)
+    _check_choice("attention_impl", self.attention_impl, ATTENTION_IMPLS)
+    for name in ("dropout_rate", "attention_dropout_rate"):
+      rate = getattr(self, name)
+      if not 0.0 <= rate < 1.0:
+        raise ValueError(f"TransformerConfig.{name}={rate}: must be in [0, 1)")
+
+  @property
+  def key_dim(self) -> int:
+    return self.d_k or self.d_model // self.num_heads
+
+  @property
+  def value_dim(self) -> int:
+    return self.d_v or self.d_model // self.num_heads
+
+  @property
+  def encoder_layers(self) -> int:
+    return self.num_encoder_layers or self.num_layers
+
+  @property
+  def decoder_layers(self) -> int:
+    return self.num_decoder_layers or self.num_layers
+
+  def replace(self, **changes) -> "TransformerConfig":
+    return dataclasses.replace(self, **changes)
+
+  @classmethod
+  def from_dict(cls, fields, **overrides) -> "TransformerConfig":
+    """Builds a config from a mapping (e.g. an ml_collections `config.model`)."""
+    fields = dict(fields, **overrides)
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(fields) - known)
+    if unknown:
+      raise ValueError(f"unknown model config field(s) {unknown}; known: {sorted(known)}")
+    return cls(**fields)
+
+
+def _check_positive(name, value):
+  if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+    raise ValueError(f"TransformerConfig.{name}={value!r}: must be a positive integer")
+
+
+def _check_choice(name, value, allowed):
+  if value not in allowed:
+    raise ValueError(
+      f"TransformerConfig.{name}={value!r}: allowed values are "
+      f"{', '.join(repr(a) for a in allowed)}"
+    )
+
+
+def shift_right(targets: Array, segmentation: Array | None = None, bos_id: int = BOS_ID):
+  """Decoder inputs: targets moved one position right, BOS at the start of every sequence.
+
+  With packing (`segmentation` given) every packed pair starts with BOS rather than the
+  previous pair's last token. [batch, length] -> [batch, length].
+  """
+  shifted = jnp.pad(targets, ((0, 0), (1, 0)), constant_values=bos_id)[:, :-1]
+  if segmentation is not None:
+    previous = jnp.pad(segmentation, ((0, 0), (1, 0)))[:, :-1]
+    shifted = jnp.where(segmentation != previous, bos_id, shifted)
+  return shifted
+
+
+class Encoder(nn.Module):
+  """N identical layers of self-attention + feed-forward over the embedded source."""
+
+  config: TransformerConfig
+  embed: nn.Module
+
+  @nn.compact
+  def __call__(
+    self, inputs, inputs_segmentation=None, inputs_position=None, *, deterministic: bool = True
+  ):
+    """inputs int [batch, src_len] -> [batch, src_len, d_model]."""
+    cfg = self.config
+    x = AddPositions(cfg, name="positions")(
+      self.embed(inputs), inputs_position, deterministic=deterministic
+    )
+    mask = masks.padding_mask(inputs, inputs)
+    if inputs_segmentation is not None:
+      mask = masks.combine_masks(mask, masks.segment_mask(inputs_segmentation, inputs_segmentation))
+    for i in range(cfg.encoder_layers):
+      x = EncoderLayer(cfg, name=f"layer_{i}")(x, mask, deterministic=deterministic)
+    if cfg.norm == "pre":
+      x = _layer_norm(cfg, "final_norm")(x)
+    return x
+
+
+class OutputLayer(nn.Module):
+  """The pre-softmax linear layer when it does not share the embedding matrix."""
+
+  config: TransformerConfig
+
+  def setup(self):
+    cfg = self.config
+    self.kernel = self.param("kernel", xavier, (cfg.d_model, cfg.vocab_size), jnp.float32)
+    self.bias = self.param("bias", nn.initializers.zeros, (cfg.vocab_size,), jnp.float32)
+
+  def __call__(self, y):
+    return y @ self.kernel.astype(y.dtype) + self.bias.astype(y.dtype)
+
+  def weights(self, y):
+    return y, self.kernel.T, self.bias
+
+
+class Decoder(nn.Module):
+  """N identical layers of masked self-attention, encoder-decoder attention, feed-forward."""
+
+  config: TransformerConfig
+  embed: nn.Module
+
+  @nn.compact
+  def __call__(
+    self,
+    encoded,
+    decoder_inputs,
+    self_mask,
+    cross_mask,
+    decoder_position=None,
+    *,
+    deterministic: bool = True,
+    decode: bool = False,
+    features: bool = False,
+  ):
+    """decoder_inputs int [batch, tgt_len] -> float32 logits [batch, tgt_len, vocab]; with
+    `features`, (outputs [batch, tgt_len, d_model], W [vocab, d_model], bias or None) such
+    that logits = outputs W^T + bias (for losses.output_loss_sums)."""
+    cfg = self.config
+    if decode:
+      cross_mask = self._cached_cross_mask(cross_mask)
+    y = AddPositions(cfg, name="positions")(
+      self.embed(decoder_inputs), decoder_position, deterministic=deterministic, decode=decode
+    )
+    for i in range(cfg.decoder_layers):
+      y = DecoderLayer(cfg, name=f"layer_{i}")(
+        y, encoded, self_mask, cross_mask, deterministic=deterministic, decode=decode
+      )
+    if cfg.norm == "pre":
+      y = _layer_norm(cfg, "final_norm")(y)
+    if cfg.share_embeddings:
+      if features:
+        return y, self.embed.embedding, None
+      return self.embed.attend(y).astype(jnp.float32)
+    output = OutputLayer(cfg, name="logits")
+    return output.weights(y) if features else output(y).astype(jnp.float32)
+
+  def _cached_cross_mask(self, cross_mask):
+    """The source padding mask [batch, 1, 1, src_len], stored when the cache is built."""
+    if cross_mask is None and not self.has_variable("cache", "cross_mask"):
+      raise ValueError("decode step before init_cache: build the cache first")
+    return self.variable("cache", "cross_mask", lambda: cross_mask).value
+
+
+class Transformer(nn.Module):
+  """The encoder-decoder Transformer of "Attention Is All You Need"."""
+
+  config: TransformerConfig
+
+  def setup(self):
+    cfg = self.config
+    if cfg.share_embeddings:
+      source_embed = target_embed = Embed(cfg, name="embed")
+    else:
+      source_embed = Embed(cfg, name="source_embed")
+      target_embed = Embed(cfg, name="target_embed")
+    self.encoder = Encoder(cfg, source_embed)
+    self.decoder = Decoder(cfg, target_embed)
+
+  def encode(
+    self, inputs, inputs_segmentation=None, inputs_position=None, *, deterministic: bool = True
+  ):
+    """inputs int [batch, src_len] -> encoder output [batch, src_len, d_model]."""
+    return self.encoder(inputs, inputs_segmentation, inputs_position, deterministic=deterministic)
+
+  def decode(
+    self,
+    encoded,
+    inputs,
+    targets,
+    inputs_segmentation=None,
+    targets_segmentation=None,
+    targets_position=None,
+    *,
+    deterministic: bool = True,
+    features: bool = False,
+  ):
+    """Teacher-forced decoder: logits float32 [batch, tgt_len, vocab] for predicting `targets`
+    (with `features`: the decoder outputs and output layer, see Decoder)."""
+    self_mask = masks.combine_masks(
+      masks.padding_mask(targets, targets), masks.causal_mask(targets.shape[1])
+    )
+    cross_mask = masks.padding_mask(targets, inputs)
+    if targets_segmentation is not None:
+      self_mask = masks.combine_masks(
+        self_mask, masks.segment_mask(targets_segmentation, targets_segmentation)
+      )
+      cross_mask = masks.combine_masks(
+        cross_mask, masks.segment_mask(targets_segmentation, inputs_segmentation)
+      )
+    decoder_inputs = shift_right(targets, targets_segmentation)
+    return self.decoder(
+      encoded,
+      decoder_inputs,
+      self_mask,
+      cross_mask,
+      targets_position,
+      deterministic=deterministic,
+      features=features,
+    )
+
+  def __call__(
+    self,
+    inputs,
+    targets,
+    inputs_segmentation=None,
+    targets_segmentation=None,
+    inputs_position=None,
+    targets_position=None,
+    *,
+    deterministic: bool = True,
+    features: bool = False,
+  ):
+    """Teacher-forced forward pass.
+
+    Args:
+      inputs: int [batch, src_len] source ids, 0 = pad.
+      targets: int [batch, tgt_len] target ids ending with EOS, 0 = pad (no BOS: the
+        decoder input is `shift_right(targets)`).
+      inputs_segmentation, targets_segmentation: int [batch, len] packed-pair ids, or None.
+      inputs_position, targets_position: int [batch, len] per-pair positions, or None.
+      deterministic: False enables dropout (needs a 'dropout' rng).
+      features: return (decoder outputs, W, bias) instead of logits = outputs W^T + bias.
+
+    Returns:
+      float32 logits [batch, tgt_len, vocab_size].
+    """
+    if (inputs_segmentation is None) != (targets_segmentation is None):
+      raise ValueError("packed batches need both inputs_segmentation and targets_segmentation")
+    encoded = self.encode(inputs, inputs_segmentation, inputs_position, deterministic=deterministic)
+    return self.decode(
+      encoded,
+      inputs,
+      targets,
+      inputs_segmentation,
+      targets_segmentation,
+      targets_position,
+      deterministic=deterministic,
+      features=features,
+    )
+
+  def init_cache(self, encoded, inputs, max_decode_len: int):
+    """Creates the decoding cache (apply with mutable=['cache']).
+
+    Stores the source padding mask, each decoder layer's projected encoder keys/values
+    (computed here, once per sentence), and zeroed self-attention caches of
+    `max_decode_len` positions. The dummy decoder pass that sizes them is discarded (and
+    removed by XLA under jit, since nothing returned depends on it).
+    """
+    cross_mask = (inputs != PAD_ID)[:, None, None, :]
+    dummy = jnp.zeros((inputs.shape[0], max_decode_len), jnp.int32)
+    self.decoder(encoded, dummy, None, cross_mask, deterministic=True, decode=True)
+
+  def decode_step(self, ids):
+    """One decoder position: ids int [batch, 1] -> logits float32 [batch, vocab].
+
+    Needs a cache from `init_cache` (apply with mutable=['cache']); the encoder output is
+    not needed again.
+    """
+    if ids.shape[1] != 1:
+      raise ValueError(f"decode step takes one position at a time, got length {ids.shape[1]}")
+    logits = self.decoder(None, ids, None, None, deterministic=True, decode=True)
+    return logits[:, -1]
+
+  def decode_beam_step(self, ids, self_mask):
+    """One position for `beam` hypotheses per sentence: ids int [batch, beam] -> logits
+    float32 [batch, beam, vocab].
+
+    Needs `beam_search_cache(cache, beam)` of an `init_cache` cache. The hypotheses share
+    the sentence's encoder keys/values (never copied per hypothesis); each writes its
+    self-attention key/value into its own slot of this position, in place. `self_mask` bool
+    [batch, 1, beam, max_decode_len * beam] says which slots each hypothesis attends to
+    (slot position * beam + b holds hypothesis b's entry at that position; see
+    `t2t_jax.decoding.search.BeamSlots`), so reordering hypotheses never moves the cache.
+    """
+    return self.decoder(None, ids, self_mask, None, deterministic=True, decode=True)
+
+
+def beam_search_cache(cache, beam_size: int):
+  """An `init_cache` cache made ready for `Transformer.decode_beam_step` with beam_size
+  hypotheses per sentence: each self-attention cache gets beam_size slots per position
+  ([batch, heads, d, max_decode_len * beam_size]); the encoder keys/values, source mask
+  and counters are kept as they are ([batch, ...], shared by the hypotheses)."""
+
+  def expand(path, x):
+    if getattr(path[-1], "key", None) in ("cached_key", "cached_value"):
+      return jnp.zeros(x.shape[:-1] + (x.shape[-1] * beam_size,), x.dtype)
+    return x
+
+  return jax.tree_util.tree_map_with_path(expand, cache)

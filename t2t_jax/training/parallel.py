@@ -1,0 +1,129 @@
+"""The only pmap-aware module: device placement, replication and the pmapped steps.
+
+Batches arrive from the data pipeline as numpy arrays shaped [local_devices, rows, length];
+state lives replicated on every local device. Moving to jit + sharding later means changing
+this file only.
+"""
+
+import collections
+import copy
+import functools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import jax
+import numpy as np
+from flax import jax_utils
+
+from t2t_jax.training import steps
+
+AXIS = steps.AXIS
+
+
+def local_device_count() -> int:
+  return jax.local_device_count()
+
+
+def replicate(tree):
+  """Copies a host pytree onto every local device (leading axis = device).
+
+  Goes through a pmapped identity so the arrays carry exactly the sharding the pmapped
+  steps return: the first step's output then feeds the second without a recompilation.
+  """
+  return _pmap_identity(jax_utils.replicate(tree))
+
+
+_pmap_identity = jax.pmap(lambda x: x, axis_name=AXIS)
+
+
+def unreplicate(tree):
+  """The copy on the first local device, fetched to the host as numpy."""
+  return jax.device_get(jax_utils.unreplicate(tree))
+
+
+def _device_sharding():
+  mesh = jax.sharding.Mesh(np.array(jax.local_devices()), (AXIS,))
+  return jax.NamedSharding(mesh, jax.P(AXIS))
+
+
+def shard(batch):
+  """Puts a [local_devices, ...] host batch onto the devices, one slice each."""
+  sharding = _device_sharding()
+  return jax.tree.map(lambda x: jax.device_put(x, sharding), batch)
+
+
+def pmap_train_step(model, label_smoothing: float, schedule: Callable):
+  return jax.pmap(
+    functools.partial(
+      steps.train_step, model=model, label_smoothing=label_smoothing, schedule=schedule
+    ),
+    axis_name=AXIS,
+    donate_argnums=(0,),
+  )
+
+
+def pmap_accumulate_step(model, label_smoothing: float):
+  return jax.pmap(
+    functools.partial(steps.accumulate_step, model=model, label_smoothing=label_smoothing),
+    axis_name=AXIS,
+    donate_argnums=(1,),
+    in_axes=(0, 0, 0, None),
+  )
+
+
+def pmap_apply_step(schedule: Callable):
+  # Only the state is donated: the new parameters and moments take its buffers, and the
+  # summed gradients have no output of their shape left to reuse theirs.
+  return jax.pmap(
+    functools.partial(steps.apply_step, schedule=schedule), axis_name=AXIS, donate_argnums=(0,)
+  )
+
+
+def pmap_zero_accumulator():
+  return jax.pmap(steps.zero_accumulator)
+
+
+def pmap_eval_step(model, label_smoothing: float):
+  return jax.pmap(
+    functools.partial(steps.eval_step, model=model, label_smoothing=label_smoothing), axis_name=AXIS
+  )
+
+
+class Prefetcher:
+  """Keeps `size` batches on the devices ahead of the step loop.
+
+  Remembers the iterator state taken before each prefetched batch, so `state()` is the
+  state from which the next unconsumed batch would be produced: checkpoints saved while
+  batches sit in the queue still resume at exactly the right batch.
+  """
+
+  def __init__(self, iterator: Iterator, size: int = 2):
+    self._iterator = iterator
+    self._queue = collections.deque()
+    self._size = max(size, 1)
+
+  def _fill(self):
+    while len(self._queue) < self._size:
+      before = copy.deepcopy(self._iterator.get_state())
+      self._queue.append((before, shard(next(self._iterator))))
+
+  def __next__(self) -> Any:
+    self._fill()
+    return self._queue.popleft()[1]
+
+  def state(self):
+    return self._queue[0][0] if self._queue else self._iterator.get_state()
+
+
+def any_host(flag: bool) -> bool:
+  """True on every process when `flag` is True on any (a collective: call it on all hosts)."""
+  if jax.process_count() == 1:
+    return bool(flag)
+  from jax.experimental import multihost_utils
+
+  return bool(np.any(multihost_utils.process_allgather(np.asarray(flag))))
+
+
+def host_metrics(metrics) -> dict:
+  """Device-0 copy of psum-reduced metrics as python floats (a host sync)."""
+  return {k: float(np.asarray(v)) for k, v in unreplicate(metrics).items()}

@@ -1,0 +1,149 @@
+"""Per-device training and evaluation steps (pure; wrapped with pmap in t2t_jax.training.parallel).
+
+Every reduction across devices goes through `axis_name`; losses are token sums divided by the
+global token count once, so N devices on a global batch give the update 1 device would.
+"""
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+
+from t2t_jax.training import losses
+
+AXIS = "batch"
+MODEL_KEYS = (
+  "inputs",
+  "targets",
+  "inputs_segmentation",
+  "targets_segmentation",
+  "inputs_position",
+  "targets_position",
+)
+
+
+class TrainState(struct.PyTreeNode):
+  """Everything a resumed run needs from the device side."""
+
+  step: jnp.ndarray  # updates applied so far
+  params: Any
+  opt_state: Any
+  rng: jnp.ndarray  # base key; dropout keys are fold_in(rng, step, device, micro)
+  bad_step: jnp.ndarray  # first step whose loss or gradient was not finite; -1 if none
+  tx: optax.GradientTransformation = struct.field(pytree_node=False)
+
+  @classmethod
+  def create(cls, params, tx, rng):
+    return cls(
+      step=jnp.array(0, jnp.int32),
+      params=params,
+      opt_state=tx.init(params),
+      rng=rng,
+      bad_step=jnp.array(-1, jnp.int32),
+      tx=tx,
+    )
+
+
+def _model_args(batch):
+  return {k: batch[k] for k in MODEL_KEYS if k in batch}
+
+
+def batch_loss_sums(params, batch, *, model, label_smoothing: float, rngs=None) -> dict:
+  """losses.loss_sums of the model on `batch` (dropout when `rngs` are given); the output
+  layer and loss run chunk by chunk unless the config's loss_chunk_tokens is 0."""
+  kw = dict(deterministic=rngs is None, rngs=rngs)
+  chunk = model.config.loss_chunk_tokens
+  if not chunk:
+    logits = model.apply({"params": params}, **_model_args(batch), **kw)
+    return losses.loss_sums(logits, batch["targets"], label_smoothing)
+  y, weights, bias = model.apply({"params": params}, **_model_args(batch), features=True, **kw)
+  return losses.output_loss_sums(y, weights, bias, batch["targets"], label_smoothing, chunk)
+
+
+def loss_and_grads(params, batch, dropout_rng, *, model, label_smoothing: float):
+  """Summed label-smoothed loss of one (micro)batch and its gradient (not yet normalised)."""
+
+  def loss_fn(p):
+    sums = batch_loss_sums(
+      p, batch, model=model, label_smoothing=label_smoothing, rngs={"dropout": dropout_rng}
+    )
+    return sums["loss"], sums
+
+  grads, sums = jax.grad(loss_fn, has_aux=True)(params)
+  return grads, sums
+
+
+def dropout_key(state: TrainState, micro_index) -> jnp.ndarray:
+  """Depends only on (rng, step, device, microbatch): reproducible and resume-safe."""
+  key = jax.random.fold_in(state.rng, state.step)
+  key = jax.random.fold_in(key, jax.lax.axis_index(AXIS))
+  return jax.random.fold_in(key, micro_index)
+
+
+def accumulate_step(state: TrainState, accum, batch, micro_index, *, model, label_smoothing):
+  """Adds one microbatch's gradient and metric sums to `accum` (gradient accumulation)."""
+  grads, sums = loss_and_grads(
+    state.params,
+    batch,
+    dropout_key(state, micro_index),
+    model=model,
+    label_smoothing=label_smoothing,
+  )
+  return jax.tree.map(jnp.add, accum, (grads, sums))
+
+
+def apply_step(state: TrainState, accum, *, schedule: Callable):
+  """Sums gradients over devices, normalises by the global token count, updates.
+
+  A non-finite loss or gradient leaves the parameters untouched and records the step in
+  `bad_step`; the host checks it when it next syncs (logging, checkpointing).
+  """
+  grads, sums = jax.lax.psum(accum, AXIS)
+  denom = jnp.maximum(sums["denominator"], 1.0)
+  grads = jax.tree.map(lambda g: g / denom, grads)
+  grad_norm = optax.tree.norm(grads)
+  finite = jnp.isfinite(sums["loss"]) & jnp.isfinite(grad_norm)
+
+  def update(operands):
+    params, opt_state = operands
+    updates, opt_state = state.tx.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state
+
+  # A branch, not a select over every parameter and moment: only one side runs.
+  params, opt_state = jax.lax.cond(
+    finite, update, lambda operands: operands, (state.params, state.opt_state)
+  )
+  new_state = state.replace(
+    step=state.step + 1,
+    params=params,
+    opt_state=opt_state,
+    bad_step=jnp.where(~finite & (state.bad_step < 0), state.step + 1, state.bad_step),
+  )
+  metrics = dict(sums, grad_norm=grad_norm, learning_rate=schedule(state.step))
+  return new_state, metrics
+
+
+def train_step(state: TrainState, batch, *, model, label_smoothing: float, schedule: Callable):
+  """One update from one batch per device (no accumulation): fused in a single program."""
+  accum = accumulate_step(
+    state, zero_accumulator(state.params), batch, 0, model=model, label_smoothing=label_smoothing
+  )
+  return apply_step(state, accum, schedule=schedule)
+
+
+def zero_accumulator(params):
+  zero = jnp.zeros((), jnp.float32)
+  return (
+    jax.tree.map(jnp.zeros_like, params),
+    dict(loss=zero, nll=zero, correct=zero, denominator=zero),
+  )
+
+
+def eval_step(params, batch, *, model, label_smoothing: float):
+  """Teacher-forced dev metrics as sums over all devices: loss, NLL, correct tokens, tokens."""
+  return jax.lax.psum(
+    batch_loss_sums(params, batch, model=model, label_smoothing=label_smoothing), AXIS
+  )

@@ -1,0 +1,382 @@
+"""train_and_evaluate(config, workdir): wiring of data, model, steps, checkpoints and logs.
+
+The loop never copies from the devices between logging points: metrics stay on the devices
+until the next progress line (the host runs at most two steps ahead), and a non-finite loss
+is recorded on the device (the update is skipped) and reported at the next sync with the
+step it happened at.
+"""
+
+import contextlib
+import os
+import signal
+import time
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from absl import logging
+
+from t2t_jax import data as data_lib
+from t2t_jax.decoding.translator import Translator
+from t2t_jax.evaluation import evaluate
+from t2t_jax.model import Transformer, TransformerConfig
+from t2t_jax.training import checkpoint, optim, parallel, steps, summary
+
+
+class NonFiniteLossError(RuntimeError):
+  """Training produced a NaN/inf loss or gradient."""
+
+
+def build_model(config: ml_collections.ConfigDict, vocab_size: int):
+  model_cfg = TransformerConfig.from_dict(config.model.to_dict(), vocab_size=vocab_size)
+  return Transformer(model_cfg), model_cfg
+
+
+def init_state(model, model_cfg, config) -> steps.TrainState:
+  """Fresh parameters and optimizer state on the host (same on every process: same seed)."""
+  dummy = jnp.ones((1, 8), jnp.int32)
+  init_key, dropout_key = jax.random.split(jax.random.PRNGKey(config.seed))
+  params = jax.jit(model.init)(init_key, dummy, dummy)["params"]
+  tx = optim.make_optimizer(model_cfg.d_model, config.warmup_steps, config.learning_rate_factor)
+  return steps.TrainState.create(params, tx, dropout_key)
+
+
+def prepare_workdir(workdir: str) -> str:
+  """Creates the workdir and proves it writable before any data or model work starts."""
+  workdir = os.path.abspath(workdir)
+  try:
+    os.makedirs(workdir, exist_ok=True)
+    probe = os.path.join(workdir, f".write_test_{os.getpid()}")
+    with open(probe, "w") as f:
+      f.write("ok")
+    os.remove(probe)
+  except OSError as e:
+    raise OSError(f"--workdir={workdir} is not writable: {e.strerror}") from e
+  return workdir
+
+
+def write_config(config, workdir: str) -> None:
+  """The resolved config (after overrides), written once at step 0."""
+  with open(os.path.join(workdir, "config.json"), "w", encoding="utf-8") as f:
+    f.write(config.to_json_best_effort(indent=2, sort_keys=True) + "\n")
+
+
+class StopRequest:
+  """Turns SIGTERM/SIGINT into a flag the loop checks after each step (save, then exit)."""
+
+  def __init__(self):
+    self.signal = None
+    self._previous = {}
+    for sig in (signal.SIGTERM, signal.SIGINT):
+      # Outside the main thread (a notebook worker) no handler can be set.
+      with contextlib.suppress(ValueError):
+        self._previous[sig] = signal.signal(sig, self._handle)
+
+  def _handle(self, signum, frame):
+    del frame
+    self.signal = signal.Signals(signum).name
+
+  def restore(self):
+    for sig, handler in self._previous.items():
+      signal.signal(sig, handler)
+
+
+class Trainer:
+  """Owns the pmapped steps and the bookkeeping of one run."""
+
+  def __init__(self, config, workdir, model, data, ckpts, writer, num_steps):
+    self.config, self.workdir, self.data, self.model = config, workdir, data, model
+    self.ckpts, self.writer, self.num_steps = ckpts, writer, num_steps
+    schedule = optim.optimizer_schedule(
+      model.config.d_model, config.warmup_steps, config.learning_rate_factor
+    )
+    self.accum_steps = config.grad_accum_steps
+    if self.accum_steps == 1:
+      self.p_train = parallel.pmap_train_step(model, config.label_smoothing, schedule)
+    else:
+      self.p_zero = parallel.pmap_zero_accumulator()
+      self.p_accum = parallel.pmap_accumulate_step(model, config.label_smoothing)
+      self.p_apply = parallel.pmap_apply_step(schedule)
+    self.p_eval = parallel.pmap_eval_step(model, config.label_smoothing)
+    self.num_devices = jax.device_count()
+    self.last_saved = None
+
+  def train_step(self, p_state, batches):
+    if self.accum_steps == 1:
+      return self.p_train(p_state, next(batches))
+    accum = self.p_zero(p_state.params)
+    for i in range(self.accum_steps):
+      accum = self.p_accum(p_state, accum, next(batches), i)
+    return self.p_apply(p_state, accum)
+
+  def evaluate(self, p_params) -> dict:
+    return evaluate.dev_loss(self.p_eval, p_params, self.data.eval_batches())
+
+  def translator(self, p_params=None, spec: str | None = None) -> Translator:
+    """A Translator on the given parameters, or on checkpoint(s) named like t2t-translate's
+    --checkpoint ('latest', 'average:N', 'STEP')."""
+    if p_params is not None:
+      params = parallel.unreplicate(p_params)
+    else:
+      self.ckpts.wait()
+      params, steps_used = checkpoint.load_params(self.workdir, spec, None)
+      logging.info("%s: parameters from checkpoint(s) %s", spec, steps_used)
+    return Translator(
+      self.model, params, self.data.tokenizer, max_output_extra=self.config.max_output_extra
+    )
+
+  def select(self) -> str:
+    """The best of `select_checkpoints` by dev sacreBLEU, written to <workdir>/selected.json."""
+    n = self.config.get("select_num_sentences", 0)
+    pairs = self.data.dev_pairs[:n] if n else self.data.dev_pairs
+    selection = evaluate.select_checkpoint(
+      self.ckpts,
+      self.config.select_checkpoints,
+      pairs,
+      lambda spec: self.translator(None, spec),
+      self.config.beam_size,
+      self.config.alpha,
+    )
+    evaluate.write_selection(self.workdir, selection, self.config.beam_size, self.config.alpha)
+    summary.log(
+      f"checkpoint selection on dev ({len(pairs)} sentences, sacreBLEU):\n{selection.table()}"
+    )
+    self.writer.write(self.num_steps, dict(selected_dev_bleu=selection.dev_bleu[selection.best]))
+    return selection.best
+
+  def test_spec(self) -> str | None:
+    """Which checkpoint(s) translate the test split: chosen on dev, the average of the last
+    `average_checkpoints`, or (None) the parameters in memory."""
+    if self.config.get("select_checkpoints", ""):
+      return self.select()
+    if self.config.average_checkpoints > 1 and self.ckpts.steps():
+      n = min(self.config.average_checkpoints, len(self.ckpts.steps()))
+      return f"average:{n}"
+    return None
+
+  def dev_bleu(self, p_params) -> dict:
+    """sacreBLEU of the first `bleu_num_sentences` dev pairs (beam search as configured)."""
+    pairs = self.data.dev_pairs[: self.config.bleu_num_sentences]
+    if not pairs:
+      return {}
+    return dict(
+      dev_bleu=evaluate.bleu(
+        self.translator(p_params), pairs, self.config.beam_size, self.config.alpha
+      )
+    )
+
+  def test(self, p_params) -> dict:
+    """Translates the test split: prints examples and scores, logs test_* metrics.
+
+    Every process takes part (they restore checkpoints together: orbax synchronises them);
+    only process 0's metrics and files are written.
+    """
+    pairs = self.data.test_pairs
+    if not pairs:
+      return {}
+    spec = self.test_spec()
+    translator = self.translator(p_params if spec is None else None, spec)
+    summary.log(
+      f"test: parameters from {spec or 'the last step'}"
+      + (f" = checkpoint(s) {checkpoint.choose_steps(self.ckpts, spec)}" if spec else "")
+    )
+    lang = data_lib.target_language(self.config.data)
+    metrics, report = evaluate.translate_test(
+      translator,
+      pairs,
+      lang,
+      self.config.beam_size,
+      self.config.alpha,
+      os.path.join(self.workdir, f"test.{lang}"),
+    )
+    self.writer.write(self.num_steps, metrics)
+    summary.log(report)
+    return metrics
+
+  def check_finite(self, p_state) -> None:
+    bad = int(np.asarray(jax.device_get(p_state.bad_step[0])))
+    if bad >= 0:
+      kept = (
+        f"the last good checkpoint (step {self.last_saved}) is kept in {self.ckpts.directory}"
+        if self.last_saved is not None
+        else "no checkpoint had been saved yet"
+      )
+      raise NonFiniteLossError(
+        f"non-finite loss or gradient at step {bad}: training stopped without saving; {kept}"
+      )
+
+  def save(self, p_state, prefetcher) -> None:
+    self.check_finite(p_state)
+    state = parallel.unreplicate(p_state)
+    step = int(state.step)
+    self.ckpts.save(step, state, prefetcher.state())
+    self.last_saved = step
+
+
+def _sum_metrics(pending) -> dict:
+  host = [parallel.host_metrics(m) for m in pending]
+  total = {k: sum(h[k] for h in host) for k in ("loss", "nll", "correct", "denominator")}
+  denom = max(total["denominator"], 1.0)
+  return dict(
+    loss=total["loss"] / denom,
+    nll=total["nll"] / denom,
+    accuracy=total["correct"] / denom,
+    tokens=total["denominator"],
+    learning_rate=host[-1]["learning_rate"],
+    grad_norm=host[-1]["grad_norm"],
+  )
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
+  """Trains `config` in `workdir`, resuming from its latest checkpoint; returns last metrics."""
+  workdir = prepare_workdir(workdir)
+  data = data_lib.get_datasets(
+    config.data,
+    workdir,
+    process_index=jax.process_index(),
+    process_count=jax.process_count(),
+    num_local_devices=parallel.local_device_count(),
+  )
+  model, model_cfg = build_model(config, data.tokenizer.vocab_size)
+  state = init_state(model, model_cfg, config)
+  ckpts = checkpoint.Checkpoints(workdir, config.keep_checkpoints)
+  train_iter = data.train_iter()
+  state = _resume(ckpts, state, train_iter)
+  writer = summary.MetricsWriter(workdir, enabled=jax.process_index() == 0)
+  if int(state.step) == 0 and jax.process_index() == 0:
+    write_config(config, workdir)
+  _log_sizes(config, state, data)
+  trainer = Trainer(config, workdir, model, data, ckpts, writer, config.num_train_steps)
+  trainer.last_saved = ckpts.latest_step()
+  try:
+    last, p_state = _loop(trainer, state, train_iter)
+    if last["stopped_by"] is None and config.get("test_at_end", False):
+      last.update(trainer.test(p_state.params))
+    if jax.process_index() == 0:
+      summary.log(
+        f"done at step {last['step']}: checkpoints in {ckpts.directory}, metrics in "
+        f"{writer.jsonl_path} (TensorBoard: tensorboard --logdir "
+        f"{os.path.join(workdir, 'tensorboard')}); translate with t2t-translate "
+        f"--workdir={workdir}"
+      )
+    return last
+  finally:
+    ckpts.wait()
+    writer.close()
+
+
+def _resume(ckpts, state, train_iter):
+  step = ckpts.latest_step()
+  if step is None:
+    logging.info("no checkpoint in %s: starting from scratch", ckpts.directory)
+    return state
+  state, data_state = ckpts.restore(step, state)
+  if data_state is not None:
+    train_iter.set_state(data_state)
+  logging.info("resumed from %s/%d", ckpts.directory, step)
+  return state
+
+
+def _log_sizes(config, state, data):
+  n_params = sum(int(np.prod(p.shape)) for p in jax.tree.leaves(state.params))
+  logging.info(
+    "model: %s parameters; %d devices (%d local, %d processes); global batch "
+    "~%d tokens per side per step, ~%d per device; %d accumulation step(s)",
+    f"{n_params:,}",
+    jax.device_count(),
+    jax.local_device_count(),
+    jax.process_count(),
+    config.data.tokens_per_batch * config.grad_accum_steps,
+    config.data.tokens_per_batch // jax.device_count(),
+    config.grad_accum_steps,
+  )
+
+
+MAX_STEPS_AHEAD = 2
+
+
+def _agreed_stop(stop: StopRequest, step: int, every: int) -> str | None:
+  """The signal to stop on now. With several hosts, all must stop (and save) at the same
+  step, so they agree at logging steps whether any of them was signalled."""
+  if jax.process_count() == 1:
+    return stop.signal
+  if step % every or not parallel.any_host(stop.signal is not None):
+    return None
+  return stop.signal or "SIGTERM (on another host)"
+
+
+def _loop(trainer: Trainer, state, train_iter) -> dict:
+  config = trainer.config
+  step = int(state.step)
+  p_state = parallel.replicate(state)
+  prefetcher = parallel.Prefetcher(train_iter, size=config.prefetch_batches)
+  stop = StopRequest()
+  pending, last = [], {}
+  t_last, step_last = time.time(), step
+  limit_s = 60.0 * config.get("train_time_limit_minutes", 0.0)
+  deadline = time.time() + limit_s if limit_s > 0 else None
+  timed_out, stopping = False, None
+  # Wall-clock curves start here, not at the first progress line.
+  trainer.writer.write(step, dict(train_start=1.0))
+  try:
+    while step < trainer.num_steps and not timed_out:
+      p_state, metrics = trainer.train_step(p_state, prefetcher)
+      pending.append(metrics)
+      step += 1
+      # Dispatch is asynchronous: without a bound the host could run a hundred steps ahead
+      # of the devices, and a SIGTERM would wait for all of them before saving. Waiting for
+      # the step before last costs nothing (it is finished by the time this one runs).
+      if len(pending) > MAX_STEPS_AHEAD:
+        jax.block_until_ready(pending[-1 - MAX_STEPS_AHEAD])
+      # The time limit ends training like the last step: evaluate, save, then test. It is
+      # checked at logging steps only, where every host agrees on whether it was reached.
+      if deadline is not None and step % config.log_every_steps == 0:
+        timed_out = parallel.any_host(time.time() > deadline)
+      if timed_out:
+        logging.info("train_time_limit_minutes=%s reached at step %d", limit_s / 60, step)
+      stopping = _agreed_stop(stop, step, config.log_every_steps)
+      final = step == trainer.num_steps or timed_out
+      eval_due = step % config.eval_every_steps == 0 or final
+      if step % config.log_every_steps == 0 or eval_due or stopping:
+        trainer.check_finite(p_state)
+        last = _sum_metrics(pending)
+        now = time.time()
+        steps_per_s = (step - step_last) / max(now - t_last, 1e-9)
+        tokens_per_s = last["tokens"] / max(now - t_last, 1e-9)
+        t_last, step_last, pending = now, step, []
+        eval_metrics = {}
+        if eval_due:
+          eval_metrics = trainer.evaluate(p_state.params)
+        if config.bleu_every_steps and (step % config.bleu_every_steps == 0 or final):
+          eval_metrics.update(trainer.dev_bleu(p_state.params))
+        trainer.writer.write(
+          step,
+          dict(last, steps_per_second=steps_per_s, tokens_per_second=tokens_per_s, **eval_metrics),
+        )
+        if jax.process_index() == 0:
+          summary.log(
+            summary.progress_line(
+              step,
+              trainer.num_steps,
+              last,
+              steps_per_s,
+              tokens_per_s,
+              trainer.num_devices,
+              eval_metrics,
+            )
+          )
+        last.update(eval_metrics)
+      if step % config.checkpoint_every_steps == 0 or final or stopping:
+        trainer.save(p_state, prefetcher)
+      if stopping:
+        logging.info(
+          "%s received: saved step %d to %s; exiting", stopping, step, trainer.ckpts.directory
+        )
+        break
+  finally:
+    stop.restore()
+  last["step"] = step
+  last["stopped_by"] = stopping
+  last["time_limit_reached"] = timed_out
+  return last, p_state

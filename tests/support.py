@@ -1,0 +1,65 @@
+"""Helpers shared by the data tests and the benchmark: locating the offline corpora, configs."""
+
+import os
+import pathlib
+
+from t2t_jax.data.config import default_config
+
+
+def shared_data_dir() -> pathlib.Path:
+  """`<repo>/../shared/data` (the offline corpora), or $T2T_SHARED_DATA if set."""
+  if os.environ.get("T2T_SHARED_DATA"):
+    return pathlib.Path(os.environ["T2T_SHARED_DATA"])
+  return pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+def textfiles_config(
+  directory,
+  train: str = "train",
+  dev: str = "val",
+  test: str = "test2016",
+  source_lang: str = "en",
+  target_lang: str = "de",
+  **overrides,
+):
+  """A data config reading `<directory>/{train,dev,test}.{source_lang,target_lang}`."""
+  c = default_config()
+  c.source = "textfiles"
+  c.source_lang, c.target_lang = source_lang, target_lang
+  for split, stem in (("train", train), ("dev", dev), ("test", test)):
+    if stem:
+      c[f"{split}_source"] = str(pathlib.Path(directory) / f"{stem}.{source_lang}")
+      c[f"{split}_target"] = str(pathlib.Path(directory) / f"{stem}.{target_lang}")
+  c.update(overrides)
+  return c
+
+
+# The small Transformer most model, training and decoding tests build: one layer of each
+# kind, 4 heads of 8 dimensions, 40 ids (4 reserved), positions up to 16.
+SMALL_MODEL = dict(
+  vocab_size=40, d_model=32, d_ff=64, num_heads=4, num_layers=1, dropout_rate=0.0, max_len=16
+)
+
+
+def small_model(seed: int = 0, **overrides):
+  """(Transformer, params) of SMALL_MODEL with `overrides`, initialised from `seed`."""
+  import jax
+  import jax.numpy as jnp
+
+  from t2t_jax.model import Transformer, TransformerConfig
+
+  model = Transformer(TransformerConfig(**{**SMALL_MODEL, **overrides}))
+  x = jnp.ones((1, 8), jnp.int32)
+  return model, model.init(jax.random.PRNGKey(seed), x, x)["params"]
+
+
+def small_state(seed: int = 0, warmup_steps: int = 4, **overrides):
+  """(Transformer, TrainState) for `small_model`: Adam with the paper's schedule, dropout
+  key 1."""
+  import jax
+
+  from t2t_jax.training import optim, steps
+
+  model, params = small_model(seed, **overrides)
+  tx = optim.make_optimizer(model.config.d_model, warmup_steps=warmup_steps)
+  return model, steps.TrainState.create(params, tx, jax.random.PRNGKey(1))
