@@ -78,7 +78,7 @@ def test_notebook_trains_translates_and_saves_every_picture(tmp_path, monkeypatc
 
   # Run again on the same workdir: it loads the checkpoint instead of training.
   again = nbformat.read(NOTEBOOK, as_version=4)
-  train_cell = next(i for i, c in enumerate(again.cells) if "train_and_evaluate" in c.source)
+  train_cell = next(i for i, c in enumerate(again.cells) if "train_and_evaluate(config" in c.source)
   again.cells = again.cells[: train_cell + 1]
   before = (workdir / "metrics.jsonl").read_text()
   _run(again)
