@@ -23,6 +23,8 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments {argv[1:]}")
   if not FLAGS.workdir or not FLAGS.output:
     raise app.UsageError("--workdir and --output are required")
+  if FLAGS.num < 1:
+    raise SystemExit(f"t2t-average: --num={FLAGS.num} must be >= 1")
   common.quiet_library_logs()
   try:
     steps = checkpoint.choose_steps(checkpoint.Checkpoints(FLAGS.workdir), f"average:{FLAGS.num}")

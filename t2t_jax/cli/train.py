@@ -7,6 +7,11 @@ NAME is a file in experiments/ (tiny, base, big, ...) or a path to any get_confi
 optionally followed by :ARG for get_config(ARG) (e.g. table3:A2, multi30k:de-en); any config
 field can be overridden with --config.FIELD=VALUE (e.g. --config.model.d_model=256).
 
+Exit status: 0 when training (and the test at its end) finished; 75 (EX_TEMPFAIL of
+sysexits.h: "temporary failure, run again") when SIGTERM/SIGINT stopped it after saving a
+checkpoint, so that a scheduler can requeue it: the same command resumes; 1 for an error the
+one-line message explains (nothing to gain from running it again unchanged). See docs/faults.md.
+
 Several hosts: every process runs the same command; t2t_jax.training.distributed joins them (TPU pod
 slices and Slurm srun steps are detected; elsewhere --coordinator_address=HOST:PORT
 --num_processes=N --process_id=I). See launch/ for launchers.
@@ -16,6 +21,8 @@ from absl import app, flags, logging
 
 from t2t_jax.cli import common, host
 from t2t_jax.training import distributed
+
+EXIT_STOPPED = 75  # EX_TEMPFAIL (sysexits.h): stopped early by a signal, saved; rerun to resume
 
 flags.DEFINE_string(
   "experiment",
@@ -43,7 +50,18 @@ def main(argv):
   config = flags.FLAGS.config
   logging.info("experiment %s, workdir %s", flags.FLAGS.experiment, flags.FLAGS.workdir)
   with distributed.fail_fast(plan):
-    trainer.train_and_evaluate(config, flags.FLAGS.workdir)
+    try:
+      last = trainer.train_and_evaluate(config, flags.FLAGS.workdir)
+    except trainer.EXPLAINED_ERRORS as e:
+      raise SystemExit(f"t2t-train: {e}") from None
+  if last["stopped_by"]:  # outside fail_fast: every process stops, saved, with this status
+    logging.info(
+      "stopped by %s at step %d after saving; exit status %d: run the same command to resume",
+      last["stopped_by"],
+      last["step"],
+      EXIT_STOPPED,
+    )
+    raise SystemExit(EXIT_STOPPED)
 
 
 def run():

@@ -16,6 +16,7 @@ from t2t_jax.cli import common, host
 from t2t_jax.decoding.translator import TranslateError, Translator
 from t2t_jax.evaluation import evaluate
 from t2t_jax.training.checkpoint import CheckpointSpecError
+from t2t_jax.training.workdir import atomic_write_text
 
 
 def read_lines(path: str | None) -> list[str]:
@@ -66,6 +67,8 @@ def main(argv):
     raise SystemExit(f"t2t-translate: unexpected arguments {argv[1:]}")
   if not args.workdir:
     raise SystemExit("t2t-translate: --workdir is required")
+  if args.beam_size < 1:
+    raise SystemExit(f"t2t-translate: --beam_size={args.beam_size} must be >= 1 (1: greedy)")
   try:
     sources = read_lines(args.input)
     references = read_lines(args.reference) if args.reference else None
@@ -81,9 +84,8 @@ def main(argv):
     raise SystemExit(f"t2t-translate: {e}") from None
   hyps = translator.translate(sources, beam_size=args.beam_size, alpha=args.alpha)
   text = "".join(h + "\n" for h in hyps)
-  if args.output:
-    with open(args.output, "w", encoding="utf-8") as f:
-      f.write(text)
+  if args.output:  # a reader never sees half a file
+    atomic_write_text(args.output, text)
   else:
     sys.stdout.write(text)
   if references is not None:

@@ -248,15 +248,23 @@ def eval_length(length: int, boundaries) -> int:
 
 
 def eval_batches(
-  pairs: TokenizedPairs, boundaries, budget_per_device: int, sharding: Sharding, pack_keys: bool
+  pairs: TokenizedPairs,
+  boundaries,
+  budget_per_device: int,
+  sharding: Sharding,
+  pack_keys: bool,
+  max_padded: int | None = None,
 ):
   """Yields every pair once, grouped by padded length, as this process's share of batches.
 
   Each process gets the same number of batches with the same shapes; a length group's last
   batch is completed with all-pad rows (loss weights are 0 there), so nothing is dropped.
+  `max_padded` caps the padded length (the model's position table); pairs must fit it.
   """
   lengths = np.maximum(pairs.inputs_lengths, pairs.targets_lengths)
   padded = np.array([eval_length(int(n), boundaries) for n in lengths], np.int64)
+  if max_padded is not None:
+    padded = np.minimum(padded, max_padded)
   for length in np.unique(padded):
     group = np.flatnonzero(padded == length)
     rows = _global_rows(max(1, budget_per_device // int(length)), sharding)

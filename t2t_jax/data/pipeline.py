@@ -154,6 +154,7 @@ class Datasets:
         train, self.boundaries, self.budget_per_device, sharding, c.shuffle_seed
       )
     self._tokenized = {}
+    self._warned = set()
 
   @property
   def pack_rows_per_device(self) -> int:
@@ -185,16 +186,41 @@ class Datasets:
     """A fresh iterator from step 0; restore a checkpoint with `.set_state(state)`."""
     return TrainIterator(iter(self.train_dataset()), self.stats)
 
-  def eval_batches(self, split: str = "dev"):
-    """Every pair of `split` ('dev' | 'test') once, in static-shaped padded batches."""
+  def eval_batches(self, split: str = "dev", max_len: int | None = None):
+    """Every pair of `split` ('dev' | 'test') once, in static-shaped padded batches.
+
+    With `max_len` (the model's), longer pairs are truncated to it (one warning per split):
+    evaluation never drops a pair and never fails on one.
+    """
     pairs = self._tokenized_split(split)
+    if max_len is not None:
+      pairs, cut = tokenized.truncate(pairs, max_len)
+      if cut and (split, max_len) not in self._warned:
+        self._warned.add((split, max_len))
+        logging.warning(
+          "%s: %d of %d pairs longer than the model's max_len=%d tokens truncated to it for "
+          "the %s loss",
+          self.split_name(split),
+          cut,
+          len(pairs),
+          max_len,
+          split,
+        )
     return batching.eval_batches(
       pairs,
       self.boundaries,
       self.budget_per_device,
       self.sharding,
       pack_keys=self.config.batching == "pack",
+      max_padded=max_len,
     )
+
+  def split_name(self, split: str) -> str:
+    """The files of a split ('dev' | 'test'), or the source and split, for messages."""
+    c = self.config
+    if c.source == "textfiles" and c.get(f"{split}_source"):
+      return f"{c[f'{split}_source']} / {c[f'{split}_target']}"
+    return f"{c.source} {split} split"
 
   def _tokenized_split(self, split: str) -> TokenizedPairs:
     if split not in self._tokenized:

@@ -88,6 +88,23 @@ def tokenize_pairs(pairs, tokenizer) -> TokenizedPairs:
   return _concatenate([_encode(pairs, tokenizer, None, SplitCounts())], np.int32)
 
 
+def truncate(pairs: TokenizedPairs, max_len: int) -> tuple[TokenizedPairs, int]:
+  """Pairs with no side longer than `max_len` tokens, and how many pairs had to be cut.
+
+  A side that is too long keeps its first max_len - 1 tokens and its EOS, as t2t-translate
+  cuts a source; pairs that fit are unchanged.
+  """
+  too_long = (pairs.inputs_lengths > max_len) | (pairs.targets_lengths > max_len)
+  if not too_long.any():
+    return pairs, 0
+  sides = ([], [])
+  for i in range(len(pairs)):
+    pair = pairs.pair(i)
+    for side, key in zip(sides, ("inputs", "targets")):
+      side.append(pair[key][:-1][: max_len - 1].tolist())  # without EOS; _flatten adds it
+  return _concatenate([sides], np.int32), int(too_long.sum())
+
+
 def _encode(pairs, tokenizer, max_len, counts):
   sources = tokenizer.encode_batch([p[0] for p in pairs])
   targets = tokenizer.encode_batch([p[1] for p in pairs])

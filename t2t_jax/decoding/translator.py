@@ -20,6 +20,7 @@ from t2t_jax.decoding import search
 from t2t_jax.model import Transformer, TransformerConfig, beam_search_cache
 from t2t_jax.tokens import EOS_ID, PAD_ID
 from t2t_jax.training import checkpoint
+from t2t_jax.training.workdir import sha256_file
 
 
 class TranslateError(ValueError):
@@ -40,6 +41,19 @@ def _load_tokenizer(config, workdir):
   if not os.path.exists(str(path)):
     raise TranslateError(f"{workdir}: vocabulary {path} is missing")
   return data_lib.load_tokenizer(path)
+
+
+def _check_vocabulary(workdir: str, steps: Sequence[int], vocab) -> None:
+  """Refuses a vocabulary other than the one the checkpoints were trained with."""
+  ckpts = checkpoint.Checkpoints(workdir)
+  have = sha256_file(str(vocab))
+  for step in steps:
+    saved = ckpts.fingerprint(step)
+    if saved is not None and saved["vocab_sha256"] != have:
+      raise TranslateError(
+        f"vocabulary {vocab} (sha256 {have}) is not the one checkpoint {ckpts.path(step)} "
+        f"was trained with (sha256 {saved['vocab_sha256']})"
+      )
 
 
 def _round_up(n: int, multiple: int) -> int:
@@ -176,33 +190,46 @@ class Translator:
     dummy = jnp.ones((1, 4), jnp.int32)
     like = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), dummy, dummy))["params"]
     params, steps = checkpoint.load_params(workdir, checkpoint_spec, like)
+    _check_vocabulary(workdir, steps, data_lib.vocab_path(config.data, workdir))
     kwargs.setdefault("max_output_extra", config.get("max_output_extra", 50))
     translator = cls(model, params, tokenizer, **kwargs)
     translator.checkpoint_steps = steps
     translator.target_lang = data_lib.target_language(config.data)
     return translator
 
-  def _source_ids(self, sentences: Sequence[str]) -> list[list[int]]:
+  def _source_ids(self, sentences: Sequence[str], source_name: str = "input") -> list[list[int]]:
+    """Token ids + EOS per sentence; longer than the model's max_len: cut to it, with one
+    warning for all of `source_name`."""
     max_len = self.model.config.max_len
-    ids = []
+    ids, cut = [], []
     for i, text in enumerate(sentences):
       tokens = list(self.tokenizer.encode(text)) + [EOS_ID]
       if len(tokens) > max_len:
-        logging.warning(
-          "line %d: %d source tokens exceed the model's max_len=%d; truncated",
-          i + 1,
-          len(tokens),
-          max_len,
-        )
+        cut.append(i + 1)
         tokens = tokens[: max_len - 1] + [EOS_ID]
       ids.append(tokens)
+    if cut:
+      logging.warning(
+        "%s: %d of %d sentences have more source tokens than the model's max_len=%d and "
+        "were truncated to it (lines %s)",
+        source_name,
+        len(cut),
+        len(sentences),
+        max_len,
+        ", ".join(map(str, cut[:10])) + (", ..." if len(cut) > 10 else ""),
+      )
     return ids
 
   def translate(
-    self, sentences: Sequence[str], beam_size: int = 4, alpha: float = 0.6
+    self,
+    sentences: Sequence[str],
+    beam_size: int = 4,
+    alpha: float = 0.6,
+    source_name: str = "input",
   ) -> list[str]:
-    """Translates each sentence (max output length = its source length + max_output_extra)."""
-    sources = self._source_ids(sentences)
+    """Translates each sentence (max output length = its source length + max_output_extra);
+    `source_name` (a file name) labels the warning about sentences cut to max_len."""
+    sources = self._source_ids(sentences, source_name)
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     outputs: list[str | None] = [None] * len(sources)
     for batch in self._batches(order, sources):

@@ -17,6 +17,7 @@ from absl import logging
 
 from t2t_jax.evaluation import scoring
 from t2t_jax.training import checkpoint, parallel
+from t2t_jax.training import workdir as workdir_lib
 
 Pairs = Sequence[tuple[str, str]]
 
@@ -42,9 +43,9 @@ def dev_loss(p_eval: Callable, p_params, batches: Iterable[dict]) -> dict[str, f
   )
 
 
-def bleu(translator, pairs: Pairs, beam_size: int, alpha: float) -> float:
-  """sacreBLEU of `translator` on (source, reference) pairs."""
-  hyps = translator.translate([s for s, _ in pairs], beam_size, alpha)
+def bleu(translator, pairs: Pairs, beam_size: int, alpha: float, source_name: str = "dev") -> float:
+  """sacreBLEU of `translator` on (source, reference) pairs (`source_name` labels warnings)."""
+  hyps = translator.translate([s for s, _ in pairs], beam_size, alpha, source_name=source_name)
   return scoring.sacrebleu_score(hyps, [r for _, r in pairs]).score
 
 
@@ -127,24 +128,28 @@ def write_selection(workdir: str, selection: Selection, beam_size: int, alpha: f
       beam_size=beam_size,
       alpha=alpha,
     )
-    with open(path, "w") as f:
-      json.dump(record, f, indent=1)
+    workdir_lib.atomic_write_text(path, json.dumps(record, indent=1))
   return path
 
 
 def translate_test(
-  translator, pairs: Pairs, lang: str, beam_size: int, alpha: float, output: str
+  translator,
+  pairs: Pairs,
+  lang: str,
+  beam_size: int,
+  alpha: float,
+  output: str,
+  source_name: str = "test",
 ) -> tuple[dict, str]:
   """Translates the test split, writes the translations to `output` (process 0) and returns
   the test_* metrics with a printable report (examples, exact match, the four scores)."""
   sources, refs = [s for s, _ in pairs], [r for _, r in pairs]
   t0 = time.time()
-  hyps = translator.translate(sources, beam_size, alpha)
+  hyps = translator.translate(sources, beam_size, alpha, source_name=source_name)
   seconds = time.time() - t0
   metrics, scores_text = score_report(hyps, refs, lang)
   if jax.process_index() == 0:
-    with open(output, "w", encoding="utf-8") as f:
-      f.write("".join(h + "\n" for h in hyps))
+    workdir_lib.atomic_write_text(output, "".join(h + "\n" for h in hyps))
   examples = "\n".join(
     f"  source:    {s}\n  output:    {h}\n  reference: {r}"
     for s, h, r in list(zip(sources, hyps, refs))[:3]

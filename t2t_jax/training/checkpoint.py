@@ -1,21 +1,30 @@
-"""Orbax checkpoints of the training state and the data-iterator state.
+"""Orbax checkpoints of the training state, the data-iterator state and the run's fingerprint.
 
-Layout: <workdir>/checkpoints/<step>/{state,data}. Resume order (explicit): the latest
-checkpoint in the workdir, else a fresh start. A checkpoint whose shapes differ from the
-model the config builds is refused with the first mismatching parameter named; nothing in
-the workdir is overwritten or deleted by a failed restore.
+Layout: <workdir>/checkpoints/<step>/{state,data,fingerprint}. Resume order (explicit): the
+newest checkpoint in the workdir that restores, else a fresh start. Orbax writes a step to
+`<step>.orbax-checkpoint-tmp-*` and renames it when complete (after writing its commit
+marker), so a kill mid-save leaves a temporary directory that is never taken for a
+checkpoint; the trainer removes those and says so. A step directory without the commit
+marker, or one that fails to restore, is reported by step and path, left where it is (never
+deleted) and skipped. A checkpoint whose shapes differ from the model the config builds is
+refused with the first mismatching parameter named; nothing in the workdir is overwritten or
+deleted by a failed restore.
 """
 
+import dataclasses
 import json
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+from absl import logging
 
-STATE, DATA = "state", "data"
+STATE, DATA, FINGERPRINT = "state", "data", "fingerprint"
+COMMIT_MARKER = "commit_success.txt"  # written by orbax into every finished step and item
+TMP_MARKER = ".orbax-checkpoint-tmp"
 
 
 class CheckpointMismatchError(ValueError):
@@ -24,6 +33,14 @@ class CheckpointMismatchError(ValueError):
 
 class CheckpointSpecError(ValueError):
   """A checkpoint choice ('latest', 'average:N', a step, 'selected') the workdir cannot meet."""
+
+
+class CheckpointDamagedError(RuntimeError):
+  """The workdir holds checkpoints, but none of them restores."""
+
+
+class CheckpointSaveError(RuntimeError):
+  """Writing a checkpoint failed (disk full, permissions); the earlier ones are intact."""
 
 
 def state_tree(state) -> dict:
@@ -37,14 +54,88 @@ def state_tree(state) -> dict:
   )
 
 
-class Checkpoints:
-  """Keeps the last `max_to_keep` checkpoints of a run (async saves, one writer per host)."""
+def missing_commit_markers(step_dir: str) -> list[str]:
+  """The commit markers a finished orbax step directory has and `step_dir` lacks."""
+  wanted = [os.path.join(step_dir, COMMIT_MARKER)] + [
+    os.path.join(step_dir, item, COMMIT_MARKER)
+    for item in sorted(os.listdir(step_dir))
+    if os.path.isdir(os.path.join(step_dir, item))
+  ]
+  return [path for path in wanted if not os.path.exists(path)]
 
-  def __init__(self, workdir: str, max_to_keep: int = 5):
+
+@dataclasses.dataclass(frozen=True)
+class _CommittedSteps(ocp.path.step.NameFormat):
+  """Orbax's standard step names, listing only committed steps not in `skip`: a damaged step
+  is neither resumed from, nor counted among the kept checkpoints, nor pruned."""
+
+  standard: ocp.path.step.NameFormat
+  skip: set
+
+  def build_name(self, step: int) -> str:
+    return self.standard.build_name(step)
+
+  def _usable(self, metadata) -> bool:
+    return metadata.step not in self.skip and not missing_commit_markers(str(metadata.path))
+
+  def find_all(self, base_path) -> Iterator:
+    return (m for m in self.standard.find_all(base_path) if self._usable(m))
+
+  def find_step(self, base_path, step: int):
+    metadata = self.standard.find_step(base_path, step)
+    if not self._usable(metadata):
+      raise ValueError(f"checkpoint step {step} in {base_path} is damaged or unfinished")
+    return metadata
+
+
+def _first_line(error: BaseException) -> str:
+  text = str(error).strip().splitlines()
+  return f"{type(error).__name__}: {text[0] if text else ''}"[:300]
+
+
+class Checkpoints:
+  """Keeps the last `max_to_keep` checkpoints of a run (async saves, one writer per host).
+
+  `owner=True` (the trainer, which holds the workdir lock) removes the temporary directories
+  of saves that a kill interrupted; readers (t2t-translate, t2t-average) never touch them,
+  since they may belong to a live run's save in progress.
+  """
+
+  def __init__(self, workdir: str, max_to_keep: int = 5, owner: bool = False):
     self.directory = os.path.abspath(os.path.join(workdir, "checkpoints"))
-    options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True)
-    handlers = {STATE: ocp.StandardCheckpointHandler(), DATA: ocp.JsonCheckpointHandler()}
+    self.skip: set[int] = set()
+    self.pending: int | None = None
+    self._why: dict[int, str] = {}
+    if owner:
+      self._report_unfinished()
+    options = ocp.CheckpointManagerOptions(
+      max_to_keep=max_to_keep,
+      create=True,
+      cleanup_tmp_directories=owner,
+      step_name_format=_CommittedSteps(ocp.path.step.standard_name_format(), self.skip),
+    )
+    handlers = {
+      STATE: ocp.StandardCheckpointHandler(),
+      DATA: ocp.JsonCheckpointHandler(),
+      FINGERPRINT: ocp.JsonCheckpointHandler(),
+    }
     self.manager = ocp.CheckpointManager(self.directory, options=options, item_handlers=handlers)
+
+  def _report_unfinished(self) -> None:
+    if not os.path.isdir(self.directory):
+      return
+    unfinished = sorted(n for n in os.listdir(self.directory) if TMP_MARKER in n)
+    if unfinished:
+      logging.warning(
+        "removing %d unfinished checkpoint write(s) left in %s by an interrupted run "
+        "(never complete, never used): %s",
+        len(unfinished),
+        self.directory,
+        ", ".join(unfinished),
+      )
+
+  def path(self, step: int) -> str:
+    return os.path.join(self.directory, str(step))
 
   def steps(self) -> list:
     return sorted(self.manager.all_steps())
@@ -52,11 +143,74 @@ class Checkpoints:
   def latest_step(self) -> int | None:
     return self.manager.latest_step()
 
-  def save(self, step: int, state, data_state: dict | None) -> None:
+  def damaged(self) -> list[str]:
+    """'step N at PATH: why' for every step directory that is not a usable checkpoint."""
+    if not os.path.isdir(self.directory):
+      return []
+    out = []
+    for name in sorted(os.listdir(self.directory), key=lambda n: (len(n), n)):
+      path = os.path.join(self.directory, name)
+      if not (name.isdigit() and os.path.isdir(path)):
+        continue
+      missing = missing_commit_markers(path)
+      if missing:
+        out.append(f"step {name} at {path}: no commit marker {missing[0]} (unfinished write)")
+      elif int(name) in self.skip:
+        out.append(f"step {name} at {path}: {self._why.get(int(name), 'does not restore')}")
+    return out
+
+  def save(self, step: int, state, data_state: dict | None, fingerprint: dict | None = None):
+    self.wait()  # orbax waits for the previous save anyway; its error must name its step
+    self._move_aside(step)
+    self.skip.discard(step)
+    self._why.pop(step, None)
     items = {STATE: ocp.args.StandardSave(state_tree(state))}
     if data_state is not None:
       items[DATA] = ocp.args.JsonSave(data_state)
-    self.manager.save(step, args=ocp.args.Composite(**items), force=True)
+    if fingerprint is not None:
+      items[FINGERPRINT] = ocp.args.JsonSave(fingerprint)
+    self.pending = step
+    try:
+      self.manager.save(step, args=ocp.args.Composite(**items), force=True)
+    except Exception as e:
+      raise self._save_error(e) from e
+
+  def _move_aside(self, step: int) -> None:
+    """A damaged directory of the step about to be saved is renamed, never deleted."""
+    path = self.path(step)
+    if jax.process_index() != 0 or not os.path.exists(path):
+      return
+    target, n = f"{path}.damaged", 1
+    while os.path.exists(target):
+      n += 1
+      target = f"{path}.damaged-{n}"
+    os.rename(path, target)
+    logging.warning("damaged checkpoint %s renamed to %s to save step %d anew", path, target, step)
+
+  def _save_error(self, error: BaseException) -> CheckpointSaveError:
+    step, self.pending = self.pending, None
+    self.manager.reload()
+    kept = self.steps()
+    return CheckpointSaveError(
+      f"saving checkpoint step {step} to {self.path(step)} failed ({_first_line(error)}); "
+      f"nothing half-written is used: the complete checkpoints {kept} in {self.directory} "
+      f"are intact, and a new run resumes from {kept[-1] if kept else 'scratch'}"
+    )
+
+  def check_for_errors(self) -> None:
+    """Raises CheckpointSaveError if the save in flight has failed (it runs in the background)."""
+    try:
+      self.manager.check_for_errors()
+    except Exception as e:
+      raise self._save_error(e) from e
+
+  def fingerprint(self, step: int) -> dict | None:
+    """The fingerprint saved with checkpoint `step` (None: saved without one)."""
+    if not os.path.isdir(os.path.join(self.path(step), FINGERPRINT)):
+      return None
+    return self.manager.restore(
+      step, args=ocp.args.Composite(**{FINGERPRINT: ocp.args.JsonRestore()})
+    )[FINGERPRINT]
 
   def restore(self, step: int, state):
     """Restores into the structure of `state` (a host TrainState); returns (state, data)."""
@@ -67,11 +221,52 @@ class Checkpoints:
       step, args=ocp.args.Composite(**{STATE: ocp.args.StandardRestore(abstract)})
     )[STATE]
     data_state = None
-    if os.path.isdir(os.path.join(self.directory, str(step), DATA)):
+    if os.path.isdir(os.path.join(self.path(step), DATA)):
       data_state = self.manager.restore(
         step, args=ocp.args.Composite(**{DATA: ocp.args.JsonRestore()})
       )[DATA]
     return state.replace(**restored), data_state
+
+  def restore_newest(self, state, check: Callable[[int, dict | None], None]):
+    """(state, data_state, step) of the newest checkpoint that restores; (state, None, None)
+    when the workdir has none. `check(step, fingerprint)` may refuse a checkpoint by raising.
+
+    Damaged checkpoints are reported and skipped (left in place); if there are checkpoints
+    but none restores, raises CheckpointDamagedError naming every path.
+    """
+    for line in self.damaged():
+      logging.warning("checkpoint %s; left in place and skipped", line)
+    for step in reversed(self.steps()):
+      try:
+        saved = self.fingerprint(step)
+      except Exception as e:  # a damaged checkpoint raises whatever its reader meets
+        self._skip(step, e)
+        continue
+      check(step, saved)
+      try:
+        return (*self.restore(step, state), step)
+      except CheckpointMismatchError:
+        raise
+      except Exception as e:
+        self._skip(step, e)
+    damaged = self.damaged()
+    if damaged:
+      raise CheckpointDamagedError(
+        f"no checkpoint in {self.directory} restores: {'; '.join(damaged)}. They are left in "
+        "place: move them away to start from scratch, or repair them"
+      )
+    return state, None, None
+
+  def _skip(self, step: int, error: BaseException) -> None:
+    self._why[step] = _first_line(error)
+    logging.warning(
+      "checkpoint step %d at %s does not restore (%s); left in place; trying an older one",
+      step,
+      self.path(step),
+      self._why[step],
+    )
+    self.skip.add(step)
+    self.manager.reload()
 
   def restore_params(self, step: int, params_like=None):
     """The parameters of checkpoint `step` as numpy (shape-checked against `params_like`)."""
@@ -98,7 +293,12 @@ class Checkpoints:
         )
 
   def wait(self) -> None:
-    self.manager.wait_until_finished()
+    """Waits for the save in flight; raises CheckpointSaveError if it failed."""
+    try:
+      self.manager.wait_until_finished()
+    except Exception as e:
+      raise self._save_error(e) from e
+    self.pending = None
 
   def close(self) -> None:
     self.manager.close()
@@ -141,13 +341,24 @@ def write_averaged_workdir(workdir: str, steps: Sequence[int], output: str) -> s
     if name == "config.json" or name.startswith("vocab."):
       shutil.copy2(os.path.join(workdir, name), os.path.join(output, name))
   out = Checkpoints(output, max_to_keep=1)
-  out.manager.save(
-    max(steps),
-    args=ocp.args.Composite(**{STATE: ocp.args.StandardSave({"params": params})}),
-    force=True,
-  )
+  items = {STATE: ocp.args.StandardSave({"params": params})}
+  fingerprint = source.fingerprint(max(steps))
+  if fingerprint is not None:  # t2t-translate checks the vocabulary against it
+    items[FINGERPRINT] = ocp.args.JsonSave(fingerprint)
+  out.manager.save(max(steps), args=ocp.args.Composite(**items), force=True)
   out.wait()
   return os.path.join(target_dir, str(max(steps)))
+
+
+def average_count(spec: str) -> int:
+  """N of 'average:N'; anything but a positive integer is a CheckpointSpecError."""
+  text = spec.split(":", 1)[1]
+  if not text.isdigit() or int(text) < 1:
+    raise CheckpointSpecError(
+      f"--checkpoint={spec}: N of average:N must be a positive integer (the number of latest "
+      "checkpoints to average)"
+    )
+  return int(text)
 
 
 def choose_steps(ckpts: Checkpoints, spec: str) -> list[int]:
@@ -158,8 +369,8 @@ def choose_steps(ckpts: Checkpoints, spec: str) -> list[int]:
   if spec == "latest":
     return available[-1:]
   if spec.startswith("average:"):
-    n = int(spec.split(":", 1)[1])
-    if n < 1 or n > len(available):
+    n = average_count(spec)
+    if n > len(available):
       raise CheckpointSpecError(
         f"--checkpoint={spec}: {ckpts.directory} holds {len(available)} "
         f"checkpoint(s) {available}, fewer than {n}"

@@ -9,25 +9,36 @@ import time
 
 from absl import logging
 
+from t2t_jax.training import workdir as workdir_lib
+
 
 class MetricsWriter:
-  """Writes <workdir>/metrics.jsonl and <workdir>/tensorboard/ (process 0 only)."""
+  """Writes <workdir>/metrics.jsonl and <workdir>/tensorboard/ (process 0 only).
 
-  def __init__(self, workdir: str, enabled: bool = True):
+  Each record is one `write` of one line, so a kill leaves at most an incomplete last line.
+  On a resume from step `resume_step`, records of later steps (logged by a run killed before
+  it could save them) and an incomplete last line are dropped: training redoes those steps
+  and logs them again, so every step has one record. TensorBoard is told the same
+  (`purge_step`).
+  """
+
+  def __init__(self, workdir: str, enabled: bool = True, resume_step: int | None = None):
     self.enabled = enabled
     self.jsonl_path = os.path.join(workdir, "metrics.jsonl")
     self._tb = None
     if enabled:
       from tensorboardX import SummaryWriter
 
-      self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
+      if resume_step is not None:
+        _drop_after(self.jsonl_path, resume_step)
+      purge = resume_step + 1 if resume_step else None
+      self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"), purge_step=purge)
 
   def write(self, step: int, scalars: dict) -> None:
     if not self.enabled:
       return
     record = dict(step=int(step), time=time.time(), **{k: float(v) for k, v in scalars.items()})
-    with open(self.jsonl_path, "a", encoding="utf-8") as f:
-      f.write(json.dumps(record) + "\n")
+    append_line(self.jsonl_path, json.dumps(record))
     for name, value in scalars.items():
       self._tb.add_scalar(name, float(value), int(step))
     self._tb.flush()
@@ -37,11 +48,58 @@ class MetricsWriter:
       self._tb.close()
 
 
+def append_line(path: str, line: str) -> None:
+  """Appends `line` and a newline with one write (a kill cannot interleave two records)."""
+  with open(path, "a", encoding="utf-8") as f:
+    f.write(line + "\n")
+
+
+def _drop_after(path: str, step: int) -> None:
+  if not os.path.exists(path):
+    return
+  records, complete = _parse(path)
+  kept = [r for r in records if r["step"] <= step]
+  if len(kept) == len(records) and complete:
+    return
+  workdir_lib.atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in kept))
+  logging.info(
+    "%s: dropped %d record(s) of steps after %d%s (training redoes those steps)",
+    path,
+    len(records) - len(kept),
+    step,
+    "" if complete else " and an incomplete last line",
+  )
+
+
+def _parse(path: str) -> tuple[list, bool]:
+  """(records, whether the last line was complete). A broken last line (a kill mid-write) is
+  skipped; a broken line elsewhere is an error naming the file and line."""
+  with open(path, encoding="utf-8", errors="replace") as f:
+    lines = f.read().split("\n")
+  tail = lines.pop()  # '' when the file ends with a newline
+  records = []
+  for number, line in enumerate(lines, start=1):
+    if not line.strip():
+      continue
+    try:
+      records.append(json.loads(line))
+    except ValueError as e:
+      if number == len(lines) and not tail:
+        return records, False
+      raise ValueError(f"{path}:{number}: not a JSON record ({e})") from None
+  if tail.strip():
+    try:
+      records.append(json.loads(tail))
+    except ValueError:
+      return records, False
+    return records, False
+  return records, True
+
+
 def read_metrics(workdir: str) -> list:
-  """All records of a workdir's metrics.jsonl, in order."""
-  path = os.path.join(workdir, "metrics.jsonl")
-  with open(path, encoding="utf-8") as f:
-    return [json.loads(line) for line in f if line.strip()]
+  """All records of a workdir's metrics.jsonl, in order (an incomplete last line, left by a
+  kill mid-write, is skipped)."""
+  return _parse(os.path.join(workdir, "metrics.jsonl"))[0]
 
 
 def format_duration(seconds: float) -> str:

@@ -7,8 +7,10 @@ step it happened at.
 """
 
 import contextlib
+import json
 import os
 import signal
+import socket
 import time
 
 import jax
@@ -21,11 +23,40 @@ from t2t_jax import data as data_lib
 from t2t_jax.decoding.translator import Translator
 from t2t_jax.evaluation import evaluate
 from t2t_jax.model import Transformer, TransformerConfig
-from t2t_jax.training import checkpoint, optim, parallel, steps, summary
+from t2t_jax.training import checkpoint, fingerprint, optim, parallel, steps, summary
+from t2t_jax.training import workdir as workdir_lib
 
 
 class NonFiniteLossError(RuntimeError):
   """Training produced a NaN/inf loss or gradient."""
+
+
+class ConfigError(ValueError):
+  """A config value that makes no sense; names the field."""
+
+
+POSITIVE_FIELDS = (
+  "log_every_steps",
+  "eval_every_steps",
+  "checkpoint_every_steps",
+  "grad_accum_steps",
+  "num_train_steps",
+  "keep_checkpoints",
+  "beam_size",
+  "data.tokens_per_batch",
+)
+
+
+def validate_config(config: ml_collections.ConfigDict) -> None:
+  """Refuses values that make no sense before any data or model work (ConfigError)."""
+  for field in POSITIVE_FIELDS:
+    value = config
+    for part in field.split("."):
+      value = value[part]
+    if not isinstance(value, int) or value <= 0:
+      raise ConfigError(f"config.{field}={value!r} must be a positive integer")
+  if config.get("bleu_every_steps", 0) < 0:
+    raise ConfigError(f"config.bleu_every_steps={config.bleu_every_steps} must be >= 0")
 
 
 def build_model(config: ml_collections.ConfigDict, vocab_size: int):
@@ -56,10 +87,29 @@ def prepare_workdir(workdir: str) -> str:
   return workdir
 
 
-def write_config(config, workdir: str) -> None:
-  """The resolved config (after overrides), written once at step 0."""
-  with open(os.path.join(workdir, "config.json"), "w", encoding="utf-8") as f:
-    f.write(config.to_json_best_effort(indent=2, sort_keys=True) + "\n")
+STARTS_FILE = "starts.jsonl"
+
+
+def write_config(config, workdir: str, step: int = 0, changes: dict | None = None) -> None:
+  """config.json: the resolved config (after overrides) of the latest start; starts.jsonl
+  beside it: one record per start (time, host, step, the fields changed on resume, config)."""
+  text = config.to_json_best_effort(indent=2, sort_keys=True)
+  workdir_lib.atomic_write_text(os.path.join(workdir, "config.json"), text + "\n")
+  record = dict(
+    time=time.time(),
+    host=socket.gethostname(),
+    pid=os.getpid(),
+    step=int(step),
+    changed=changes or {},
+    config=json.loads(text),
+  )
+  summary.append_line(os.path.join(workdir, STARTS_FILE), json.dumps(record, sort_keys=True))
+
+
+def _abort(signum, frame):
+  del frame
+  os.write(2, f"t2t-train: {signal.Signals(signum).name}: aborted without saving\n".encode())
+  os._exit(128 + signum)
 
 
 class StopRequest:
@@ -75,7 +125,19 @@ class StopRequest:
 
   def _handle(self, signum, frame):
     del frame
-    self.signal = signal.Signals(signum).name
+    name = signal.Signals(signum).name
+    if self.signal is None:
+      self.signal = name
+      return
+    # A second signal while the checkpoint is written: say what is happening; a third aborts.
+    os.write(
+      2,
+      f"\nt2t-train: {name} again: the run is saving its checkpoint and will then exit; "
+      f"send {name} once more to abort now without this checkpoint (the last complete one "
+      "is kept, a half-written one is never used)\n".encode(),
+    )
+    for sig in self._previous:
+      signal.signal(sig, _abort)
 
   def restore(self):
     for sig, handler in self._previous.items():
@@ -101,6 +163,7 @@ class Trainer:
     self.p_eval = parallel.pmap_eval_step(model, config.label_smoothing)
     self.num_devices = jax.device_count()
     self.last_saved = None
+    self.fingerprint = None
 
   def train_step(self, p_state, batches):
     if self.accum_steps == 1:
@@ -111,7 +174,8 @@ class Trainer:
     return self.p_apply(p_state, accum)
 
   def evaluate(self, p_params) -> dict:
-    return evaluate.dev_loss(self.p_eval, p_params, self.data.eval_batches())
+    batches = self.data.eval_batches(max_len=self.model.config.max_len)
+    return evaluate.dev_loss(self.p_eval, p_params, batches)
 
   def translator(self, p_params=None, spec: str | None = None) -> Translator:
     """A Translator on the given parameters, or on checkpoint(s) named like t2t-translate's
@@ -162,7 +226,11 @@ class Trainer:
       return {}
     return dict(
       dev_bleu=evaluate.bleu(
-        self.translator(p_params), pairs, self.config.beam_size, self.config.alpha
+        self.translator(p_params),
+        pairs,
+        self.config.beam_size,
+        self.config.alpha,
+        self.data.split_name("dev"),
       )
     )
 
@@ -189,6 +257,7 @@ class Trainer:
       self.config.beam_size,
       self.config.alpha,
       os.path.join(self.workdir, f"test.{lang}"),
+      self.data.split_name("test"),
     )
     self.writer.write(self.num_steps, metrics)
     summary.log(report)
@@ -210,7 +279,7 @@ class Trainer:
     self.check_finite(p_state)
     state = parallel.unreplicate(p_state)
     step = int(state.step)
-    self.ckpts.save(step, state, prefetcher.state())
+    self.ckpts.save(step, state, prefetcher.state(), self.fingerprint)
     self.last_saved = step
 
 
@@ -229,8 +298,23 @@ def _sum_metrics(pending) -> dict:
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
-  """Trains `config` in `workdir`, resuming from its latest checkpoint; returns last metrics."""
+  """Trains `config` in `workdir`, resuming from its latest checkpoint; returns last metrics.
+
+  Process 0 holds the workdir lock for the whole run, so that a second run on the same
+  workdir stops at once instead of pruning this one's checkpoints.
+  """
+  validate_config(config)
   workdir = prepare_workdir(workdir)
+  lock = workdir_lib.WorkdirLock(workdir)
+  if jax.process_index() == 0:
+    lock.acquire()
+  try:
+    return _train(config, workdir)
+  finally:
+    lock.release()
+
+
+def _train(config: ml_collections.ConfigDict, workdir: str) -> dict:
   data = data_lib.get_datasets(
     config.data,
     workdir,
@@ -240,15 +324,20 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   )
   model, model_cfg = build_model(config, data.tokenizer.vocab_size)
   state = init_state(model, model_cfg, config)
-  ckpts = checkpoint.Checkpoints(workdir, config.keep_checkpoints)
+  ckpts = checkpoint.Checkpoints(workdir, config.keep_checkpoints, owner=True)
   train_iter = data.train_iter()
-  state = _resume(ckpts, state, train_iter)
-  writer = summary.MetricsWriter(workdir, enabled=jax.process_index() == 0)
-  if int(state.step) == 0 and jax.process_index() == 0:
-    write_config(config, workdir)
+  vocab = str(data_lib.vocab_path(config.data, workdir))
+  current = fingerprint.make(config, workdir_lib.sha256_file(vocab))
+  state, changes = _resume(ckpts, state, train_iter, current)
+  writer = summary.MetricsWriter(
+    workdir, enabled=jax.process_index() == 0, resume_step=int(state.step)
+  )
+  if jax.process_index() == 0:
+    write_config(config, workdir, int(state.step), changes)
   _log_sizes(config, state, data)
   trainer = Trainer(config, workdir, model, data, ckpts, writer, config.num_train_steps)
   trainer.last_saved = ckpts.latest_step()
+  trainer.fingerprint = current
   try:
     last, p_state = _loop(trainer, state, train_iter)
     if last["stopped_by"] is None and config.get("test_at_end", False):
@@ -260,22 +349,37 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         f"{os.path.join(workdir, 'tensorboard')}); translate with t2t-translate "
         f"--workdir={workdir}"
       )
+    ckpts.wait()
     return last
   finally:
-    ckpts.wait()
+    with contextlib.suppress(checkpoint.CheckpointSaveError):  # reported where it was raised
+      ckpts.wait()
     writer.close()
 
 
-def _resume(ckpts, state, train_iter):
-  step = ckpts.latest_step()
+def _resume(ckpts, state, train_iter, current: dict):
+  """(state, changed config fields) from the newest checkpoint that restores and whose
+  fingerprint matches `current`; a fresh state when the workdir has no checkpoint."""
+  changes = {}
+
+  def check(step, saved):
+    nonlocal changes
+    where = f"checkpoint {ckpts.path(step)}"
+    if saved is None:
+      logging.warning("%s has no fingerprint: its config and vocabulary are not checked", where)
+      return
+    changes = fingerprint.compare(saved, current, where)
+
+  state, data_state, step = ckpts.restore_newest(state, check)
   if step is None:
     logging.info("no checkpoint in %s: starting from scratch", ckpts.directory)
-    return state
-  state, data_state = ckpts.restore(step, state)
+    return state, {}
   if data_state is not None:
     train_iter.set_state(data_state)
+  for field, (old, new) in changes.items():
+    logging.info("resuming with config.%s changed from %r to %r", field, old, new)
   logging.info("resumed from %s/%d", ckpts.directory, step)
-  return state
+  return state, changes
 
 
 def _log_sizes(config, state, data):
@@ -292,6 +396,19 @@ def _log_sizes(config, state, data):
     config.grad_accum_steps,
   )
 
+
+# Errors whose message says all (file, field, step, path): t2t-train prints one line, no
+# traceback.
+EXPLAINED_ERRORS = (
+  ConfigError,
+  data_lib.DataError,
+  checkpoint.CheckpointMismatchError,
+  checkpoint.CheckpointDamagedError,
+  checkpoint.CheckpointSaveError,
+  fingerprint.FingerprintError,
+  workdir_lib.WorkdirLockedError,
+  NonFiniteLossError,
+)
 
 MAX_STEPS_AHEAD = 2
 
@@ -340,12 +457,15 @@ def _loop(trainer: Trainer, state, train_iter) -> dict:
       eval_due = step % config.eval_every_steps == 0 or final
       if step % config.log_every_steps == 0 or eval_due or stopping:
         trainer.check_finite(p_state)
+        trainer.ckpts.check_for_errors()
         last = _sum_metrics(pending)
         now = time.time()
         steps_per_s = (step - step_last) / max(now - t_last, 1e-9)
         tokens_per_s = last["tokens"] / max(now - t_last, 1e-9)
         t_last, step_last, pending = now, step, []
         eval_metrics = {}
+        if eval_due or (config.bleu_every_steps and step % config.bleu_every_steps == 0):
+          logging.info("step %d: evaluating on dev", step)
         if eval_due:
           eval_metrics = trainer.evaluate(p_state.params)
         if config.bleu_every_steps and (step % config.bleu_every_steps == 0 or final):

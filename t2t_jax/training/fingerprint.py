@@ -1,0 +1,92 @@
+"""What a checkpoint was trained with, so that a resume never silently mixes two experiments.
+
+Every checkpoint stores a fingerprint: the sha256 of the vocabulary file and the resolved
+config. Resuming compares it with the new start's: fields in `MAY_CHANGE_ON_RESUME` (how
+often to log, evaluate and save, how long to train, how to decode for evaluation, and
+implementation choices with equal results) may differ and are reported; any other
+difference (a model field, the corpus, the batching, the optimizer) is refused, because the
+checkpoint's parameters, optimizer moments and data position belong to the old values.
+"""
+
+import json
+
+import ml_collections
+
+MAY_CHANGE_ON_RESUME = frozenset(
+  {
+    "alpha",
+    "average_checkpoints",
+    "beam_size",
+    "bleu_every_steps",
+    "bleu_num_sentences",
+    "checkpoint_every_steps",
+    "eval_every_steps",
+    "keep_checkpoints",
+    "log_every_steps",
+    "max_output_extra",
+    "num_train_steps",
+    "prefetch_batches",
+    "select_checkpoints",
+    "select_num_sentences",
+    "test_at_end",
+    "train_time_limit_minutes",
+    "model.attention_impl",
+    "model.loss_chunk_tokens",
+    "data.prefetch_batches",
+    "data.tfds_data_dir",
+    "data.tfds_download",
+    "data.tokenize_threads",
+    "data.vocab_path",
+    "data.wait_for_process0_s",
+  }
+)
+
+
+class FingerprintError(ValueError):
+  """A resume or a translation whose config or vocabulary differs from the checkpoint's."""
+
+
+def make(config: ml_collections.ConfigDict, vocab_sha256: str) -> dict:
+  """{'vocab_sha256': hex, 'config': the resolved config as JSON values}."""
+  return dict(vocab_sha256=vocab_sha256, config=json.loads(config.to_json_best_effort()))
+
+
+def flatten(tree: dict, prefix: str = "") -> dict:
+  """{'model.d_model': 512, ...} for nested dicts."""
+  out = {}
+  for key, value in tree.items():
+    if isinstance(value, dict):
+      out.update(flatten(value, f"{prefix}{key}."))
+    else:
+      out[f"{prefix}{key}"] = value
+  return out
+
+
+_ABSENT = "<absent>"
+
+
+def compare(saved: dict, current: dict, where: str) -> dict:
+  """The allowed changes {field: [old, new]}; raises FingerprintError on any other one.
+
+  A field absent from the checkpoint (added to the config since) is reported, not refused.
+  """
+  if saved["vocab_sha256"] != current["vocab_sha256"]:
+    raise FingerprintError(
+      f"{where} was trained with a vocabulary of sha256 {saved['vocab_sha256']}, but the "
+      f"vocabulary now configured has sha256 {current['vocab_sha256']}: refusing to resume "
+      "(use the original vocabulary file, or a new --workdir)"
+    )
+  old, new = flatten(saved["config"]), flatten(current["config"])
+  changes = {}
+  for field in sorted(set(old) | set(new)):
+    before, after = old.get(field, _ABSENT), new.get(field, _ABSENT)
+    if before == after:
+      continue
+    if field not in MAY_CHANGE_ON_RESUME and before is not _ABSENT:
+      raise FingerprintError(
+        f"{where} was trained with config.{field}={before!r}, but this start has "
+        f"config.{field}={after!r}: refusing to resume a different experiment (set it back, "
+        "or use a new --workdir)"
+      )
+    changes[field] = [before, after]
+  return changes
