@@ -273,6 +273,21 @@ def test_slurm_dry_run(stubs):
   assert outside.returncode == 2 and "not inside a Slurm allocation" in outside.stderr
 
 
+def test_slurm_asks_for_a_signal_and_requeues_a_stopped_run(stubs):
+  env, bin_dir, calls = stubs
+  with open(os.path.join(LAUNCH, "gpu_slurm.sbatch")) as f:
+    header = f.read()
+  assert "\n#SBATCH --signal=TERM@300\n" in header and "\n#SBATCH --requeue\n" in header
+  for status, requeued in ((75, True), (0, False), (1, False)):
+    _stub(str(bin_dir), "srun", f"exit {status}\n")
+    if calls.exists():
+      calls.unlink()
+    result = _run("gpu_slurm.sbatch", "--workdir=/w", env=dict(env, **SLURM_ENV))
+    assert result.returncode == status, result.stderr
+    logged = calls.read_text() if calls.exists() else ""
+    assert ("scontrol requeue 4097" in logged) == requeued, logged
+
+
 def test_slurm_tasks_resolve_to_one_run(stubs):
   """srun stub: runs each task with Slurm's variables; t2t_jax.training.distributed
   resolves them."""

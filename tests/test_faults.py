@@ -1,0 +1,427 @@
+"""Faults a long run meets: damaged checkpoints, a full disk, two runs on one workdir, Ctrl-C,
+a changed config on resume, over-long dev pairs, senseless flags and half-written files."""
+
+import errno
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+
+import jax
+import numpy as np
+import pytest
+
+from t2t_jax.data import tokenized
+from t2t_jax.decoding.translator import TranslateError, Translator
+from t2t_jax.evaluation import evaluate
+from t2t_jax.training import checkpoint, fingerprint, summary
+from t2t_jax.training import trainer as train
+from t2t_jax.training import workdir as workdir_lib
+from tests import support
+from tests.test_train import _cli, small_config
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+  """A finished 6-step run with checkpoints 2, 4 and 6 (copy it before changing it)."""
+  workdir = str(tmp_path_factory.mktemp("trained") / "w")
+  train.train_and_evaluate(_six_steps(), workdir)
+  return workdir
+
+
+def _six_steps(**overrides):
+  return small_config(
+    num_train_steps=6, checkpoint_every_steps=2, eval_every_steps=100, **overrides
+  )
+
+
+def _copy(trained, tmp_path) -> str:
+  workdir = str(tmp_path / "w")
+  shutil.copytree(trained, workdir)
+  return workdir
+
+
+# --- 2. damaged checkpoints ---------------------------------------------------------------
+
+
+def _truncate_arrays(step_dir: str) -> None:
+  for path in glob.glob(os.path.join(step_dir, "state", "ocdbt.process_0", "d", "*")):
+    with open(path, "r+b") as f:
+      f.truncate(10)
+
+
+def test_damaged_latest_checkpoints_are_reported_kept_and_skipped(trained, tmp_path, caplog):
+  caplog.set_level("INFO")
+  workdir = _copy(trained, tmp_path)
+  ckpt = os.path.join(workdir, "checkpoints")
+  os.remove(os.path.join(ckpt, "6", checkpoint.COMMIT_MARKER))  # an unfinished write
+  _truncate_arrays(os.path.join(ckpt, "4"))  # truncated files
+  reference = checkpoint.Checkpoints(trained).restore_params(6)
+  out = train.train_and_evaluate(_six_steps(), workdir)
+  assert f"step 6 at {ckpt}/6: no commit marker" in caplog.text
+  assert f"checkpoint step 4 at {ckpt}/4 does not restore" in caplog.text
+  assert "resumed from" in caplog.text and f"{ckpt}/2" in caplog.text
+  assert out["step"] == 6
+  # Never deleted: set aside when the run saved those steps again.
+  assert os.path.isdir(f"{ckpt}/6.damaged") and os.path.isdir(f"{ckpt}/4.damaged")
+  redone = checkpoint.Checkpoints(workdir).restore_params(6)  # and exactly as before
+  for x, y in zip(jax.tree.leaves(reference), jax.tree.leaves(redone), strict=True):
+    np.testing.assert_array_equal(x, y)
+
+
+def test_no_restorable_checkpoint_stops_naming_every_path(trained, tmp_path):
+  workdir = _copy(trained, tmp_path)
+  ckpt = os.path.join(workdir, "checkpoints")
+  os.remove(os.path.join(ckpt, "6", "state", checkpoint.COMMIT_MARKER))
+  for step in ("2", "4"):
+    _truncate_arrays(os.path.join(ckpt, step))
+  with pytest.raises(checkpoint.CheckpointDamagedError) as e:
+    train.train_and_evaluate(_six_steps(), workdir)
+  for step in (2, 4, 6):
+    assert f"step {step} at {ckpt}/{step}" in str(e.value)
+  assert sorted(os.listdir(ckpt)) == ["2", "4", "6"]  # nothing moved or deleted
+
+
+# --- 3. disk full while saving ------------------------------------------------------------
+
+
+def test_disk_full_while_saving_stops_naming_step_and_keeps_the_last_checkpoint(
+  tmp_path, monkeypatch
+):
+  from orbax.checkpoint._src.path import async_path
+
+  write_text = async_path.write_text
+
+  async def full_at_step_4(path, text, *args, **kwargs):
+    if "/4.orbax-checkpoint-tmp" in str(path):
+      raise OSError(errno.ENOSPC, "No space left on device", str(path))
+    return await write_text(path, text, *args, **kwargs)
+
+  monkeypatch.setattr(async_path, "write_text", full_at_step_4)
+  workdir = str(tmp_path / "w")
+  with pytest.raises(checkpoint.CheckpointSaveError) as e:
+    train.train_and_evaluate(_six_steps(), workdir)
+  monkeypatch.undo()
+  ckpt = os.path.join(workdir, "checkpoints")
+  assert f"saving checkpoint step 4 to {ckpt}/4 failed" in str(e.value)
+  assert "No space left on device" in str(e.value) and "[2]" in str(e.value)
+  assert checkpoint.Checkpoints(workdir).steps() == [2]  # nothing half-written is listed
+  assert not os.path.exists(os.path.join(ckpt, "4"))
+  out = train.train_and_evaluate(_six_steps(), workdir)  # resumes from 2
+  assert out["step"] == 6 and checkpoint.Checkpoints(workdir).steps() == [2, 4, 6]
+
+
+# --- 4. two runs on one workdir -----------------------------------------------------------
+
+HOLD = textwrap.dedent(
+  """
+  import os, signal, sys, time
+  from t2t_jax.training.workdir import WorkdirLock
+  WorkdirLock(sys.argv[1]).acquire()
+  print("held", flush=True)
+  if sys.argv[2] == "die":
+    os.kill(os.getpid(), signal.SIGKILL)
+  time.sleep(600)
+  """
+)
+
+
+def _holder(workdir: str, mode: str) -> subprocess.Popen:
+  os.makedirs(workdir, exist_ok=True)
+  proc = subprocess.Popen(
+    [sys.executable, "-c", HOLD, workdir, mode], stdout=subprocess.PIPE, text=True
+  )
+  assert proc.stdout.readline().strip() == "held"
+  return proc
+
+
+def test_second_run_on_a_live_workdir_is_refused_naming_the_holder(tmp_path):
+  workdir = str(tmp_path / "w")
+  holder = _holder(workdir, "live")
+  try:
+    with pytest.raises(workdir_lib.WorkdirLockedError) as e:
+      train.train_and_evaluate(_six_steps(), workdir)
+    assert f"pid {holder.pid} on host {os.uname().nodename} (started 20" in str(e.value)
+    assert not os.path.exists(os.path.join(workdir, "checkpoints"))  # refused at once
+  finally:
+    holder.kill()
+    holder.wait()
+
+
+def test_lock_of_a_dead_run_is_taken_over_with_a_warning(tmp_path, caplog):
+  caplog.set_level("WARNING")
+  workdir = str(tmp_path / "w")
+  dead = _holder(workdir, "die")
+  assert dead.wait() == -signal.SIGKILL
+  with workdir_lib.WorkdirLock(workdir):
+    assert f"from pid {dead.pid} on host" in caplog.text and "no longer running" in caplog.text
+  with open(os.path.join(workdir, workdir_lib.LOCK_FILE)) as f:
+    assert f.read() == ""  # a clean release leaves no holder behind
+
+
+# --- 5. preemption ------------------------------------------------------------------------
+
+
+def test_sigint_saves_exits_75_and_resumes(tmp_path):
+  workdir = str(tmp_path / "w")
+  args = [
+    "--experiment=tiny",
+    f"--workdir={workdir}",
+    "--config.num_train_steps=100000",
+    "--config.log_every_steps=2",
+    "--config.checkpoint_every_steps=100000",
+    "--config.eval_every_steps=100000",
+    "--config.model.d_model=32",
+    "--config.model.d_ff=64",
+    "--config.model.num_layers=1",
+    "--config.data.synthetic_train_size=2000",
+  ]
+  proc = _cli(*args)
+  for line in proc.stdout:
+    if "step 2/100000" in line:
+      break
+  proc.send_signal(signal.SIGINT)
+  out, _ = proc.communicate(timeout=120)
+  assert proc.returncode == 75, out
+  assert "SIGINT received: saved step" in out and "exit status 75" in out
+  saved = checkpoint.Checkpoints(workdir).latest_step()
+  resumed = _cli(*[a.replace("100000", str(saved + 2), 1) if "num_train" in a else a for a in args])
+  out, _ = resumed.communicate(timeout=240)
+  assert resumed.returncode == 0, out
+  assert f"resumed from {workdir}/checkpoints/{saved}" in out
+
+
+def test_second_ctrl_c_is_explained_and_a_third_aborts(capfd, monkeypatch):
+  stop = train.StopRequest()
+  try:
+    os.kill(os.getpid(), signal.SIGINT)
+    assert stop.signal == "SIGINT" and capfd.readouterr().err == ""
+    os.kill(os.getpid(), signal.SIGINT)
+    err = capfd.readouterr().err
+    assert "SIGINT again: the run is saving its checkpoint and will then exit" in err
+    exits = []
+    monkeypatch.setattr(os, "_exit", exits.append)
+    os.kill(os.getpid(), signal.SIGINT)
+    assert exits == [128 + signal.SIGINT]
+    assert "aborted without saving" in capfd.readouterr().err
+  finally:
+    stop.restore()
+
+
+# --- 6. resume fingerprint ----------------------------------------------------------------
+
+
+def _fingerprint(**overrides):
+  return fingerprint.make(small_config(**overrides), "ab" * 32)
+
+
+@pytest.mark.parametrize(
+  "field, value",
+  [("model.dropout_rate", 0.3), ("model.norm", "pre"), ("data.synthetic_seed", 7), ("seed", 1)],
+)
+def test_resume_with_another_experiment_is_refused(field, value):
+  saved = _fingerprint()
+  old = fingerprint.flatten(saved["config"])[field]
+  with pytest.raises(
+    fingerprint.FingerprintError, match=rf"config\.{field}={old!r}.*config\.{field}={value!r}"
+  ):
+    fingerprint.compare(saved, _fingerprint(**{field: value}), "checkpoint /w/checkpoints/6")
+
+
+def test_safe_changes_are_allowed_and_returned():
+  changes = fingerprint.compare(
+    _fingerprint(),
+    _fingerprint(num_train_steps=99, log_every_steps=7, train_time_limit_minutes=5.0),
+    "here",
+  )
+  assert changes == {
+    "log_every_steps": [1, 7],
+    "num_train_steps": [6, 99],
+    "train_time_limit_minutes": [0.0, 5.0],
+  }
+  other_vocab = dict(_fingerprint(), vocab_sha256="cd" * 32)
+  with pytest.raises(fingerprint.FingerprintError, match=f"sha256 {'ab' * 32}.*sha256 {'cd' * 32}"):
+    fingerprint.compare(_fingerprint(), other_vocab, "here")
+
+
+def test_resume_checks_the_fingerprint_and_records_each_start(trained, tmp_path):
+  workdir = _copy(trained, tmp_path)
+  with pytest.raises(fingerprint.FingerprintError, match=r"config\.model\.dropout_rate=0\.0"):
+    train.train_and_evaluate(_six_steps(**{"model.dropout_rate": 0.2}), workdir)
+  train.train_and_evaluate(_six_steps(num_train_steps=8, log_every_steps=2), workdir)
+  with open(os.path.join(workdir, "config.json")) as f:
+    assert json.load(f)["num_train_steps"] == 8  # the latest start's config
+  with open(os.path.join(workdir, train.STARTS_FILE)) as f:
+    starts = [json.loads(line) for line in f]
+  assert [s["step"] for s in starts] == [0, 6]
+  assert starts[1]["changed"] == {"log_every_steps": [1, 2], "num_train_steps": [6, 8]}
+
+
+def test_translate_refuses_a_vocabulary_the_checkpoint_was_not_trained_with(trained, tmp_path):
+  workdir = _copy(trained, tmp_path)
+  vocab = os.path.join(workdir, "vocab.symbols")
+  with open(vocab) as f:
+    lines = f.read().splitlines()
+  with open(vocab, "w") as f:  # same size, two symbols swapped
+    f.write("\n".join([lines[1], lines[0], *lines[2:]]) + "\n")
+  with pytest.raises(TranslateError, match=rf"vocabulary {vocab} \(sha256 [0-9a-f]{{64}}\) is not"):
+    Translator.from_workdir(workdir, "latest")
+
+
+# --- 7. evaluation never crashes ----------------------------------------------------------
+
+
+def _corpus(directory, name, lines):
+  for lang, offset in (("en", 0), ("de", 1)):
+    with open(os.path.join(directory, f"{name}.{lang}"), "w") as f:
+      f.write(
+        "".join(" ".join(f"w{(i + j + offset) % 20}" for j in range(n)) + "\n" for i, n in lines)
+      )
+
+
+def test_dev_and_test_pairs_longer_than_max_len_are_truncated_with_one_warning(tmp_path, caplog):
+  caplog.set_level("WARNING")
+  corpus = tmp_path / "corpus"
+  corpus.mkdir()
+  _corpus(corpus, "train", [(i, 3 + i % 8) for i in range(300)])
+  _corpus(corpus, "val", [(i, 4) for i in range(6)] + [(99, 400)])
+  _corpus(corpus, "test", [(i, 5) for i in range(6)] + [(98, 400)])
+  config = small_config(num_train_steps=2, eval_every_steps=2, bleu_every_steps=2, test_at_end=True)
+  config.data = support.textfiles_config(
+    corpus, vocab_size=40, vocab_byte_fallback=False, max_len=16, tokens_per_batch=1024
+  )
+  config.model.max_len = 64
+  out = train.train_and_evaluate(config, str(tmp_path / "w"))
+  assert np.isfinite(out["eval_loss"]) and "dev_bleu" in out and "test_bleu" in out
+  dev, test = f"{corpus}/val.en / {corpus}/val.de", f"{corpus}/test.en / {corpus}/test.de"
+  assert caplog.text.count(f"{dev}: 1 of 7 pairs longer than the model's max_len=64") == 1
+  assert f"{dev}: 1 of 7 sentences have more source tokens than the model's max_len=64" in (
+    caplog.text
+  )
+  assert f"{test}: 1 of 7 sentences have more source tokens" in caplog.text
+
+
+def test_truncate_keeps_short_pairs_and_cuts_long_ones_to_max_len_with_eos():
+  class Ids:
+    def encode_batch(self, texts):
+      return [[int(w) for w in t.split()] for t in texts]
+
+  pairs = tokenized.tokenize_pairs([("5 6", "7"), (" ".join(["9"] * 10), "8 8 8")], Ids())
+  cut, n = tokenized.truncate(pairs, 4)
+  assert n == 1
+  assert cut.pair(0)["inputs"].tolist() == [5, 6, 1] and cut.pair(0)["targets"].tolist() == [7, 1]
+  assert cut.pair(1)["inputs"].tolist() == [9, 9, 9, 1]
+  assert cut.pair(1)["targets"].tolist() == [8, 8, 8, 1]
+
+
+# --- 8. values that make no sense ---------------------------------------------------------
+
+FIELDS = list(train.POSITIVE_FIELDS)
+
+
+@pytest.mark.parametrize(
+  "case",
+  [
+    *(f"config.{f}={v}" for f in FIELDS for v in (0, -1)),
+    "translate average:x",
+    "translate average:0",
+    "translate beam_size 0",
+    "average num 0",
+    "train log_every_steps 0",
+    "train vocab_size",
+  ],
+)
+def test_values_that_make_no_sense_are_refused_in_one_line(case, trained, tmp_path):
+  if case.startswith("config."):
+    field, value = case[len("config.") :].split("=")
+    config = small_config(**{field: int(value)})
+    with pytest.raises(train.ConfigError, match=rf"config\.{field}={value} must be a positive"):
+      train.train_and_evaluate(config, str(tmp_path / "w"))
+    assert not (tmp_path / "w").exists()  # refused before any work
+    return
+  tool, *rest = case.split()
+  command, expected = {
+    "translate average:x": (
+      ["translate", f"--workdir={trained}", "--checkpoint=average:x"],
+      "--checkpoint=average:x: N of average:N must be a positive integer",
+    ),
+    "translate average:0": (
+      ["translate", f"--workdir={trained}", "--checkpoint=average:0"],
+      "--checkpoint=average:0: N of average:N must be a positive integer",
+    ),
+    "translate beam_size 0": (
+      ["translate", f"--workdir={trained}", "--beam_size=0"],
+      "--beam_size=0 must be >= 1",
+    ),
+    "average num 0": (
+      ["average", f"--workdir={trained}", "--num=0", f"--output={tmp_path}/avg"],
+      "--num=0 must be >= 1",
+    ),
+    "train log_every_steps 0": (
+      ["train", f"--workdir={tmp_path}/w", "--config.log_every_steps=0"],
+      "config.log_every_steps=0 must be a positive integer",
+    ),
+    "train vocab_size": (
+      [
+        "train",
+        f"--workdir={tmp_path}/w",
+        "--config.data.source=textfiles",
+        f"--config.data.train_source={tmp_path}/t.en",
+        f"--config.data.train_target={tmp_path}/t.de",
+        "--config.data.vocab_size=5",
+      ],
+      "config.data.vocab_size=5",
+    ),
+  }[case]
+  for lang in ("en", "de"):
+    (tmp_path / f"t.{lang}").write_text("".join(f"word{i} other{i}\n" for i in range(50)))
+  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="")
+  result = subprocess.run(
+    [sys.executable, "-m", f"t2t_jax.cli.{command[0]}", *command[1:]],
+    capture_output=True,
+    text=True,
+    input="",
+    env=env,
+    timeout=300,
+  )
+  assert result.returncode == 1, result.stderr
+  assert expected in result.stderr and "Traceback" not in result.stderr, result.stderr
+  assert result.stderr.strip().splitlines()[-1].startswith(f"t2t-{command[0]}: ")
+
+
+# --- 9. files never half-written ----------------------------------------------------------
+
+
+def test_an_interrupted_write_leaves_the_previous_file(tmp_path, monkeypatch):
+  path = str(tmp_path / "selected.json")
+  workdir_lib.atomic_write_text(path, "old\n")
+
+  def crash(fd):
+    raise OSError(errno.EIO, "disk gone")
+
+  monkeypatch.setattr(os, "fsync", crash)
+  selection = evaluate.Selection("latest", {"latest": 1.0}, {"latest": [6]}, 3)
+  with pytest.raises(OSError, match="disk gone"):
+    evaluate.write_selection(str(tmp_path), selection, 4, 0.6)
+  with pytest.raises(OSError, match="disk gone"):
+    train.write_config(small_config(), str(tmp_path))
+  monkeypatch.undo()
+  assert open(path).read() == "old\n" and not (tmp_path / "config.json").exists()
+  assert sorted(os.listdir(tmp_path)) == ["selected.json"]  # no temporary file left
+
+
+def test_metrics_reader_skips_an_incomplete_last_line_and_resume_drops_it(tmp_path):
+  path = tmp_path / "metrics.jsonl"
+  records = [dict(step=s, time=0.0, loss=1.0 / s) for s in (1, 2, 3)]
+  text = "".join(json.dumps(r) + "\n" for r in records)
+  path.write_text(text + '{"step": 4, "lo')  # killed mid-write
+  assert summary.read_metrics(str(tmp_path)) == records
+  summary.MetricsWriter(str(tmp_path), resume_step=2).close()  # resumed from checkpoint 2
+  assert path.read_text() == "".join(json.dumps(r) + "\n" for r in records[:2])
+  path.write_text(text.replace('"step": 2', '"step": 2 oops'))
+  with pytest.raises(ValueError, match=r"metrics.jsonl:2: not a JSON record"):
+    summary.read_metrics(str(tmp_path))
