@@ -35,7 +35,7 @@ def trained(tmp_path_factory):
 
 def _six_steps(**overrides):
   return small_config(
-    num_train_steps=6, checkpoint_every_steps=2, eval_every_steps=100, **overrides
+    **{"num_train_steps": 6, "checkpoint_every_steps": 2, "eval_every_steps": 100, **overrides}
   )
 
 
@@ -202,7 +202,9 @@ def test_second_ctrl_c_is_explained_and_a_third_aborts(capfd, monkeypatch):
     assert stop.signal == "SIGINT" and capfd.readouterr().err == ""
     os.kill(os.getpid(), signal.SIGINT)
     err = capfd.readouterr().err
-    assert "SIGINT again: the run is saving its checkpoint and will then exit" in err
+    assert (
+      "SIGINT again: the run is finishing its step and saving a checkpoint, then it exits" in err
+    )
     exits = []
     monkeypatch.setattr(os, "_exit", exits.append)
     os.kill(os.getpid(), signal.SIGINT)
@@ -292,7 +294,7 @@ def test_dev_and_test_pairs_longer_than_max_len_are_truncated_with_one_warning(t
   _corpus(corpus, "test", [(i, 5) for i in range(6)] + [(98, 400)])
   config = small_config(num_train_steps=2, eval_every_steps=2, bleu_every_steps=2, test_at_end=True)
   config.data = support.textfiles_config(
-    corpus, vocab_size=40, vocab_byte_fallback=False, max_len=16, tokens_per_batch=1024
+    corpus, test="test", vocab_size=24, vocab_byte_fallback=False, max_len=16, tokens_per_batch=1024
   )
   config.model.max_len = 64
   out = train.train_and_evaluate(config, str(tmp_path / "w"))

@@ -132,7 +132,8 @@ class StopRequest:
     # A second signal while the checkpoint is written: say what is happening; a third aborts.
     os.write(
       2,
-      f"\nt2t-train: {name} again: the run is saving its checkpoint and will then exit; "
+      f"\nt2t-train: {name} again: the run is finishing its step and saving a checkpoint, "
+      "then it exits; "
       f"send {name} once more to abort now without this checkpoint (the last complete one "
       "is kept, a half-written one is never used)\n".encode(),
     )
