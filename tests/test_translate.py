@@ -33,7 +33,10 @@ def test_order_count_empty_and_long_lines(workdir, caplog):
   # Each output is the translation of its own line: translating lines one at a time agrees.
   for src, got in zip(sources, out):
     assert t.translate([src], beam_size=2) == [got]
-  assert "line 4: 41 source tokens exceed the model's max_len=16" in caplog.text
+  assert (
+    "input: 1 of 5 sentences have more source tokens than the model's max_len=16 and were "
+    "truncated to it (lines 4)" in caplog.text
+  )
 
 
 def test_average_checkpoints(workdir):
