@@ -117,11 +117,26 @@ def _kill_once(workdir, log, cache, kind, rng) -> dict | None:
     time.sleep(rng.uniform(0.0, 1.0))
   complete = _committed(workdir)
   unfinished = _unfinished(workdir)
+  evaluating = _evaluating(workdir, log)
   proc.kill()
   proc.wait()
   if not reached and proc.returncode == 0:
     return None
-  return dict(kind=kind, complete=complete, unfinished=unfinished, log=_read(log))
+  return dict(
+    kind=kind, complete=complete, unfinished=unfinished, evaluating=evaluating, log=_read(log)
+  )
+
+
+def _evaluating(workdir: str, log: str) -> bool:
+  """Whether the run is inside an evaluation: it announced one whose record is not written."""
+  announced = re.findall(r"step (\d+): evaluating on dev", _read(log))
+  if not announced:
+    return False
+  step = int(announced[-1])
+  return not any(
+    r["step"] == step and ("eval_loss" in r or "dev_bleu" in r)
+    for r in summary.read_metrics(workdir)
+  )
 
 
 def _losses(workdir: str) -> list:
@@ -159,6 +174,7 @@ def test_sigkill_at_random_moments_changes_nothing(tmp_path):
     if kill["unfinished"]:
       assert "unfinished checkpoint write(s)" in next_log, next_log
   assert any(k["unfinished"] for k in kills), "no kill landed inside a checkpoint write"
+  assert any(k["evaluating"] for k in kills), "no kill landed inside an evaluation"
 
   assert _losses(killed) == _losses(reference)
   trained = [r["step"] for r in summary.read_metrics(killed) if "loss" in r]
@@ -170,6 +186,7 @@ def test_sigkill_at_random_moments_changes_nothing(tmp_path):
   landed = {kind: sum(k["kind"] == kind for k in kills) for kind in set(KINDS)}
   print(
     f"\nkill -9: {len(kills)} kills survived ({landed}; "
-    f"{sum(bool(k['unfinished']) for k in kills)} inside a checkpoint write); final "
+    f"{sum(bool(k['unfinished']) for k in kills)} inside a checkpoint write, "
+    f"{sum(k['evaluating'] for k in kills)} inside an evaluation); final "
     "parameters and every step's losses equal the uninterrupted run's"
   )

@@ -31,7 +31,7 @@ class MetricsWriter:
 
       if resume_step is not None:
         _drop_after(self.jsonl_path, resume_step)
-      purge = resume_step + 1 if resume_step else None
+      purge = resume_step + 1 if resume_step is not None else None
       self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"), purge_step=purge)
 
   def write(self, step: int, scalars: dict) -> None:
