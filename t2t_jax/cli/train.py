@@ -42,8 +42,13 @@ def main(argv):
   common.quiet_library_logs()
   config = flags.FLAGS.config
   logging.info("experiment %s, workdir %s", flags.FLAGS.experiment, flags.FLAGS.workdir)
-  with distributed.fail_fast(plan):
-    trainer.train_and_evaluate(config, flags.FLAGS.workdir)
+  from t2t_jax.data import DataError
+
+  try:
+    with distributed.fail_fast(plan):
+      trainer.train_and_evaluate(config, flags.FLAGS.workdir)
+  except DataError as e:  # bad data input or config: one line naming the file or field
+    raise SystemExit(f"t2t-train: {e}") from None
 
 
 def run():
