@@ -68,7 +68,7 @@ def open_store(c, workdir: str, *, process_index: int = 0) -> OpenedStore:
       f"{path / store_lib.MANIFEST_FILE}: no prepared data; run t2t-prepare "
       "with the same experiment and overrides"
     )
-  store_lib.check_manifest(path, manifest, c, workdir)
+  store_lib.check_manifest(path, manifest, c)
   vocab = tokenizer_lib.vocab_path(c, workdir)
   if not vocab.exists():
     raise DataError(

@@ -24,7 +24,7 @@ import struct
 import numpy as np
 
 from t2t_jax.data import config as config_lib
-from t2t_jax.data import tokenized
+from t2t_jax.data import sources, tokenized
 from t2t_jax.data.errors import DataError
 from t2t_jax.data.tokenized import SplitCounts, TokenizedPairs
 
@@ -158,7 +158,7 @@ def _refuse(path, field: str, recorded, current) -> DataError:
   )
 
 
-def check_manifest(path: pathlib.Path, manifest: dict, c, workdir: str) -> None:
+def check_manifest(path: pathlib.Path, manifest: dict, c) -> None:
   """Raises DataError naming the first field where the store and config `c` disagree."""
   if manifest.get("format_version") != FORMAT_VERSION:
     raise DataError(
@@ -176,9 +176,9 @@ def check_manifest(path: pathlib.Path, manifest: dict, c, workdir: str) -> None:
     for flag in FILE_FLAGS:
       _check_file(path, flag, source["files"].get(flag), c[flag])
   else:
-    for field in ("pair", "source_lang", "target_lang"):
-      if source[field] != expected_tfds_fields(c)[field]:
-        raise _refuse(path, field, source[field], expected_tfds_fields(c)[field])
+    for field, value in expected_tfds_fields(c).items():
+      if source[field] != value:
+        raise _refuse(path, field, source[field], value)
   for field in ("train_max_pairs", "max_len"):
     if manifest[field] != c[field]:
       raise _refuse(path, field, manifest[field], c[field])
@@ -186,8 +186,7 @@ def check_manifest(path: pathlib.Path, manifest: dict, c, workdir: str) -> None:
 
 
 def expected_tfds_fields(c) -> dict:
-  from t2t_jax.data import sources
-
+  """The direction of a TFDS source as the manifest records it."""
   source_lang, target_lang = sources.languages(c)
   return dict(pair=c.pair, source_lang=source_lang, target_lang=target_lang)
 
