@@ -174,13 +174,13 @@ def test_training_from_the_store_gives_the_losses_of_in_memory_tokenization(tmp_
 # ----------------------------------------------------------------------------- resume
 
 
-def _prepare_in_subprocess(workdir, *overrides):
-  """t2t-prepare in another process, on the tiny experiment with `overrides`."""
+def _prepare_in_subprocess(workdir, *overrides, tool="prepare"):
+  """t2t-prepare (or another tool) in another process, on the tiny experiment."""
   out = subprocess.run(
     [
       sys.executable,
       "-m",
-      "t2t_jax.cli.prepare",
+      f"t2t_jax.cli.{tool}",
       "--experiment=tiny",
       f"--workdir={workdir}",
       *overrides,
@@ -227,6 +227,19 @@ def _take_keep(it, n):
 
 
 # ----------------------------------------------------------------------------- refusal
+
+
+@pytest.mark.slow
+def test_both_commands_refuse_a_mismatching_store_in_one_line(tmp_path):
+  assert _prepare_in_subprocess(tmp_path, "--config.data.synthetic_train_size=500").returncode == 0
+  for tool in ("prepare", "train"):
+    out = _prepare_in_subprocess(
+      tmp_path, "--config.data.synthetic_train_size=500", "--config.data.max_len=12", tool=tool
+    )
+    last = out.stderr.strip().splitlines()[-1]
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    assert last.startswith(f"t2t-{tool}: {tmp_path}/prepared: prepared for config.data.max_len=16")
+    assert "but this run has 12" in last
 
 
 def _prepared_textfiles(tmp_path):
