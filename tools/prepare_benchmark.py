@@ -90,6 +90,7 @@ class Child:
     self.start = time.perf_counter()
     self.first_step_s = None
     self.data_setup_s = None  # the data report's 'setup:' stages, summed
+    self.data_ready_s = None  # process start -> the data report (imports included)
     self._log = open(log_path, "w", encoding="utf-8")  # noqa: SIM115 (closed by wait())
     self.proc = subprocess.Popen(
       args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
@@ -100,6 +101,8 @@ class Child:
   def _read(self) -> None:
     for line in self.proc.stdout:
       self._log.write(line)
+      if self.data_ready_s is None and "] Data:" in line:
+        self.data_ready_s = time.perf_counter() - self.start
       if line.startswith("setup: "):
         self.data_setup_s = sum(float(x) for x in re.findall(r" ([\d.]+)s\b", line))
       if self.first_step_s is None and self.STEP.search(line):
@@ -118,6 +121,7 @@ class Child:
       wall_s=round(wall, 1),
       peak_rss_mib=round(usage.ru_maxrss / 1024, 1),
       data_setup_s=self.data_setup_s,
+      data_ready_s=None if self.data_ready_s is None else round(self.data_ready_s, 1),
       first_step_s=None if self.first_step_s is None else round(self.first_step_s, 1),
     )
 
