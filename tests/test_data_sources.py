@@ -86,6 +86,7 @@ def test_wmt_through_tfds_with_mocked_data(tmp_path, source, pair, direction, ex
     tokens_per_batch=1024,
     batching=mode,
     tfds_data_dir=str(tmp_path / "tfds"),
+    download_probe_s=0,  # no network to probe under mock_data
   )
   with tfds.testing.mock_data(num_examples=120):
     d = data.get_datasets(c, str(tmp_path / "work"))

@@ -71,6 +71,20 @@ def _host_slice(members: np.ndarray, sharding: Sharding) -> np.ndarray:
   return members[sharding.process_index * per_host : (sharding.process_index + 1) * per_host]
 
 
+def bucket_of(pairs: TokenizedPairs, boundaries: np.ndarray, chunk: int = 1 << 22) -> np.ndarray:
+  """[pairs] index of each pair's bucket: the first boundary >= its longer side (EOS
+  included). Read in chunks, so a memory-mapped corpus is not copied whole."""
+  out = np.empty(len(pairs), np.uint8 if len(boundaries) <= 256 else np.int32)
+  for start in range(0, len(pairs), chunk):
+    stop = min(start + chunk, len(pairs))
+    lengths = np.maximum(
+      np.diff(pairs.inputs_offsets[start : stop + 1]),
+      np.diff(pairs.targets_offsets[start : stop + 1]),
+    )
+    out[start:stop] = np.searchsorted(boundaries, lengths)
+  return out
+
+
 class BucketPlan:
   """The global order of training batches: step -> (bucket, pair indices).
 
@@ -90,14 +104,17 @@ class BucketPlan:
     self.boundaries = np.asarray(boundaries)
     self.sharding = sharding
     self.seed = seed
-    lengths = np.maximum(pairs.inputs_lengths, pairs.targets_lengths)
-    self.bucket_of = np.searchsorted(self.boundaries, lengths)  # first boundary >= length
+    self.bucket_of = bucket_of(pairs, self.boundaries)  # [pairs], the bucket of each pair
     self.counts = np.bincount(self.bucket_of, minlength=len(self.boundaries))
+    self._starts = np.concatenate([[0], np.cumsum(self.counts)])
     self.rows_per_device = budget_per_device // self.boundaries
     self.global_rows = self.rows_per_device * sharding.num_devices
+    # A pair index per pair and cached epoch: the plan's only memory that grows with the
+    # corpus (4 bytes per pair below 2**31 pairs).
+    self._index_dtype = np.int32 if len(pairs) < 2**31 else np.int64
     self._lock = threading.Lock()
-    self._orders = collections.OrderedDict()  # epoch -> per-bucket member order
-    self._plans = collections.OrderedDict()  # epoch -> batches completing in that epoch
+    self._orders = collections.OrderedDict()  # epoch -> members, grouped by bucket
+    self._plans = collections.OrderedDict()  # epoch -> (bucket, batch number) per step
 
   def shapes(self) -> list[tuple[int, int, int]]:
     """The static [devices, rows_per_device, length] shape of each bucket."""
@@ -123,37 +140,48 @@ class BucketPlan:
       epoch -= 1
     return epoch
 
-  def _order(self, epoch: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Per bucket: its pairs in epoch order, and their positions in the epoch's stream."""
-    if epoch not in self._orders:
-      perm = np.random.default_rng([self.seed, epoch]).permutation(len(self.bucket_of))
-      stream_buckets = self.bucket_of[perm]
-      positions = [np.flatnonzero(stream_buckets == b) for b in range(len(self.boundaries))]
-      self._orders[epoch] = ([perm[p] for p in positions], positions)
-      while len(self._orders) > 4:
-        self._orders.popitem(last=False)
-    return self._orders[epoch]
+  def _shuffle(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+    """(members, positions) of epoch `epoch`, each [pairs] and grouped by bucket: bucket b's
+    pairs in epoch order, and their positions in the epoch's shuffled stream."""
+    perm = np.random.default_rng([self.seed, epoch]).permutation(len(self.bucket_of))
+    # Stable: within a bucket, stream positions stay ascending (the epoch's order).
+    positions = np.argsort(self.bucket_of[perm], kind="stable")
+    members = perm[positions].astype(self._index_dtype)
+    return members, positions.astype(self._index_dtype)
+
+  def _remember(self, epoch: int, members: np.ndarray) -> None:
+    self._orders[epoch] = members
+    while len(self._orders) > 3:  # a plan reads its epoch and the one before
+      self._orders.popitem(last=False)
 
   def _members(self, b: int, first: int, num: int) -> np.ndarray:
     """Members [first, first + num) of bucket b's endless epoch-after-epoch sequence."""
     count, out = int(self.counts[b]), []
     while num > 0:
       epoch, rank = divmod(first, count)
+      if epoch not in self._orders:
+        self._remember(epoch, self._shuffle(epoch)[0])
+      start = self._starts[b] + rank
       take = min(num, count - rank)
-      out.append(self._order(epoch)[0][b][rank : rank + take])
+      out.append(self._orders[epoch][start : start + take])
       first, num = first + take, num - take
     return np.concatenate(out)
 
-  def _plan_epoch(self, epoch: int) -> list[tuple[int, np.ndarray]]:
-    batches = []
+  def _plan_epoch(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+    """(bucket, batch number within the bucket) of each batch completing in `epoch`, in
+    completion order."""
+    members, positions = self._shuffle(epoch)
+    self._remember(epoch, members)
+    done, buckets, numbers = [], [], []
     for b in np.flatnonzero(self.counts):
       rows, count = int(self.global_rows[b]), int(self.counts[b])
-      positions = self._order(epoch)[1][b]
-      for j in range(epoch * count // rows, (epoch + 1) * count // rows):
-        last = (j + 1) * rows - 1  # a batch is emitted when its last pair arrives
-        batches.append((positions[last - epoch * count], b, self._members(b, j * rows, rows)))
-    batches.sort(key=lambda t: t[0])
-    return [(int(b), members) for _, b, members in batches]
+      j = np.arange(epoch * count // rows, (epoch + 1) * count // rows)
+      last = (j + 1) * rows - 1 - epoch * count  # a batch is emitted when its last pair arrives
+      done.append(positions[self._starts[b] + last])
+      buckets.append(np.full(len(j), b))
+      numbers.append(j)
+    order = np.argsort(np.concatenate(done), kind="stable")
+    return np.concatenate(buckets)[order], np.concatenate(numbers)[order]
 
   def global_members(self, step: int) -> tuple[int, np.ndarray]:
     """(bucket, pair indices of all processes' rows) of training step `step`."""
@@ -163,7 +191,11 @@ class BucketPlan:
         self._plans[epoch] = self._plan_epoch(epoch)
         while len(self._plans) > 2:
           self._plans.popitem(last=False)
-      return self._plans[epoch][step - self.steps_before(epoch)]
+      buckets, numbers = self._plans[epoch]
+      k = step - self.steps_before(epoch)
+      b, j = int(buckets[k]), int(numbers[k])
+      rows = int(self.global_rows[b])
+      return b, self._members(b, j * rows, rows)
 
   def __call__(self, step: int) -> dict[str, np.ndarray]:
     """This process's batch of `step`: 'inputs'/'targets' [devices, rows, bucket length]."""

@@ -43,11 +43,18 @@ def default_config() -> ml_collections.ConfigDict:
   c.test_target = ""
 
   # --- TFDS ---
-  c.tfds_data_dir = ""  # '' -> TFDS default (WMT) or <workdir>/tfds (textfiles)
+  c.tfds_data_dir = ""  # '' -> TFDS default (WMT) or <data_dir or workdir>/tfds (textfiles)
   c.tfds_download = True  # False: fail instead of downloading/preparing WMT
+  c.tfds_manual_dir = ""  # WMT archives downloaded by hand (TFDS manual_dir); '' -> TFDS's
+  #                         <tfds_data_dir>/downloads/manual
+
+  # --- the prepared store (t2t-prepare): every split tokenized once, memory-mapped ---
+  c.data_dir = ""  # where the store, vocabulary and textfiles' TFDS copy live; '' -> the
+  #                  workdir. Several workdirs (and all hosts) may share one data_dir.
+  c.prepared_store = True  # False: tokenize the corpus into memory at every start instead
 
   # --- vocabulary (SentencePiece, shared by source and target, trained on train only) ---
-  c.vocab_path = ""  # '' -> <workdir>/vocab.model (synthetic: <workdir>/vocab.symbols)
+  c.vocab_path = ""  # '' -> <data_dir or workdir>/vocab.model (synthetic: vocab.symbols)
   c.vocab_size = 37000  # paper: 37000 for en-de, 32000 for en-fr; ignored by synthetic
   c.vocab_type = "bpe"  # 'bpe' (paper: byte-pair encoding) | 'unigram'
   c.vocab_max_sentences = 1_000_000  # bound on sentences sampled to train the vocab
@@ -72,6 +79,7 @@ def default_config() -> ml_collections.ConfigDict:
   c.tokenize_threads = 0  # SentencePiece threads for the up-front tokenization; 0 -> all CPUs
   c.prefetch_batches = 2  # batches prepared ahead in a background thread
   c.wait_for_process0_s = 3600.0  # hosts > 0 wait this long for process 0's vocab/prepared data
+  c.download_probe_s = 5.0  # seconds to reach each WMT download host before giving up; 0: no probe
   return c
 
 
@@ -111,6 +119,12 @@ def validate(c: ml_collections.ConfigDict) -> None:
 def _check_choice(c, field, choices):
   if c[field] not in choices:
     raise DataError(f"config.data.{field}={c[field]!r} must be one of {choices}")
+
+
+def data_root(c: ml_collections.ConfigDict, workdir: str) -> str:
+  """Where the vocabulary, the prepared store and textfiles' TFDS copy live: data_dir or the
+  workdir (configs written before data_dir existed have no such field)."""
+  return c.get("data_dir", "") or workdir
 
 
 def bucket_boundaries(c: ml_collections.ConfigDict) -> tuple[int, ...]:

@@ -1,12 +1,16 @@
 """get_datasets: source -> vocabulary -> tokenize/filter -> token-budget batches per host.
 
-datasets = get_datasets(config.data, workdir, process_index=jax.process_index(),
-                        process_count=jax.process_count(),
-                        num_local_devices=jax.local_device_count())
-it = datasets.train_iter()          # grain DatasetIterator: get_state()/set_state()
-batch = next(it)                    # {'inputs': int32 [devices, rows, L], 'targets': ...}
-for batch in datasets.eval_batches(): ...
-print(datasets.stats.summary())
+By default the tokenized splits come from the prepared store (prepare.py: made once, then
+memory-mapped at every start); with config.data.prepared_store=False they are tokenized into
+memory at every start instead. Both give the same batches.
+
+    datasets = get_datasets(config.data, workdir, process_index=jax.process_index(),
+                            process_count=jax.process_count(),
+                            num_local_devices=jax.local_device_count())
+    it = datasets.train_iter()          # grain DatasetIterator: get_state()/set_state()
+    batch = next(it)                    # {'inputs': int32 [devices, rows, L], 'targets': ...}
+    for batch in datasets.eval_batches(): ...
+    print(datasets.stats.summary())
 """
 
 import atexit
@@ -19,7 +23,7 @@ import weakref
 import grain
 import numpy as np
 
-from t2t_jax.data import batching, sources, tokenized
+from t2t_jax.data import batching, prepare, sources, tokenized
 from t2t_jax.data import config as config_lib
 from t2t_jax.data import tokenizer as tokenizer_lib
 from t2t_jax.data.errors import DataError
@@ -155,6 +159,7 @@ class Datasets:
       )
     self._tokenized = {}
     self._warned = set()
+    self.store_path = None  # the prepared store the arrays are mapped from, if any
 
   @property
   def pack_rows_per_device(self) -> int:
@@ -243,6 +248,8 @@ def get_datasets(
   sharding = batching.Sharding(process_index, process_count, num_local_devices)
   config_lib.per_device_budget(c, sharding.num_devices)  # fail before any expensive work
   stats = DataStats(batching=c.batching, tokens_per_batch_budget=c.tokens_per_batch)
+  if c.get("prepared_store", True):
+    return _from_store(c, workdir, sharding, stats)
   with _timed(stats, "open/prepare source"):
     splits = sources.open_splits(c, workdir, process_index=process_index)
   with _timed(stats, "vocabulary"):
@@ -263,10 +270,34 @@ def get_datasets(
   with _timed(stats, "read dev+test"):
     dev_pairs = _read_all(splits["dev"], stats.dev)
     test_pairs = _read_all(splits["test"], stats.test)
-  data = Datasets(c, tokenizer, train, dev_pairs, test_pairs, stats, sharding)
-  stats.budget_per_device = data.budget_per_device
-  stats.shapes = _describe_shapes(data)
-  logging.info("Data:\n%s", stats.summary())
+  return _finish(Datasets(c, tokenizer, train, dev_pairs, test_pairs, stats, sharding))
+
+
+def _from_store(c, workdir: str, sharding: batching.Sharding, stats: DataStats) -> Datasets:
+  """The run's data from its prepared store (prepared first if absent): nothing is tokenized
+  when the store exists, and the arrays are memory-mapped."""
+  with _timed(stats, "open (or prepare) the store"):
+    store = prepare.ensure_store(c, workdir, process_index=sharding.process_index)
+  for split in ("train", "dev", "test"):
+    setattr(stats, split, store.counts(split))
+  data = Datasets(
+    c,
+    store.tokenizer,
+    store.pairs("train"),
+    store.text_pairs("dev"),
+    store.text_pairs("test"),
+    stats,
+    sharding,
+  )
+  data.store_path = store.path
+  data._tokenized = {split: store.pairs(split) for split in ("dev", "test")}
+  return _finish(data)
+
+
+def _finish(data: Datasets) -> Datasets:
+  data.stats.budget_per_device = data.budget_per_device
+  data.stats.shapes = _describe_shapes(data)
+  logging.info("Data:\n%s", data.stats.summary())
   return data
 
 

@@ -16,7 +16,8 @@ from typing import Protocol
 import tensorflow_datasets as tfds
 from etils import epath
 
-from t2t_jax.data import synthetic, textio
+from t2t_jax.data import config as config_lib
+from t2t_jax.data import download, synthetic, textio
 from t2t_jax.data.errors import DataError
 
 SPLITS = ("train", "dev", "test")
@@ -170,7 +171,7 @@ def _open_splits(c, workdir: str, process_index: int) -> dict[str, PairSource | 
       for split in SPLITS
       if c[f"{split}_source"]
     }
-    data_dir = c.tfds_data_dir or str(epath.Path(workdir) / "tfds")
+    data_dir = c.tfds_data_dir or str(epath.Path(config_lib.data_root(c, workdir)) / "tfds")
     builder = Textfiles(files=files, data_dir=data_dir, file_format="array_record")
     _prepare(builder, c, process_index)
     return {
@@ -208,6 +209,26 @@ def _open_wmt(c, process_index: int) -> dict[str, PairSource]:
   }
 
 
+def tfds_identity(c, splits: dict[str, PairSource | None]) -> dict:
+  """Names a prepared TFDS source in a store manifest: dataset, version, direction, splits."""
+  builder = tfds.builder(
+    f"{c.source}/{c.pair}", data_dir=c.tfds_data_dir or None, file_format="array_record"
+  )
+  source_lang, target_lang = languages(c)
+  return dict(
+    name=c.source,
+    pair=c.pair,
+    version=str(builder.info.version),
+    source_lang=source_lang,
+    target_lang=target_lang,
+    splits={
+      split: dict(tfds_split=_TFDS_SPLIT[split], examples=len(source))
+      for split, source in splits.items()
+      if source is not None
+    },
+  )
+
+
 def languages(c) -> tuple[str, str]:
   """(source, target) language of a WMT pair; by default English -> the other language."""
   pair = c.pair.split("-")
@@ -226,12 +247,15 @@ def _prepare(builder, c, process_index: int) -> None:
   if builder.is_prepared():
     return
   if process_index == 0:
-    if c.source != "textfiles" and not c.tfds_download:
+    if c.source == "textfiles":
+      builder.download_and_prepare()
+      return
+    if not c.tfds_download:
       raise DataError(
         f"{builder.info.full_name} is not prepared in {builder.data_dir} and "
         "config.data.tfds_download=False"
       )
-    builder.download_and_prepare()
+    download.download_and_prepare(builder, c)
     return
   wait_for(
     builder.is_prepared, f"{builder.info.full_name} in {builder.data_dir}", c.wait_for_process0_s
@@ -246,6 +270,7 @@ def wait_for(ready, what: str, timeout_s: float) -> None:
     if time.monotonic() > deadline:
       raise DataError(
         f"gave up after {timeout_s}s waiting for process 0 to write {what}; "
-        "the workdir and tfds_data_dir must be shared by all processes"
+        "the workdir (or config.data.data_dir) and tfds_data_dir must be shared by all "
+        "processes"
       )
     time.sleep(1.0)

@@ -78,14 +78,19 @@ def tokenize_source(
   parts = []
   for start in range(0, len(source), chunk):
     pairs = non_empty(source.read(range(start, min(start + chunk, len(source)))), counts)
-    parts.append(_encode(pairs, tokenizer, max_len, counts))
+    parts.append(encode_pairs(pairs, tokenizer, max_len, counts))
   dtype = np.uint16 if tokenizer.vocab_size <= 2**16 else np.int32
   return _concatenate(parts, dtype), counts
 
 
+def empty_pairs() -> TokenizedPairs:
+  """No pairs (a split the source does not have)."""
+  return _concatenate([], np.int32)
+
+
 def tokenize_pairs(pairs, tokenizer) -> TokenizedPairs:
   """Tokenizes already-read, non-empty pairs, keeping them all (dev and test sets)."""
-  return _concatenate([_encode(pairs, tokenizer, None, SplitCounts())], np.int32)
+  return _concatenate([encode_pairs(pairs, tokenizer, None, SplitCounts())], np.int32)
 
 
 def truncate(pairs: TokenizedPairs, max_len: int) -> tuple[TokenizedPairs, int]:
@@ -105,7 +110,11 @@ def truncate(pairs: TokenizedPairs, max_len: int) -> tuple[TokenizedPairs, int]:
   return _concatenate([sides], np.int32), int(too_long.sum())
 
 
-def _encode(pairs, tokenizer, max_len, counts):
+def encode_pairs(
+  pairs: Sequence[tuple[str, str]], tokenizer, max_len: int | None, counts: SplitCounts
+) -> tuple[list[list[int]], list[list[int]]]:
+  """Token ids (no EOS) of non-empty pairs; pairs with a side of max_len or more tokens
+  (max_len counts the EOS to come) are dropped and counted; None keeps all."""
   sources = tokenizer.encode_batch([p[0] for p in pairs])
   targets = tokenizer.encode_batch([p[1] for p in pairs])
   if max_len is not None:
@@ -117,7 +126,8 @@ def _encode(pairs, tokenizer, max_len, counts):
   return sources, targets
 
 
-def _flatten(seqs: list[list[int]], dtype) -> tuple[np.ndarray, np.ndarray]:
+def flatten(seqs: list[list[int]], dtype) -> tuple[np.ndarray, np.ndarray]:
+  """(flat ids with an EOS after each sequence, int64 [len(seqs)] lengths with the EOS)."""
   lengths = np.fromiter((len(s) + 1 for s in seqs), np.int64, len(seqs))
   flat = np.fromiter(
     itertools.chain.from_iterable(s + [EOS_ID] for s in seqs), dtype, int(lengths.sum())
@@ -129,7 +139,7 @@ def _concatenate(parts, dtype) -> TokenizedPairs:
   sides = []
   for side in (0, 1):
     flats, lengths = (
-      zip(*[_flatten(part[side], dtype) for part in parts])
+      zip(*[flatten(part[side], dtype) for part in parts])
       if parts
       else ([np.zeros(0, dtype)], [np.zeros(0, np.int64)])
     )

@@ -19,6 +19,7 @@ import sentencepiece as spm
 from etils import epath
 from sentencepiece import sentencepiece_model_pb2
 
+from t2t_jax.data import config as config_lib
 from t2t_jax.data import synthetic
 from t2t_jax.data.errors import DataError
 from t2t_jax.tokens import BOS_ID, EOS_ID, NUM_RESERVED, PAD_ID, UNK_ID
@@ -101,7 +102,7 @@ def vocab_path(c, workdir: str) -> epath.Path:
   if c.vocab_path:
     return epath.Path(c.vocab_path)
   name = SYMBOLS_FILE if c.source == "synthetic" else SENTENCEPIECE_FILE
-  return epath.Path(workdir) / name
+  return epath.Path(config_lib.data_root(c, workdir)) / name
 
 
 def load_tokenizer(path: str | os.PathLike, num_threads: int = 0):
@@ -123,7 +124,8 @@ def load_or_train_tokenizer(
 
   Args:
     c: the data config (`config.data`).
-    workdir: where the vocabulary lives (`<workdir>/vocab.model` unless c.vocab_path is set).
+    workdir: where the vocabulary lives (`<data_dir or workdir>/vocab.model` unless
+      c.vocab_path is set).
     process_index: only process 0 trains; the others wait for its file (shared workdir).
     train_sentences: returns the training sentences to learn from (already a bounded
       sample); by default the training split of `c` is opened and sampled.

@@ -1,0 +1,88 @@
+"""t2t-prepare: everything before the first training step, done once.
+
+    t2t-prepare --experiment=NAME --workdir=DIR [--config.FIELD=VALUE ...]
+    python -m t2t_jax.cli.prepare --experiment=NAME --workdir=DIR
+
+Downloads and prepares the TFDS source (or reads the local text files), trains or loads the
+vocabulary, tokenizes every split and applies the length filter, then writes the prepared
+store (memory-mappable arrays and a manifest) to <config.data.data_dir or DIR>/prepared,
+beside the vocabulary. `t2t-train` with the same experiment and overrides then starts
+without tokenizing anything; with other store-relevant overrides (corpus, max_len,
+train_max_pairs, vocabulary) it refuses the store, naming the field. Run it on one machine:
+it needs no accelerator, and the hosts of a multi-host run read the store from shared
+storage (config.data.data_dir).
+"""
+
+import os
+import sys
+
+from absl import app, flags
+
+from t2t_jax.cli import common
+
+flags.DEFINE_string(
+  "experiment",
+  common.DEFAULT_EXPERIMENT,
+  "experiment: a file in experiments/ or a path, optionally NAME:ARG",
+)
+flags.DEFINE_string(
+  "workdir",
+  None,
+  "the workdir t2t-train will use (the store goes to <config.data.data_dir or workdir>/prepared)",
+)
+
+
+def describe(store) -> str:
+  """A few lines on what the store holds and what was skipped or dropped."""
+  m = store.manifest
+  size = sum(m["files"].values())
+  lines = [f"prepared data: {store.path} ({size / 2**20:.1f} MiB, {m['dtype']} tokens)"]
+  for split in ("train", "dev", "test"):
+    if not store.has(split):
+      lines.append(f"  {split}: none")
+      continue
+    c, pairs = store.counts(split), store.pairs(split)
+    dropped = (
+      f", {c.dropped_too_long} dropped by length (max_len {m['max_len']})"
+      if split == "train"
+      else ""
+    )
+    lines.append(
+      f"  {split}: {c.read} pairs read, {c.empty_skipped} empty skipped{dropped}, "
+      f"{c.kept} kept; {len(pairs.inputs_flat)} source + "
+      f"{len(pairs.targets_flat)} target tokens (EOS included)"
+    )
+  vocab = m["vocabulary"]
+  lines.append(
+    f"  vocabulary: {vocab['path']} ({vocab['size']} ids, sha256 {vocab['sha256'][:12]}...)"
+  )
+  lines.append("  seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in m["seconds"].items()))
+  return "\n".join(lines)
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  if not flags.FLAGS.workdir:
+    raise app.UsageError("--workdir is required")
+  from t2t_jax import data
+  from t2t_jax.data import prepare
+
+  common.quiet_library_logs()
+  workdir = os.path.abspath(flags.FLAGS.workdir)
+  os.makedirs(workdir, exist_ok=True)
+  try:
+    store = prepare.ensure_store(flags.FLAGS.config.data, workdir)
+  except data.DataError as e:
+    sys.exit(f"t2t-prepare: {e}")
+  print(describe(store), flush=True)
+
+
+def run():
+  """Console-script entry point."""
+  common.define_config_flag("t2t-prepare")
+  app.run(main)
+
+
+if __name__ == "__main__":
+  run()

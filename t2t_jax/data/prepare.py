@@ -1,0 +1,204 @@
+"""Everything before the first training step, done once: source -> vocabulary -> token store.
+
+    store = ensure_store(config.data, workdir, process_index=jax.process_index())
+
+opens the prepared store of `<data_dir or workdir>/prepared` when its manifest matches the
+config, prepares it when there is none (process 0; the other processes wait for its
+manifest), and refuses one that does not match, naming the field. `t2t-prepare` runs the same
+preparation ahead of training; `get_datasets` calls `ensure_store`, so a one-command
+`t2t-train` still works.
+
+Preparing streams the corpus in chunks (text files are read in place through a line index,
+TFDS sources through their random-access data source) into the arrays of `store.py`, in a
+temporary directory renamed into place when complete; the manifest is written last.
+"""
+
+import contextlib
+import logging
+import os
+import pathlib
+import shutil
+import time
+import uuid
+
+import numpy as np
+
+from t2t_jax.data import config as config_lib
+from t2t_jax.data import linefiles, sources, tokenized
+from t2t_jax.data import store as store_lib
+from t2t_jax.data import tokenizer as tokenizer_lib
+from t2t_jax.data.errors import DataError
+from t2t_jax.data.tokenized import SplitCounts
+
+CHUNK_PAIRS = 20000  # pairs read and tokenized at a time (SentencePiece batch encoding)
+_LOG_EVERY = 1_000_000  # pairs between progress lines
+
+
+def ensure_store(c, workdir: str, *, process_index: int = 0) -> "OpenedStore":
+  """The run's prepared data, prepared first where absent (see the module docstring)."""
+  config_lib.validate(c)
+  path = store_lib.store_path(c, workdir)
+  manifest = store_lib.read_manifest(path)
+  if manifest is None:
+    if process_index == 0:
+      prepare(c, workdir)
+    else:
+      sources.wait_for(
+        (path / store_lib.MANIFEST_FILE).exists,
+        str(path / store_lib.MANIFEST_FILE),
+        c.wait_for_process0_s,
+      )
+  return open_store(c, workdir, process_index=process_index)
+
+
+class OpenedStore(store_lib.Store):
+  """A checked store with the tokenizer its arrays were made with."""
+
+  def __init__(self, path: pathlib.Path, manifest: dict, tokenizer):
+    super().__init__(path, manifest)
+    self.tokenizer = tokenizer
+
+
+def open_store(c, workdir: str, *, process_index: int = 0) -> OpenedStore:
+  """Opens a complete store after checking it against `c`; DataError names any mismatch."""
+  path = store_lib.store_path(c, workdir)
+  manifest = store_lib.read_manifest(path)
+  if manifest is None:
+    raise DataError(
+      f"{path / store_lib.MANIFEST_FILE}: no prepared data; run t2t-prepare "
+      "with the same experiment and overrides"
+    )
+  store_lib.check_manifest(path, manifest, c)
+  vocab = tokenizer_lib.vocab_path(c, workdir)
+  if not vocab.exists():
+    raise DataError(
+      f"{path}: prepared with the vocabulary {vocab}, which is missing; restore "
+      f"it, or delete {path} to prepare the data again"
+    )
+  tokenizer = tokenizer_lib.load_or_train_tokenizer(c, workdir, process_index=process_index)
+  store_lib.check_vocabulary(path, manifest, vocab)
+  return OpenedStore(path, manifest, tokenizer)
+
+
+def prepare(c, workdir: str) -> pathlib.Path:
+  """Builds the store of `c` (replacing an incomplete one); returns its path."""
+  config_lib.validate(c)
+  path = store_lib.store_path(c, workdir)
+  if store_lib.read_manifest(path) is not None:
+    return path
+  if path.exists():  # a preparation that stopped before its manifest
+    logging.warning("%s has no manifest (an interrupted preparation): preparing it again", path)
+    shutil.rmtree(path)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  tmp = path.parent / f"{store_lib.STORE_DIR}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+  tmp.mkdir()
+  try:
+    manifest = _write_arrays(c, workdir, tmp)
+    manifest["files"] = store_lib.file_sizes(tmp)
+    _move_into_place(tmp, path, c.wait_for_process0_s)
+  finally:
+    shutil.rmtree(tmp, ignore_errors=True)
+  if store_lib.read_manifest(path) is None:
+    store_lib.write_manifest(path, manifest)
+  return path
+
+
+def _move_into_place(tmp: pathlib.Path, path: pathlib.Path, timeout_s: float) -> None:
+  try:
+    tmp.rename(path)
+  except OSError:
+    if not path.exists():
+      raise
+    # Another process prepared the same store meanwhile: keep theirs.
+    sources.wait_for(
+      (path / store_lib.MANIFEST_FILE).exists, str(path / store_lib.MANIFEST_FILE), timeout_s
+    )
+
+
+def _write_arrays(c, workdir: str, directory: pathlib.Path) -> dict:
+  """Tokenizes every split into `directory`; returns the manifest (without 'files')."""
+  start = time.perf_counter()
+  seconds = {}
+  with _timed(seconds, "open source"):
+    splits, identity = open_source(c, workdir)
+  with _timed(seconds, "vocabulary"):
+    tokenizer = tokenizer_lib.load_or_train_tokenizer(
+      c,
+      workdir,
+      train_sentences=lambda: tokenizer_lib.sample_sentences(
+        splits["train"], c.vocab_max_sentences, c.vocab_seed
+      ),
+    )
+  dtype = np.uint16 if tokenizer.vocab_size <= 2**16 else np.int32
+  counts = {}
+  for split in store_lib.SPLITS:
+    with _timed(seconds, f"tokenize {split}"):
+      counts[split] = (
+        None
+        if splits[split] is None
+        else _write_split(
+          directory, split, splits[split], tokenizer, c.max_len if split == "train" else None, dtype
+        )
+      )
+  if not counts["train"].kept:
+    raise DataError(
+      f"no training pairs left ({counts['train']}); check the training files "
+      "and config.data.max_len"
+    )
+  vocab = tokenizer_lib.vocab_path(c, workdir)
+  seconds["total"] = time.perf_counter() - start
+  return dict(
+    format_version=store_lib.FORMAT_VERSION,
+    source=identity,
+    train_max_pairs=c.train_max_pairs,
+    max_len=c.max_len,
+    dtype=np.dtype(dtype).name,
+    vocabulary=dict(
+      path=str(vocab), sha256=store_lib.sha256_file(vocab), size=tokenizer.vocab_size
+    ),
+    splits={k: (v.__dict__ if v is not None else None) for k, v in counts.items()},
+    seconds={k: round(v, 2) for k, v in seconds.items()},
+  )
+
+
+@contextlib.contextmanager
+def _timed(seconds: dict, stage: str):
+  start = time.perf_counter()
+  yield
+  seconds[stage] = time.perf_counter() - start
+
+
+def open_source(c, workdir: str) -> tuple[dict, dict]:
+  """({'train', 'dev', 'test'} -> PairSource or None, the corpus identity for the manifest)."""
+  if c.source == "textfiles":
+    splits, files = {}, {}
+    for split in store_lib.SPLITS:
+      if not c[f"{split}_source"]:
+        splits[split] = None
+        continue
+      splits[split] = linefiles.AlignedFiles(c[f"{split}_source"], c[f"{split}_target"], split)
+      files[f"{split}_source"] = splits[split].source.identity()
+      files[f"{split}_target"] = splits[split].target.identity()
+    if c.train_max_pairs:
+      splits["train"] = sources.HeadPairs(splits["train"], c.train_max_pairs)
+    return splits, dict(name="textfiles", files=files)
+  splits = sources.open_splits(c, workdir)
+  if c.source == "synthetic":
+    return splits, dict(name="synthetic", **{f: c[f] for f in store_lib.SYNTHETIC_FIELDS})
+  return splits, sources.tfds_identity(c, splits)
+
+
+def _write_split(
+  directory: pathlib.Path, split: str, source, tokenizer, max_len: int | None, dtype
+) -> SplitCounts:
+  counts = SplitCounts()
+  writer = store_lib.SplitWriter(directory, split, dtype, with_text=split != "train")
+  for start in range(0, len(source), CHUNK_PAIRS):
+    pairs = tokenized.non_empty(
+      source.read(range(start, min(start + CHUNK_PAIRS, len(source)))), counts
+    )
+    writer.add(*tokenized.encode_pairs(pairs, tokenizer, max_len, counts), pairs)
+    if (start // CHUNK_PAIRS + 1) % (_LOG_EVERY // CHUNK_PAIRS) == 0:
+      logging.info("%s: %d of %d pairs tokenized", split, start + CHUNK_PAIRS, len(source))
+  writer.close()
+  return counts

@@ -1,0 +1,275 @@
+"""The prepared store: every split tokenized once, as memory-mapped arrays plus a manifest.
+
+    <data_dir or workdir>/prepared/
+      manifest.json                 written last: a store without it is incomplete
+      {split}.{side}.npy            flat token ids, each pair's side ending in EOS
+                                    (uint16 when the vocabulary fits, else int32)
+      {split}.{side}_offsets.npy    int64 [pairs + 1]: pair i is flat[offsets[i]:offsets[i + 1]]
+      {dev,test}.jsonl              the kept text pairs, [source, target] per line (BLEU)
+
+with split in train/dev/test and side in inputs/targets. Opening maps the arrays
+(np.load(mmap_mode='r')), so a process holds in memory only the pages it reads, and a restart
+tokenizes nothing. The manifest names what the arrays were made from (corpus identity,
+vocabulary sha256, max_len, train_max_pairs) with the counts of skipped and dropped pairs; a
+store whose manifest disagrees with the config is refused, naming the field, rather than
+silently trained on.
+"""
+
+import hashlib
+import json
+import os
+import pathlib
+import struct
+
+import numpy as np
+
+from t2t_jax.data import config as config_lib
+from t2t_jax.data import sources, tokenized
+from t2t_jax.data.errors import DataError
+from t2t_jax.data.tokenized import SplitCounts, TokenizedPairs
+
+FORMAT_VERSION = 1
+STORE_DIR = "prepared"
+MANIFEST_FILE = "manifest.json"
+SPLITS = ("train", "dev", "test")
+SIDES = ("inputs", "targets")
+SYNTHETIC_FIELDS = (
+  "task",
+  "synthetic_num_symbols",
+  "synthetic_min_len",
+  "synthetic_max_len",
+  "synthetic_train_size",
+  "synthetic_eval_size",
+  "synthetic_seed",
+)
+FILE_FLAGS = tuple(f"{split}_{side}" for split in SPLITS for side in ("source", "target"))
+_HEADER_BYTES = 128  # a fixed-size .npy header, rewritten once the length is known
+
+
+def store_path(c, workdir: str) -> pathlib.Path:
+  return pathlib.Path(config_lib.data_root(c, workdir)) / STORE_DIR
+
+
+def read_manifest(path: pathlib.Path) -> dict | None:
+  """The manifest of the store at `path`, or None while there is no complete store."""
+  try:
+    return json.loads((path / MANIFEST_FILE).read_text(encoding="utf-8"))
+  except FileNotFoundError:
+    return None
+  except (OSError, ValueError) as e:
+    raise DataError(
+      f"{path / MANIFEST_FILE}: unreadable manifest ({e}); delete {path} to prepare the data again"
+    ) from None
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+  digest = hashlib.sha256()
+  with open(path, "rb") as f:
+    for block in iter(lambda: f.read(1 << 20), b""):
+      digest.update(block)
+  return digest.hexdigest()
+
+
+# ----------------------------------------------------------------------------- writing
+
+
+def _npy_header(dtype: np.dtype, length: int) -> bytes:
+  """A version 1.0 .npy header for a 1-D array, padded to exactly _HEADER_BYTES."""
+  text = (
+    f"{{'descr': '{np.lib.format.dtype_to_descr(np.dtype(dtype))}', "
+    f"'fortran_order': False, 'shape': ({length},), }}"
+  )
+  text = text.ljust(_HEADER_BYTES - 10 - 1) + "\n"
+  return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(text)) + text.encode("latin1")
+
+
+class ArrayWriter:
+  """Appends to a 1-D .npy file whose final length is only known at close()."""
+
+  def __init__(self, path: pathlib.Path, dtype):
+    self.path, self.dtype, self.length = path, np.dtype(dtype), 0
+    self._file = open(path, "wb")  # noqa: SIM115 (held across append() calls, closed by close())
+    self._file.write(b"\0" * _HEADER_BYTES)
+
+  def append(self, values: np.ndarray) -> None:
+    values = np.ascontiguousarray(values, self.dtype)
+    self._file.write(values.tobytes())
+    self.length += len(values)
+
+  def close(self) -> None:
+    self._file.seek(0)
+    self._file.write(_npy_header(self.dtype, self.length))
+    self._file.close()
+
+
+class SplitWriter:
+  """Streams one split's tokenized pairs (and, for dev/test, their text) into a directory."""
+
+  def __init__(self, directory: pathlib.Path, split: str, dtype, with_text: bool):
+    self._tokens = [ArrayWriter(directory / f"{split}.{side}.npy", dtype) for side in SIDES]
+    self._offsets = [
+      ArrayWriter(directory / f"{split}.{side}_offsets.npy", np.int64) for side in SIDES
+    ]
+    for offsets in self._offsets:
+      offsets.append(np.zeros(1, np.int64))
+    self._text = None
+    if with_text:  # held across add() calls, closed by close()
+      self._text = open(directory / f"{split}.jsonl", "w", encoding="utf-8")  # noqa: SIM115
+
+  def add(
+    self,
+    sources: list[list[int]],
+    targets: list[list[int]],
+    text_pairs: list[tuple[str, str]] | None = None,
+  ) -> None:
+    for seqs, tokens, offsets in zip((sources, targets), self._tokens, self._offsets):
+      flat, lengths = tokenized.flatten(seqs, tokens.dtype)
+      offsets.append(tokens.length + np.cumsum(lengths))
+      tokens.append(flat)
+    if self._text is not None:
+      self._text.writelines(json.dumps(list(p), ensure_ascii=False) + "\n" for p in text_pairs)
+
+  def close(self) -> None:
+    for writer in self._tokens + self._offsets:
+      writer.close()
+    if self._text is not None:
+      self._text.close()
+
+
+def file_sizes(directory: pathlib.Path) -> dict[str, int]:
+  return {p.name: p.stat().st_size for p in sorted(directory.iterdir()) if p.is_file()}
+
+
+def write_manifest(path: pathlib.Path, manifest: dict) -> None:
+  """Last step of a preparation: readers on every host treat the store as complete now."""
+  tmp = path / f"{MANIFEST_FILE}.tmp-{os.getpid()}"
+  tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+  tmp.rename(path / MANIFEST_FILE)
+
+
+# ----------------------------------------------------------------------------- checking
+
+
+def _refuse(path, field: str, recorded, current) -> DataError:
+  return DataError(
+    f"{path}: prepared for config.data.{field}={recorded!r}, but this run has "
+    f"{current!r}; set that value, point config.data.data_dir elsewhere, or delete {path} "
+    "to prepare the data again"
+  )
+
+
+def check_manifest(path: pathlib.Path, manifest: dict, c) -> None:
+  """Raises DataError naming the first field where the store and config `c` disagree."""
+  if manifest.get("format_version") != FORMAT_VERSION:
+    raise DataError(
+      f"{path}: store format {manifest.get('format_version')!r}, this t2t_jax "
+      f"reads format {FORMAT_VERSION}; delete {path} to prepare the data again"
+    )
+  source = manifest["source"]
+  if source["name"] != c.source:
+    raise _refuse(path, "source", source["name"], c.source)
+  if c.source == "synthetic":
+    for field in SYNTHETIC_FIELDS:
+      if source[field] != c[field]:
+        raise _refuse(path, field, source[field], c[field])
+  elif c.source == "textfiles":
+    for flag in FILE_FLAGS:
+      _check_file(path, flag, source["files"].get(flag), c[flag])
+  else:
+    for field, value in expected_tfds_fields(c).items():
+      if source[field] != value:
+        raise _refuse(path, field, source[field], value)
+  for field in ("train_max_pairs", "max_len"):
+    if manifest[field] != c[field]:
+      raise _refuse(path, field, manifest[field], c[field])
+  _check_files(path, manifest)
+
+
+def expected_tfds_fields(c) -> dict:
+  """The direction of a TFDS source as the manifest records it."""
+  source_lang, target_lang = sources.languages(c)
+  return dict(pair=c.pair, source_lang=source_lang, target_lang=target_lang)
+
+
+def _check_file(path, flag: str, recorded: dict | None, configured: str) -> None:
+  """The configured file must hold the content the store was made from (the same path, size
+  and mtime, or else the same size and sha256: a moved or copied corpus is still accepted)."""
+  if recorded is None or not configured:
+    if recorded is not None or configured:
+      raise _refuse(path, flag, recorded["path"] if recorded else "", configured)
+    return
+  current = os.path.abspath(configured)
+  try:
+    stat = os.stat(current)
+  except OSError as e:
+    raise DataError(f"{configured}: cannot read: {e.strerror} (config.data.{flag})") from None
+  if (current, stat.st_size, stat.st_mtime_ns) == (
+    recorded["path"],
+    recorded["size"],
+    recorded["mtime_ns"],
+  ):
+    return
+  if stat.st_size != recorded["size"] or sha256_file(current) != recorded["sha256"]:
+    raise DataError(
+      f"{path}: config.data.{flag}={configured} ({stat.st_size} bytes) is not the file the "
+      f"data was prepared from ({recorded['path']}, {recorded['size']} bytes, sha256 "
+      f"{recorded['sha256'][:12]}...); restore it, point config.data.data_dir elsewhere, or "
+      f"delete {path} to prepare the data again"
+    )
+
+
+def _check_files(path: pathlib.Path, manifest: dict) -> None:
+  for name, size in manifest["files"].items():
+    try:
+      actual = (path / name).stat().st_size
+    except FileNotFoundError:
+      actual = None
+    if actual != size:
+      raise DataError(
+        f"{path / name}: {actual} bytes where the manifest says {size}: the "
+        f"store is damaged; delete {path} to prepare the data again"
+      )
+
+
+def check_vocabulary(path: pathlib.Path, manifest: dict, vocab_file) -> None:
+  recorded = manifest["vocabulary"]["sha256"]
+  current = sha256_file(vocab_file)
+  if current != recorded:
+    raise DataError(
+      f"{path}: prepared with a vocabulary of sha256 {recorded[:12]}..., but {vocab_file} "
+      f"(config.data.vocab_path) has sha256 {current[:12]}...; restore that vocabulary, or "
+      f"delete {path} to tokenize again with this one"
+    )
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+class Store:
+  """An opened, checked store: memory-mapped token arrays, dev/test text and the counts."""
+
+  def __init__(self, path: pathlib.Path, manifest: dict):
+    self.path, self.manifest = path, manifest
+
+  def has(self, split: str) -> bool:
+    return self.manifest["splits"][split] is not None
+
+  def counts(self, split: str) -> SplitCounts:
+    return SplitCounts(**(self.manifest["splits"][split] or {}))
+
+  def pairs(self, split: str) -> TokenizedPairs:
+    """The split's tokenized pairs; arrays are read-only memory maps."""
+    if not self.has(split):
+      return tokenized.empty_pairs()
+    arrays = []
+    for side in SIDES:
+      arrays.append(np.load(self.path / f"{split}.{side}.npy", mmap_mode="r"))
+      arrays.append(np.load(self.path / f"{split}.{side}_offsets.npy", mmap_mode="r"))
+    return TokenizedPairs(*arrays)
+
+  def text_pairs(self, split: str) -> list[tuple[str, str]]:
+    """The kept (source, target) text of dev or test, in order."""
+    if not self.has(split):
+      return []
+    with open(self.path / f"{split}.jsonl", encoding="utf-8") as f:
+      return [tuple(json.loads(line)) for line in f]
