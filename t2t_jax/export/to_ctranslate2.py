@@ -145,6 +145,12 @@ def _set_decoder(spec, cfg, stack, embedding) -> None:
     _set_norm(spec.layer_norm, stack["final_norm"])
 
 
+def check_quantization(quantization: str) -> None:
+  if quantization not in QUANTIZATIONS:
+    raise ExportError(f"--quantization={quantization}: allowed values are "
+                      f"{', '.join(QUANTIZATIONS)}")
+
+
 def export(trained: Trained, output: str, quantization: str = "float32") -> str:
   """Writes the CTranslate2 model directory `output` (model.bin, config.json,
   shared_vocabulary.json and the workdir's vocabulary file); returns its path.
@@ -152,9 +158,7 @@ def export(trained: Trained, output: str, quantization: str = "float32") -> str:
   quantization: the stored weight type (QUANTIZATIONS); CTranslate2 can still convert at
   load time with `compute_type`.
   """
-  if quantization not in QUANTIZATIONS:
-    raise ExportError(f"--quantization={quantization}: allowed values are "
-                      f"{', '.join(QUANTIZATIONS)}")
+  check_quantization(quantization)
   check_output_dir(output)
   spec = build_spec(trained)
   spec.register_file(trained.vocab_file)
