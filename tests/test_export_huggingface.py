@@ -16,9 +16,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2t_jax import data, positional, translate
+from t2t_jax import data
+from t2t_jax.decoding.translator import Translator, load_config
 from t2t_jax.export import ExportError, to_huggingface
-from t2t_jax.model import Transformer, TransformerConfig
+from t2t_jax.model import Transformer, TransformerConfig, positional
 from t2t_jax.tokens import BOS_ID, EOS_ID, PAD_ID
 from tests import export_support
 from tests.test_export_ctranslate2 import random_params, symbol_trained
@@ -31,8 +32,8 @@ TOLERANCE = 1e-4
 
 
 def test_permutation_turns_our_table_into_marians():
-  from transformers.models.marian.modeling_marian import (  # pylint: disable=g-import-not-at-top
-      MarianSinusoidalPositionalEmbedding)
+  from transformers.models.marian.modeling_marian import MarianSinusoidalPositionalEmbedding
+
   length, d_model = 50, 16
   perm = to_huggingface.residual_permutation(d_model)
   assert sorted(perm) == list(range(d_model))
@@ -57,9 +58,12 @@ def hf_logits(model, inputs, targets):
   """Teacher-forced logits of a MarianMTModel, decoder inputs BOS + targets[:-1]."""
   decoder_inputs = np.concatenate([np.full((len(targets), 1), BOS_ID), targets[:, :-1]], 1)
   with torch.no_grad():
-    out = model(input_ids=torch.tensor(inputs), attention_mask=torch.tensor(inputs != PAD_ID),
-                decoder_input_ids=torch.tensor(decoder_inputs),
-                decoder_attention_mask=torch.tensor(decoder_inputs != PAD_ID))
+    out = model(
+      input_ids=torch.tensor(inputs),
+      attention_mask=torch.tensor(inputs != PAD_ID),
+      decoder_input_ids=torch.tensor(decoder_inputs),
+      decoder_attention_mask=torch.tensor(decoder_inputs != PAD_ID),
+    )
   return out.logits.numpy()
 
 
@@ -69,8 +73,9 @@ def assert_logits_match(cfg, params, out, seed=1, strict=True):
     assert not any(info.values()), info  # no missing, unexpected or mismatched weights
   model.eval()
   inputs, targets = _random_batch(cfg.vocab_size, seed)
-  ours = np.asarray(Transformer(cfg).apply({"params": params}, jnp.asarray(inputs),
-                                           jnp.asarray(targets)))
+  ours = np.asarray(
+    Transformer(cfg).apply({"params": params}, jnp.asarray(inputs), jnp.asarray(targets))
+  )
   theirs = hf_logits(model, inputs, targets)
   real = targets != PAD_ID  # logits at padded target positions are not defined the same way
   np.testing.assert_allclose(theirs[real], ours[real], atol=TOLERANCE, rtol=0)
@@ -78,8 +83,15 @@ def assert_logits_match(cfg, params, out, seed=1, strict=True):
 
 @pytest.mark.parametrize("share_embeddings", [True, False])
 def test_random_models_give_the_same_logits(share_embeddings, tmp_path):
-  cfg = TransformerConfig(vocab_size=24, d_model=16, d_ff=32, num_heads=2, num_layers=2,
-                          max_len=32, share_embeddings=share_embeddings)
+  cfg = TransformerConfig(
+    vocab_size=24,
+    d_model=16,
+    d_ff=32,
+    num_heads=2,
+    num_layers=2,
+    max_len=32,
+    share_embeddings=share_embeddings,
+  )
   params = random_params(cfg)
   out = to_huggingface.export(symbol_trained(cfg, params, tmp_path), str(tmp_path / "hf"))
   assert not os.path.exists(os.path.join(out, "vocab.json"))  # symbols: no MarianTokenizer
@@ -89,15 +101,15 @@ def test_random_models_give_the_same_logits(share_embeddings, tmp_path):
 def _drop_position_tables(out):
   """Removes the stored position tables, so that transformers builds its own (as some
   versions do whatever the file holds)."""
-  from safetensors.numpy import load_file, save_file  # pylint: disable=g-import-not-at-top
+  from safetensors.numpy import load_file, save_file
+
   path = os.path.join(out, "model.safetensors")
   tensors = {k: v for k, v in load_file(path).items() if "embed_positions" not in k}
   save_file(tensors, path, metadata={"format": "pt"})
 
 
 def test_marians_own_table_needs_the_permutation(tmp_path, monkeypatch):
-  cfg = TransformerConfig(vocab_size=24, d_model=16, d_ff=32, num_heads=2, num_layers=2,
-                          max_len=32)
+  cfg = TransformerConfig(vocab_size=24, d_model=16, d_ff=32, num_heads=2, num_layers=2, max_len=32)
   params = random_params(cfg)
   trained = symbol_trained(cfg, params, tmp_path)
   out = to_huggingface.export(trained, str(tmp_path / "permuted"))
@@ -110,22 +122,30 @@ def test_marians_own_table_needs_the_permutation(tmp_path, monkeypatch):
     assert_logits_match(cfg, params, out, strict=False)
 
 
-@pytest.mark.parametrize("change, reason", [
+@pytest.mark.parametrize(
+  "change, reason",
+  [
     (dict(norm="pre"), "pre-norm"),
     (dict(positional="learned"), "learned positions"),
     (dict(d_k=4, d_v=4), "d_model / h = 8"),
-])
+  ],
+)
 def test_refuses_what_marian_cannot_express(change, reason, tmp_path):
-  cfg = TransformerConfig(vocab_size=24, d_model=16, d_ff=32, num_heads=2, num_layers=1,
-                          max_len=32, **change)
+  cfg = TransformerConfig(
+    vocab_size=24, d_model=16, d_ff=32, num_heads=2, num_layers=1, max_len=32, **change
+  )
   with pytest.raises(ExportError, match=reason):
     to_huggingface.export(symbol_trained(cfg, random_params(cfg), tmp_path), str(tmp_path))
 
 
 def export_cli(*args):
-  return subprocess.run([sys.executable, "-m", "t2t_jax.export.cli", "--format=huggingface",
-                         *args], env=export_support.ENV, capture_output=True, text=True,
-                        timeout=600)
+  return subprocess.run(
+    [sys.executable, "-m", "t2t_jax.cli.export", "--format=huggingface", *args],
+    env=export_support.ENV,
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
 
 
 def _greedy_groups(t2t, sources):
@@ -133,14 +153,15 @@ def _greedy_groups(t2t, sources):
   included), which becomes max_new_tokens: transformers then forces EOS where we do."""
   groups = {}
   for i, text in enumerate(sources):
-    limit = min(len(t2t.tokenizer.encode(text)) + 1 + t2t.max_output_extra,
-                t2t.model.config.max_len)
+    limit = min(
+      len(t2t.tokenizer.encode(text)) + 1 + t2t.max_output_extra, t2t.model.config.max_len
+    )
     groups.setdefault(limit, []).append(i)
   return groups
 
 
 def _test_pairs(workdir):
-  return data.get_datasets(translate.load_config(workdir).data, workdir).test_pairs
+  return data.get_datasets(load_config(workdir).data, workdir).test_pairs
 
 
 @pytest.mark.slow
@@ -148,7 +169,7 @@ def test_tiny_model_greedy_outputs_and_logits_match(tmp_path):
   workdir, out = export_support.tiny_workdir(), str(tmp_path / "hf")
   proc = export_cli(f"--workdir={workdir}", f"--output={out}")
   assert proc.returncode == 0, proc.stderr[-2000:]
-  t2t = translate.Translator.from_workdir(workdir)
+  t2t = Translator.from_workdir(workdir)
   assert_logits_match(t2t.model.config, t2t.params, out)
   model = transformers.MarianMTModel.from_pretrained(out).eval()
   sources = [s for s, _ in _test_pairs(workdir)]
@@ -157,11 +178,15 @@ def test_tiny_model_greedy_outputs_and_logits_match(tmp_path):
     ids = [t2t.tokenizer.encode(sources[i]) + [EOS_ID] for i in rows]
     inputs = np.full((len(ids), max(map(len, ids))), PAD_ID)
     for r, row in enumerate(ids):
-      inputs[r, :len(row)] = row
+      inputs[r, : len(row)] = row
     with torch.no_grad():
-      generated = model.generate(input_ids=torch.tensor(inputs),
-                                 attention_mask=torch.tensor(inputs != PAD_ID), num_beams=1,
-                                 do_sample=False, max_new_tokens=limit).numpy()
+      generated = model.generate(
+        input_ids=torch.tensor(inputs),
+        attention_mask=torch.tensor(inputs != PAD_ID),
+        num_beams=1,
+        do_sample=False,
+        max_new_tokens=limit,
+      ).numpy()
     for i, row in zip(rows, generated):
       assert row[0] == BOS_ID
       # The symbol vocabulary maps ids one to one (EOS ends, PAD/BOS dropped).
@@ -174,7 +199,7 @@ def test_sentencepiece_model_tokenizer_and_translation(tmp_path):
   proc = export_cli(f"--workdir={workdir}", f"--output={out}", "--checkpoint=latest")
   assert proc.returncode == 0, proc.stderr[-2000:]
   assert {"source.spm", "target.spm", "vocab.json", "model.safetensors"} <= set(os.listdir(out))
-  t2t = translate.Translator.from_workdir(workdir, "latest")
+  t2t = Translator.from_workdir(workdir, "latest")
   pairs = _test_pairs(workdir)
   sources = [s for s, _ in pairs]
   tokenizer = transformers.MarianTokenizer.from_pretrained(out)
@@ -182,7 +207,8 @@ def test_sentencepiece_model_tokenizer_and_translation(tmp_path):
     ids = t2t.tokenizer.encode(reference)
     assert tokenizer(source).input_ids == t2t.tokenizer.encode(source) + [EOS_ID]
     assert tokenizer.decode([BOS_ID] + ids + [EOS_ID], skip_special_tokens=True) == (
-        t2t.tokenizer.decode(ids))
+      t2t.tokenizer.decode(ids)
+    )
   translate_hf = _translation_pipeline(out)
   ours = t2t.translate(sources, beam_size=1)
   for limit, rows in _greedy_groups(t2t, sources).items():
@@ -205,4 +231,5 @@ def _translation_pipeline(out):
     with torch.no_grad():
       generated = model.generate(**batch, **kw)
     return tokenizer.batch_decode(generated, skip_special_tokens=True)
+
   return translate_hf

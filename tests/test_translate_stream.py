@@ -49,8 +49,9 @@ def test_nbest_first_is_the_plain_output_scores_sorted_and_exact(workdir, beam_s
     assert scores == sorted(scores, reverse=True)
     for h in hyps:
       length = len(t2t.tokenizer.encode(h.text)) + 1
-      np.testing.assert_allclose(h.score, h.log_prob / search.length_penalty(length, 0.6),
-                                 rtol=1e-5)
+      np.testing.assert_allclose(
+        h.score, h.log_prob / search.length_penalty(length, 0.6), rtol=1e-5
+      )
       np.testing.assert_allclose(h.log_prob, _forced_log_prob(t2t, source, h.text), atol=1e-4)
   with pytest.raises(TranslateError, match="nbest=5: must be between 1 and the beam"):
     t2t.translate(SOURCES, beam_size=4, nbest=5)
@@ -60,13 +61,18 @@ def test_stream_gives_the_batch_translations(workdir):
   t2t = Translator.from_workdir(workdir)
   assert t2t.buckets() == [16, 32, 40]
   lines = SOURCES + [" ".join(["5"] * 20)]  # the second bucket
-  assert list(t2t.translate_stream(iter(lines), beam_size=2)) == t2t.translate(lines,
-                                                                               beam_size=2)
+  assert list(t2t.translate_stream(iter(lines), beam_size=2)) == t2t.translate(lines, beam_size=2)
 
 
 def _cli(*args, stdin=None):
-  return subprocess.run([sys.executable, "-m", "t2t_jax.cli.translate", *args], env=ENV,
-                        input=stdin, capture_output=True, text=True, timeout=600)
+  return subprocess.run(
+    [sys.executable, "-m", "t2t_jax.cli.translate", *args],
+    env=ENV,
+    input=stdin,
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
 
 
 @pytest.mark.slow
@@ -86,12 +92,12 @@ def test_cli_nbest_and_scores(workdir):
     assert mine == sorted(mine, reverse=True)
     assert [int(r[1]) for r in rows if int(r[0]) == index] == list(range(1, len(mine) + 1))
   one = [line.split("\t") for line in scores.stdout.splitlines()]
-  assert [r[2] for r in one] == best and [r[0] for r in one] == [
-      r[2] for r in rows if r[1] == "1"]
+  assert [r[2] for r in one] == best and [r[0] for r in one] == [r[2] for r in rows if r[1] == "1"]
   bad = _cli(f"--workdir={workdir}", "--beam_size=2", "--nbest=3", stdin=text)
   assert bad.returncode != 0
   assert bad.stderr.strip().splitlines()[-1] == (
-      "t2t-translate: --nbest=3: must be between 1 and --beam_size=2 (0: off)")
+    "t2t-translate: --nbest=3: must be between 1 and --beam_size=2 (0: off)"
+  )
 
 
 def _read_line(stream, timeout: float = 300.0) -> str:
@@ -103,9 +109,15 @@ def _read_line(stream, timeout: float = 300.0) -> str:
 @pytest.mark.slow
 def test_interactive_translates_each_line_before_the_next_arrives(workdir):
   expected = Translator.from_workdir(workdir).translate(SOURCES, beam_size=4)
-  proc = subprocess.Popen([sys.executable, "-m", "t2t_jax.cli.translate", f"--workdir={workdir}",
-                           "--interactive"], env=ENV, stdin=subprocess.PIPE,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
+  proc = subprocess.Popen(
+    [sys.executable, "-m", "t2t_jax.cli.translate", f"--workdir={workdir}", "--interactive"],
+    env=ENV,
+    stdin=subprocess.PIPE,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.PIPE,
+    text=True,
+    bufsize=1,
+  )
   try:
     for source, want in zip(SOURCES, expected):
       proc.stdin.write(source + "\n")

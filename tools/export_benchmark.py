@@ -18,6 +18,10 @@ import time
 
 from absl import app, flags
 
+from t2t_jax.cli.translate import read_lines
+from t2t_jax.decoding.translator import Translator
+from t2t_jax.evaluation import scoring
+
 flags.DEFINE_string("workdir", None, "the t2t-train workdir that was exported")
 flags.DEFINE_multi_string("ct2", [], "COMPUTE_TYPE:DIR of a CTranslate2 export (repeatable)")
 flags.DEFINE_string("input", None, "source sentences, one per line")
@@ -32,10 +36,9 @@ FLAGS = flags.FLAGS
 
 
 def _t2t_system(sources):
-  from t2t_jax import translate  # pylint: disable=g-import-not-at-top
-
-  t2t = translate.Translator.from_workdir(FLAGS.workdir, FLAGS.checkpoint,
-                                          batch_tokens=FLAGS.max_batch_tokens)
+  t2t = Translator.from_workdir(
+    FLAGS.workdir, FLAGS.checkpoint, batch_tokens=FLAGS.max_batch_tokens
+  )
   start = time.perf_counter()
   t2t.translate(sources, beam_size=FLAGS.beam_size, alpha=FLAGS.alpha)
   compile_s = time.perf_counter() - start
@@ -44,37 +47,42 @@ def _t2t_system(sources):
 
 
 def _ct2_system(spec, sources, sp, max_len):
-  import ctranslate2  # pylint: disable=g-import-not-at-top
+  import ctranslate2
 
   compute_type, path = spec.split(":", 1)
-  translator = ctranslate2.Translator(path, device="cpu", compute_type=compute_type,
-                                      inter_threads=1, intra_threads=FLAGS.threads)
+  translator = ctranslate2.Translator(
+    path, device="cpu", compute_type=compute_type, inter_threads=1, intra_threads=FLAGS.threads
+  )
   pieces = [sp.encode(s, out_type=str) for s in sources]
   longest = min(max(map(len, pieces)) + 1 + 50, max_len)
 
   def run():
     results = translator.translate_batch(
-        pieces, beam_size=FLAGS.beam_size, length_penalty=FLAGS.alpha,
-        max_batch_size=FLAGS.max_batch_tokens, batch_type="tokens",
-        max_decoding_length=longest - 1)
+      pieces,
+      beam_size=FLAGS.beam_size,
+      length_penalty=FLAGS.alpha,
+      max_batch_size=FLAGS.max_batch_tokens,
+      batch_type="tokens",
+      max_decoding_length=longest - 1,
+    )
     return [sp.decode_pieces(r.hypotheses[0]) for r in results]
+
   run()  # warm-up: allocations, int8 packing
   return run
 
 
 def main(argv):
-  from t2t_jax import scoring, translate  # pylint: disable=g-import-not-at-top
-
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments {argv[1:]}")
-  sources = translate.read_lines(FLAGS.input)
-  references = translate.read_lines(FLAGS.reference)
+  sources = read_lines(FLAGS.input)
+  references = read_lines(FLAGS.reference)
   t2t_run, compile_s, t2t = _t2t_system(sources)
-  sp = t2t.tokenizer._sp  # pylint: disable=protected-access
+  sp = t2t.tokenizer._sp
   systems = {"t2t-translate (JAX)": t2t_run}
   for spec in FLAGS.ct2:
-    systems[f"CTranslate2 {spec.split(':')[0]}"] = _ct2_system(spec, sources, sp,
-                                                               t2t.model.config.max_len)
+    systems[f"CTranslate2 {spec.split(':')[0]}"] = _ct2_system(
+      spec, sources, sp, t2t.model.config.max_len
+    )
   times = {name: [] for name in systems}
   outputs = {}
   for _ in range(FLAGS.rounds):
@@ -83,9 +91,12 @@ def main(argv):
       outputs[name] = run()
       times[name].append(time.perf_counter() - start)
   baseline = outputs["t2t-translate (JAX)"]
-  print(f"{len(sources)} sentences, beam {FLAGS.beam_size}, alpha {FLAGS.alpha}, "
-        f"{FLAGS.rounds} interleaved rounds (median); t2t_jax compile+first pass "
-        f"{compile_s:.1f} s", file=sys.stderr)
+  print(
+    f"{len(sources)} sentences, beam {FLAGS.beam_size}, alpha {FLAGS.alpha}, "
+    f"{FLAGS.rounds} interleaved rounds (median); t2t_jax compile+first pass "
+    f"{compile_s:.1f} s",
+    file=sys.stderr,
+  )
   print("| system | sentences/s | tokens/s | sacreBLEU | same output as t2t-translate |")
   print("|---|---:|---:|---:|---:|")
   for name, hyps in outputs.items():
@@ -93,10 +104,14 @@ def main(argv):
     tokens = sum(len(sp.encode(h)) + 1 for h in hyps)  # output subwords, EOS included
     bleu = scoring.sacrebleu_score(hyps, references)
     same = sum(a == b for a, b in zip(hyps, baseline))
-    print(f"| {name} | {len(sources) / seconds:.1f} | {tokens / seconds:.0f} | "
-          f"{bleu.score:.2f} | {same}/{len(sources)} |")
-  print(f"sacreBLEU signature: {scoring.sacrebleu_score(baseline, references).signature}",
-        file=sys.stderr)
+    print(
+      f"| {name} | {len(sources) / seconds:.1f} | {tokens / seconds:.0f} | "
+      f"{bleu.score:.2f} | {same}/{len(sources)} |"
+    )
+  print(
+    f"sacreBLEU signature: {scoring.sacrebleu_score(baseline, references).signature}",
+    file=sys.stderr,
+  )
 
 
 if __name__ == "__main__":

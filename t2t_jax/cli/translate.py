@@ -136,7 +136,7 @@ def _open_output(path: str | None):
   if not path:
     return sys.stdout
   try:
-    return open(path, "w", encoding="utf-8")  # noqa: SIM115 (closed at exit, flushed per line)
+    return open(path, "w", encoding="utf-8")
   except OSError as e:
     raise TranslateError(f"--output={path}: cannot write ({e.strerror})") from e
 

@@ -11,7 +11,7 @@ when an exporter runs.
 
 import dataclasses
 import os
-from typing import Any, List
+from typing import Any
 
 import numpy as np
 
@@ -39,12 +39,13 @@ class Trained:
     checkpoint_steps: the checkpoint step(s) the parameters come from (several: averaged).
     source_lang, target_lang: language codes from the data config ('' when unknown).
   """
+
   config: TransformerConfig
   params: Any
   tokenizer: Any
-  vocabulary: List[str]
+  vocabulary: list[str]
   vocab_file: str
-  checkpoint_steps: List[int]
+  checkpoint_steps: list[int]
   source_lang: str = ""
   target_lang: str = ""
 
@@ -53,12 +54,12 @@ class Trained:
     return not self.vocab_file.endswith(".symbols")
 
 
-def vocabulary_tokens(tokenizer) -> List[str]:
+def vocabulary_tokens(tokenizer) -> list[str]:
   """Every id's token string: SentencePiece pieces, or the reserved tokens then the symbols."""
   symbols = getattr(tokenizer, "symbols", None)
   if symbols is not None:
     return [RESERVED_TOKENS[i] for i in range(NUM_RESERVED)] + list(symbols)
-  import sentencepiece as spm  # pylint: disable=g-import-not-at-top
+  import sentencepiece as spm
 
   sp = spm.SentencePieceProcessor(model_proto=tokenizer.model_proto)
   return [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
@@ -68,20 +69,27 @@ def load_trained(workdir: str, checkpoint: str = "auto") -> Trained:
   """Reads a t2t-train workdir: config.json, the vocabulary and checkpoint(s).
 
   `checkpoint` is t2t-translate's --checkpoint: 'auto', 'latest', 'average:N', 'selected' or
-  a step. Raises translate.TranslateError (naming the path) for a workdir that is not usable.
+  a step. Raises TranslateError or CheckpointSpecError (naming the path) for a workdir that
+  is not usable.
   """
-  from t2t_jax import data, translate  # pylint: disable=g-import-not-at-top
+  from t2t_jax import data
+  from t2t_jax.decoding.translator import Translator, load_config
 
-  translator = translate.Translator.from_workdir(workdir, checkpoint)
-  config = translate.load_config(workdir)
+  translator = Translator.from_workdir(workdir, checkpoint)
+  config = load_config(workdir)
   vocab_file = str(data.vocab_path(config.data, workdir))
   params = _to_numpy(translator.params)
   tokenizer = translator.tokenizer
-  return Trained(config=translator.model.config, params=params, tokenizer=tokenizer,
-                 vocabulary=vocabulary_tokens(tokenizer), vocab_file=vocab_file,
-                 checkpoint_steps=list(translator.checkpoint_steps),
-                 source_lang=config.data.get("source_lang", "") or "",
-                 target_lang=translate.target_language(config))
+  return Trained(
+    config=translator.model.config,
+    params=params,
+    tokenizer=tokenizer,
+    vocabulary=vocabulary_tokens(tokenizer),
+    vocab_file=vocab_file,
+    checkpoint_steps=list(translator.checkpoint_steps),
+    source_lang=config.data.get("source_lang", "") or "",
+    target_lang=data.target_language(config.data),
+  )
 
 
 def _to_numpy(tree):

@@ -3,7 +3,7 @@
 CTranslate2's `TransformerSpec` describes the same encoder-decoder as the paper's; what
 differs from its defaults is set explicitly here:
 
-- positions: the paper's interleaved sin/cos table (t2t_jax.positional), or the learned table,
+- positions: the paper's interleaved sin/cos table (t2t_jax.model.positional), or the learned table,
   is stored as a weight; CTranslate2's built-in table puts all sines before all cosines.
 - the key projection has no bias in t2t_jax (a softmax cancels it); the fused Q/K/V
   projection CTranslate2 uses gets zeros in its key part.
@@ -16,16 +16,23 @@ Beam search in CTranslate2 normalises scores by length^length_penalty, not the G
 """
 
 import os
-from typing import Optional
 
 import numpy as np
 
-from t2t_jax import positional
 from t2t_jax.export import ExportError, Trained, check_output_dir
+from t2t_jax.model import positional
 
-QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16",
-                 "float16", "bfloat16")
-LAYER_NORM_EPSILON = 1e-6  # t2t_jax.layers._layer_norm
+QUANTIZATIONS = (
+  "float32",
+  "int8",
+  "int8_float32",
+  "int8_float16",
+  "int8_bfloat16",
+  "int16",
+  "float16",
+  "bfloat16",
+)
+LAYER_NORM_EPSILON = 1e-6  # t2t_jax.model.layers._layer_norm
 
 
 def _f32(x) -> np.ndarray:
@@ -64,8 +71,9 @@ def _set_ffn(spec, ffn, norm) -> None:
 def _set_self_attention(spec, attention, norm) -> None:
   """Self-attention: one fused [Q; K; V] projection, then the output projection."""
   parts = [_projection(attention[name]) for name in ("query", "key", "value")]
-  _set_linear(spec.linear[0], np.concatenate([w for w, _ in parts]),
-              np.concatenate([b for _, b in parts]))
+  _set_linear(
+    spec.linear[0], np.concatenate([w for w, _ in parts]), np.concatenate([b for _, b in parts])
+  )
   _set_output(spec.linear[1], attention["out"])
   _set_norm(spec.layer_norm, norm)
 
@@ -85,23 +93,27 @@ def _positions(cfg, stack) -> np.ndarray:
   return _f32(positional.sinusoidal(cfg.max_len, cfg.d_model))
 
 
-def _head_dim(cfg) -> Optional[int]:
+def _head_dim(cfg) -> int | None:
   if cfg.key_dim != cfg.value_dim:
-    raise ExportError(f"d_k={cfg.key_dim} differs from d_v={cfg.value_dim}: CTranslate2 "
-                      "attention has one head size for queries, keys and values")
+    raise ExportError(
+      f"d_k={cfg.key_dim} differs from d_v={cfg.value_dim}: CTranslate2 "
+      "attention has one head size for queries, keys and values"
+    )
   return None if cfg.key_dim * cfg.num_heads == cfg.d_model else cfg.key_dim
 
 
 def build_spec(trained: Trained):
   """The `ctranslate2.specs.TransformerSpec` of a trained model, every weight set."""
-  from ctranslate2.specs import transformer_spec  # pylint: disable=g-import-not-at-top
+  from ctranslate2.specs import transformer_spec
 
   cfg, params = trained.config, trained.params
   pre_norm, head_dim = cfg.norm == "pre", _head_dim(cfg)
-  encoder = transformer_spec.TransformerEncoderSpec(cfg.encoder_layers, cfg.num_heads,
-                                                    pre_norm=pre_norm, head_dim=head_dim)
-  decoder = transformer_spec.TransformerDecoderSpec(cfg.decoder_layers, cfg.num_heads,
-                                                    pre_norm=pre_norm, head_dim=head_dim)
+  encoder = transformer_spec.TransformerEncoderSpec(
+    cfg.encoder_layers, cfg.num_heads, pre_norm=pre_norm, head_dim=head_dim
+  )
+  decoder = transformer_spec.TransformerDecoderSpec(
+    cfg.decoder_layers, cfg.num_heads, pre_norm=pre_norm, head_dim=head_dim
+  )
   spec = transformer_spec.TransformerSpec(encoder, decoder)
   source = params["embed" if cfg.share_embeddings else "source_embed"]["embedding"]
   target = params["embed" if cfg.share_embeddings else "target_embed"]["embedding"]
@@ -124,8 +136,7 @@ def _set_encoder(spec, cfg, stack, embedding) -> None:
   spec.position_encodings.encodings = _positions(cfg, stack)
   for i, layer_spec in enumerate(spec.layer):
     layer = stack[f"layer_{i}"]
-    _set_self_attention(layer_spec.self_attention, layer["self_attention"],
-                        layer["norm_attention"])
+    _set_self_attention(layer_spec.self_attention, layer["self_attention"], layer["norm_attention"])
     _set_ffn(layer_spec.ffn, layer["ffn"], layer["norm_ffn"])
   if cfg.norm == "pre":
     _set_norm(spec.layer_norm, stack["final_norm"])
@@ -136,10 +147,12 @@ def _set_decoder(spec, cfg, stack, embedding) -> None:
   spec.position_encodings.encodings = _positions(cfg, stack)
   for i, layer_spec in enumerate(spec.layer):
     layer = stack[f"layer_{i}"]
-    _set_self_attention(layer_spec.self_attention, layer["self_attention"],
-                        layer["norm_self_attention"])
-    _set_cross_attention(layer_spec.attention, layer["cross_attention"],
-                         layer["norm_cross_attention"])
+    _set_self_attention(
+      layer_spec.self_attention, layer["self_attention"], layer["norm_self_attention"]
+    )
+    _set_cross_attention(
+      layer_spec.attention, layer["cross_attention"], layer["norm_cross_attention"]
+    )
     _set_ffn(layer_spec.ffn, layer["ffn"], layer["norm_ffn"])
   if cfg.norm == "pre":
     _set_norm(spec.layer_norm, stack["final_norm"])
@@ -147,8 +160,9 @@ def _set_decoder(spec, cfg, stack, embedding) -> None:
 
 def check_quantization(quantization: str) -> None:
   if quantization not in QUANTIZATIONS:
-    raise ExportError(f"--quantization={quantization}: allowed values are "
-                      f"{', '.join(QUANTIZATIONS)}")
+    raise ExportError(
+      f"--quantization={quantization}: allowed values are {', '.join(QUANTIZATIONS)}"
+    )
 
 
 def export(trained: Trained, output: str, quantization: str = "float32") -> str:

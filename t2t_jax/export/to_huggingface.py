@@ -26,8 +26,8 @@ import shutil
 
 import numpy as np
 
-from t2t_jax import positional
 from t2t_jax.export import ExportError, Trained, check_output_dir
+from t2t_jax.model import positional
 from t2t_jax.tokens import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -40,16 +40,22 @@ def residual_permutation(d_model: int) -> np.ndarray:
 def check_supported(cfg) -> None:
   """Raises ExportError with the reason when MarianMT cannot express the model."""
   if cfg.norm != "post":
-    raise ExportError("--format=huggingface: the model is pre-norm (norm='pre'); MarianMT "
-                      "layers are post-norm (use --format=ctranslate2)")
+    raise ExportError(
+      "--format=huggingface: the model is pre-norm (norm='pre'); MarianMT "
+      "layers are post-norm (use --format=ctranslate2)"
+    )
   if cfg.positional != "sinusoidal":
-    raise ExportError("--format=huggingface: the model has learned positions; MarianMT "
-                      "rebuilds a fixed sinusoidal table when it loads (use "
-                      "--format=ctranslate2)")
+    raise ExportError(
+      "--format=huggingface: the model has learned positions; MarianMT "
+      "rebuilds a fixed sinusoidal table when it loads (use "
+      "--format=ctranslate2)"
+    )
   head = cfg.d_model // cfg.num_heads
   if cfg.key_dim != head or cfg.value_dim != head or cfg.d_model % cfg.num_heads:
-    raise ExportError(f"--format=huggingface: d_k={cfg.key_dim}, d_v={cfg.value_dim}; MarianMT "
-                      f"heads have d_model / h = {cfg.d_model / cfg.num_heads:g} dimensions")
+    raise ExportError(
+      f"--format=huggingface: d_k={cfg.key_dim}, d_v={cfg.value_dim}; MarianMT "
+      f"heads have d_model / h = {cfg.d_model / cfg.num_heads:g} dimensions"
+    )
 
 
 class _Weights:
@@ -68,8 +74,9 @@ class _Weights:
     kernel = np.asarray(kernel)
     weight = kernel.reshape(kernel.shape[0], -1)[self.perm].T
     self.put(f"{name}.weight", weight)
-    self.put(f"{name}.bias", np.zeros(weight.shape[0]) if bias is None else
-             np.asarray(bias).reshape(-1))
+    self.put(
+      f"{name}.bias", np.zeros(weight.shape[0]) if bias is None else np.asarray(bias).reshape(-1)
+    )
 
   def writes(self, name, kernel, bias) -> None:
     """A linear layer writing the residual stream: kernel [..., d_model] -> weight [d_model,
@@ -120,15 +127,21 @@ def _embeddings(w: _Weights, cfg, params) -> None:
   """Token embeddings, the pre-softmax layer and its bias (zeros when shared, paper 3.4)."""
   if cfg.share_embeddings:
     embedding = np.asarray(params["embed"]["embedding"])[:, w.perm]
-    for name in ("model.shared", "model.encoder.embed_tokens", "model.decoder.embed_tokens",
-                 "lm_head"):
+    for name in (
+      "model.shared",
+      "model.encoder.embed_tokens",
+      "model.decoder.embed_tokens",
+      "lm_head",
+    ):
       w.put(f"{name}.weight", embedding)
     w.put("final_logits_bias", np.zeros((1, cfg.vocab_size)))
     return
-  w.put("model.encoder.embed_tokens.weight",
-        np.asarray(params["source_embed"]["embedding"])[:, w.perm])
-  w.put("model.decoder.embed_tokens.weight",
-        np.asarray(params["target_embed"]["embedding"])[:, w.perm])
+  w.put(
+    "model.encoder.embed_tokens.weight", np.asarray(params["source_embed"]["embedding"])[:, w.perm]
+  )
+  w.put(
+    "model.decoder.embed_tokens.weight", np.asarray(params["target_embed"]["embedding"])[:, w.perm]
+  )
   logits = params["decoder"]["logits"]
   w.put("lm_head.weight", np.asarray(logits["kernel"])[w.perm].T)
   w.put("final_logits_bias", np.asarray(logits["bias"])[None])
@@ -137,24 +150,47 @@ def _embeddings(w: _Weights, cfg, params) -> None:
 def marian_config(cfg) -> dict:
   """The MarianConfig fields of a t2t_jax model (dropout off: an inference export)."""
   return dict(
-      architectures=["MarianMTModel"], model_type="marian", vocab_size=cfg.vocab_size,
-      decoder_vocab_size=cfg.vocab_size, d_model=cfg.d_model,
-      encoder_layers=cfg.encoder_layers, decoder_layers=cfg.decoder_layers,
-      encoder_attention_heads=cfg.num_heads, decoder_attention_heads=cfg.num_heads,
-      encoder_ffn_dim=cfg.d_ff, decoder_ffn_dim=cfg.d_ff, activation_function="relu",
-      max_position_embeddings=cfg.max_len, scale_embedding=True, dropout=0.0,
-      attention_dropout=0.0, activation_dropout=0.0, pad_token_id=PAD_ID, eos_token_id=EOS_ID,
-      bos_token_id=BOS_ID, decoder_start_token_id=BOS_ID, forced_eos_token_id=EOS_ID,
-      share_encoder_decoder_embeddings=cfg.share_embeddings,
-      tie_word_embeddings=cfg.share_embeddings, is_encoder_decoder=True)
+    architectures=["MarianMTModel"],
+    model_type="marian",
+    vocab_size=cfg.vocab_size,
+    decoder_vocab_size=cfg.vocab_size,
+    d_model=cfg.d_model,
+    encoder_layers=cfg.encoder_layers,
+    decoder_layers=cfg.decoder_layers,
+    encoder_attention_heads=cfg.num_heads,
+    decoder_attention_heads=cfg.num_heads,
+    encoder_ffn_dim=cfg.d_ff,
+    decoder_ffn_dim=cfg.d_ff,
+    activation_function="relu",
+    max_position_embeddings=cfg.max_len,
+    scale_embedding=True,
+    dropout=0.0,
+    attention_dropout=0.0,
+    activation_dropout=0.0,
+    pad_token_id=PAD_ID,
+    eos_token_id=EOS_ID,
+    bos_token_id=BOS_ID,
+    decoder_start_token_id=BOS_ID,
+    forced_eos_token_id=EOS_ID,
+    share_encoder_decoder_embeddings=cfg.share_embeddings,
+    tie_word_embeddings=cfg.share_embeddings,
+    is_encoder_decoder=True,
+  )
 
 
 def generation_config(cfg, beam_size: int, alpha: float) -> dict:
   """What `generate` and pipeline("translation") use by default: beam 4, alpha 0.6 (HF's
   length penalty is length^alpha, not GNMT's; see docs/export.md), outputs up to max_len."""
-  return dict(decoder_start_token_id=BOS_ID, bos_token_id=BOS_ID, eos_token_id=EOS_ID,
-              pad_token_id=PAD_ID, forced_eos_token_id=EOS_ID, num_beams=beam_size,
-              length_penalty=alpha, max_length=cfg.max_len)
+  return dict(
+    decoder_start_token_id=BOS_ID,
+    bos_token_id=BOS_ID,
+    eos_token_id=EOS_ID,
+    pad_token_id=PAD_ID,
+    forced_eos_token_id=EOS_ID,
+    num_beams=beam_size,
+    length_penalty=alpha,
+    max_length=cfg.max_len,
+  )
 
 
 def _write_json(path: str, value: dict) -> None:
@@ -166,18 +202,22 @@ def _write_json(path: str, value: dict) -> None:
 def write_tokenizer(trained: Trained, output: str) -> None:
   """MarianTokenizer files: the shared SentencePiece model as source.spm and target.spm, and
   vocab.json (piece -> id, our ids), so tokenizer ids are the model's ids."""
-  from transformers import MarianTokenizer  # pylint: disable=g-import-not-at-top
+  from transformers import MarianTokenizer
 
   for name in ("source.spm", "target.spm"):
     shutil.copyfile(trained.vocab_file, os.path.join(output, name))
-  _write_json(os.path.join(output, "vocab.json"),
-              {piece: i for i, piece in enumerate(trained.vocabulary)})
-  tokenizer = MarianTokenizer(os.path.join(output, "source.spm"),
-                              os.path.join(output, "target.spm"),
-                              os.path.join(output, "vocab.json"),
-                              source_lang=trained.source_lang or None,
-                              target_lang=trained.target_lang or None, bos_token="<s>",
-                              model_max_length=trained.config.max_len)
+  _write_json(
+    os.path.join(output, "vocab.json"), {piece: i for i, piece in enumerate(trained.vocabulary)}
+  )
+  tokenizer = MarianTokenizer(
+    os.path.join(output, "source.spm"),
+    os.path.join(output, "target.spm"),
+    os.path.join(output, "vocab.json"),
+    source_lang=trained.source_lang or None,
+    target_lang=trained.target_lang or None,
+    bos_token="<s>",
+    model_max_length=trained.config.max_len,
+  )
   tokenizer.save_pretrained(output)
 
 
@@ -188,7 +228,7 @@ def export(trained: Trained, output: str, beam_size: int = 4, alpha: float = 0.6
   A symbol vocabulary (synthetic tasks) has no SentencePiece model for MarianTokenizer: the
   model is written without tokenizer files and is used with token ids.
   """
-  from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
+  from safetensors.numpy import save_file
 
   cfg = trained.config
   check_supported(cfg)
@@ -197,8 +237,9 @@ def export(trained: Trained, output: str, beam_size: int = 4, alpha: float = 0.6
   os.makedirs(output, exist_ok=True)
   save_file(tensors, os.path.join(output, "model.safetensors"), metadata={"format": "pt"})
   _write_json(os.path.join(output, "config.json"), marian_config(cfg))
-  _write_json(os.path.join(output, "generation_config.json"),
-              generation_config(cfg, beam_size, alpha))
+  _write_json(
+    os.path.join(output, "generation_config.json"), generation_config(cfg, beam_size, alpha)
+  )
   if trained.is_sentencepiece:
     write_tokenizer(trained, output)
   return output

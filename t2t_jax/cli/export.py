@@ -11,30 +11,38 @@ pip install 't2t_jax[export]'. See docs/export.md for using the output.
 
 from absl import app, flags
 
+from t2t_jax import export
+from t2t_jax.cli import common
+from t2t_jax.decoding.translator import TranslateError
+from t2t_jax.training.checkpoint import CheckpointSpecError
+
 FORMATS = ("ctranslate2", "huggingface")
 
 flags.DEFINE_string("workdir", None, "a t2t-train workdir (config.json, vocabulary, checkpoints)")
 flags.DEFINE_enum("format", "ctranslate2", FORMATS, "what to write")
 flags.DEFINE_string("output", None, "new model directory (must not exist or be empty)")
-flags.DEFINE_string("checkpoint", "auto", "'latest', 'average:N', a step, 'selected' or 'auto' "
-                    "(as t2t-translate)")
-flags.DEFINE_string("quantization", "float32", "ctranslate2 only: stored weight type (float32, "
-                    "int8, int8_float32, int8_float16, int8_bfloat16, int16, float16, bfloat16)")
+flags.DEFINE_string(
+  "checkpoint", "auto", "'latest', 'average:N', a step, 'selected' or 'auto' (as t2t-translate)"
+)
+flags.DEFINE_string(
+  "quantization",
+  "float32",
+  "ctranslate2 only: stored weight type (float32, "
+  "int8, int8_float32, int8_float16, int8_bfloat16, int16, float16, bfloat16)",
+)
 flags.DEFINE_integer("beam_size", 4, "huggingface only: num_beams of generation_config.json")
 flags.DEFINE_float("alpha", 0.6, "huggingface only: length_penalty of generation_config.json")
 FLAGS = flags.FLAGS
 
 
 def main(argv) -> None:
-  from t2t_jax import cli, export, translate  # pylint: disable=g-import-not-at-top
-
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments {argv[1:]}")
   if not FLAGS.workdir or not FLAGS.output:
     raise app.UsageError("--workdir and --output are required")
   if FLAGS.format != "ctranslate2" and FLAGS.quantization != "float32":
     raise app.UsageError(f"--quantization={FLAGS.quantization} is for --format=ctranslate2")
-  cli.quiet_library_logs()
+  common.quiet_library_logs()
   try:
     writer = _writer(FLAGS.format)
     if FLAGS.format == "ctranslate2":
@@ -45,26 +53,27 @@ def main(argv) -> None:
       path = writer.export(trained, FLAGS.output, FLAGS.quantization)
     else:
       path = writer.export(trained, FLAGS.output, FLAGS.beam_size, FLAGS.alpha)
-  except (export.ExportError, translate.TranslateError) as e:
+  except (export.ExportError, TranslateError, CheckpointSpecError) as e:
     raise SystemExit(f"t2t-export: {e}") from None
   print(f"t2t-export: checkpoint(s) {trained.checkpoint_steps} -> {path} ({FLAGS.format})")
 
 
 def _writer(fmt: str):
   """The exporter module, or a one-line error naming the missing package."""
-  from t2t_jax import export  # pylint: disable=g-import-not-at-top
-
   needs = ("ctranslate2",) if fmt == "ctranslate2" else ("transformers", "safetensors")
   for package in needs:
     try:
       __import__(package)
     except ImportError:
-      raise export.ExportError(f"--format={fmt} needs the '{package}' package: "
-                               "pip install 't2t_jax[export]'") from None
+      raise export.ExportError(
+        f"--format={fmt} needs the '{package}' package: pip install 't2t_jax[export]'"
+      ) from None
   if fmt == "ctranslate2":
-    from t2t_jax.export import to_ctranslate2  # pylint: disable=g-import-not-at-top
+    from t2t_jax.export import to_ctranslate2
+
     return to_ctranslate2
-  from t2t_jax.export import to_huggingface  # pylint: disable=g-import-not-at-top
+  from t2t_jax.export import to_huggingface
+
   return to_huggingface
 
 
