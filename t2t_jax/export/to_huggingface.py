@@ -124,16 +124,14 @@ def state_dict(cfg, params) -> dict:
 
 
 def _embeddings(w: _Weights, cfg, params) -> None:
-  """Token embeddings, the pre-softmax layer and its bias (zeros when shared, paper 3.4)."""
+  """Token embeddings, the pre-softmax layer and its bias (zeros when shared, paper 3.4).
+
+  A shared matrix is stored once, as model.shared; transformers ties the encoder's, the
+  decoder's and the pre-softmax weights to it (share_encoder_decoder_embeddings and
+  tie_word_embeddings in the config).
+  """
   if cfg.share_embeddings:
-    embedding = np.asarray(params["embed"]["embedding"])[:, w.perm]
-    for name in (
-      "model.shared",
-      "model.encoder.embed_tokens",
-      "model.decoder.embed_tokens",
-      "lm_head",
-    ):
-      w.put(f"{name}.weight", embedding)
+    w.put("model.shared.weight", np.asarray(params["embed"]["embedding"])[:, w.perm])
     w.put("final_logits_bias", np.zeros((1, cfg.vocab_size)))
     return
   w.put(
