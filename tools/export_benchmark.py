@@ -2,7 +2,7 @@
 
     python tools/export_benchmark.py --workdir=DIR --ct2=float32:OUT_F32 --ct2=int8:OUT_I8 \
         --input=test2016.en --reference=test2016.de [--beam_size=4] [--alpha=0.6] \
-        [--threads=2] [--rounds=3]
+        [--threads=2] [--rounds=3] [--max_sentences=N]
 
 Each round translates the whole input once with every system, one after the other (A B C A B
 C ...); the table gives each system's median time over the rounds (sentences/s, output
@@ -32,6 +32,7 @@ flags.DEFINE_float("alpha", 0.6, "length penalty exponent, all systems")
 flags.DEFINE_integer("threads", 2, "CTranslate2 intra_threads (XLA uses every core)")
 flags.DEFINE_integer("rounds", 3, "timed passes per system, interleaved")
 flags.DEFINE_integer("max_batch_tokens", 4096, "source tokens per batch, all systems")
+flags.DEFINE_integer("max_sentences", 0, "only the first N input lines (0: all)")
 FLAGS = flags.FLAGS
 
 
@@ -74,8 +75,8 @@ def _ct2_system(spec, sources, sp, max_len):
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments {argv[1:]}")
-  sources = read_lines(FLAGS.input)
-  references = read_lines(FLAGS.reference)
+  sources = read_lines(FLAGS.input)[: FLAGS.max_sentences or None]
+  references = read_lines(FLAGS.reference)[: len(sources)]
   t2t_run, compile_s, t2t = _t2t_system(sources)
   sp = t2t.tokenizer._sp
   systems = {"t2t-translate (JAX)": t2t_run}
