@@ -2,13 +2,22 @@
 
     t2t-translate --workdir=DIR [--input=FILE] [--output=FILE] [--reference=FILE]
                   [--beam_size=4] [--alpha=0.6] [--checkpoint=auto|latest|average:N|STEP|selected]
+                  [--interactive] [--nbest=N | --scores]
 
 Reads stdin and writes stdout by default: one output line per input line, in input order.
 With --reference it prints sacreBLEU (with its signature), the paper-style tokenized BLEU,
 lowercased BLEU and chrF to stderr.
+
+--interactive (the default when stdin is a terminal) translates each line as it arrives and
+flushes its translation at once, for a terminal or a pipe that stays open; the search is
+compiled once, up front, for a few padded source lengths; the prompt and the ready message go
+to stderr. --nbest=N prints the N best hypotheses per input as TSV (input index from 0, rank
+from 1, score, log-probability, text); --scores prints the 1-best as score, log-probability,
+text. The score is log p / ((5 + length) / 6)^alpha, the number beam search ranks by.
 """
 
 import sys
+from collections.abc import Iterator
 
 from absl import app, flags
 
@@ -42,6 +51,42 @@ def read_lines(path: str | None) -> list[str]:
   return out
 
 
+def stream_lines(stream, name: str = "<stdin>", prompt: str | None = None) -> Iterator[str]:
+  """Lines of a binary stream as they arrive (one readline each, nothing read ahead).
+
+  A line that is not UTF-8 stops with an error naming it, as read_lines does. `prompt` is
+  written to stderr before each read (interactive use at a terminal).
+  """
+  number = 0
+  while True:
+    if prompt:
+      sys.stderr.write(prompt)
+      sys.stderr.flush()
+    raw = stream.readline()
+    if not raw:
+      return
+    number += 1
+    try:
+      yield raw.rstrip(b"\n").rstrip(b"\r").decode("utf-8")
+    except UnicodeDecodeError as e:
+      raise TranslateError(f"{name}:{number}: not UTF-8 ({e.reason} at byte {e.start})") from e
+
+
+def format_result(index: int, result, nbest: int, scores: bool) -> str:
+  """The output lines of one input: its translation; with `scores`,
+  'score<TAB>log_prob<TAB>text'; with `nbest`, one 'index<TAB>rank<TAB>score<TAB>log_prob<TAB>
+  text' line per hypothesis."""
+  if nbest:
+    return "".join(
+      f"{index}\t{rank}\t{h.score:.6f}\t{h.log_prob:.6f}\t{h.text}\n"
+      for rank, h in enumerate(result, start=1)
+    )
+  if scores:
+    best = result[0]
+    return f"{best.score:.6f}\t{best.log_prob:.6f}\t{best.text}\n"
+  return result + "\n"
+
+
 def _define_flags():
   flags.DEFINE_string("workdir", None, "a t2t-train workdir (config.json, vocabulary, checkpoints)")
   flags.DEFINE_string("input", None, "source sentences, one per line (default: stdin)")
@@ -57,7 +102,46 @@ def _define_flags():
     "when the workdir has one, else 'latest'",
   )
   flags.DEFINE_integer("batch_tokens", 4096, "source tokens per decoding batch")
+  flags.DEFINE_boolean(
+    "interactive",
+    None,
+    "translate each input line as it arrives and print its translation at once "
+    "(default: when stdin is a terminal)",
+  )
+  flags.DEFINE_integer(
+    "nbest",
+    0,
+    "print the N best hypotheses per input (N <= beam size) as TSV: input index, rank, "
+    "score, log-probability, text (0: off)",
+  )
+  flags.DEFINE_boolean(
+    "scores", False, "print 'score<TAB>log-probability<TAB>text' for each input's translation"
+  )
   return flags.FLAGS
+
+
+def _check_flags(args, interactive: bool) -> None:
+  if not args.workdir:
+    raise TranslateError("--workdir is required")
+  if args.beam_size < 1:
+    raise TranslateError(f"--beam_size={args.beam_size} must be >= 1 (1: greedy)")
+  if not 0 <= args.nbest <= max(args.beam_size, 1):
+    raise TranslateError(
+      f"--nbest={args.nbest}: must be between 1 and --beam_size={args.beam_size} (0: off)"
+    )
+  if args.reference and (args.nbest or args.scores):
+    raise TranslateError("--reference scores plain translations: drop --nbest and --scores")
+  if args.reference and interactive:
+    raise TranslateError("--reference needs every line first: not with --interactive")
+
+
+def _open_output(path: str | None):
+  if not path:
+    return sys.stdout
+  try:
+    return open(path, "w", encoding="utf-8")
+  except OSError as e:
+    raise TranslateError(f"--output={path}: cannot write ({e.strerror})") from e
 
 
 def main(argv):
@@ -65,36 +149,72 @@ def main(argv):
   args = _define_flags.flags
   if len(argv) > 1:
     raise SystemExit(f"t2t-translate: unexpected arguments {argv[1:]}")
-  if not args.workdir:
-    raise SystemExit("t2t-translate: --workdir is required")
-  if args.beam_size < 1:
-    raise SystemExit(f"t2t-translate: --beam_size={args.beam_size} must be >= 1 (1: greedy)")
+  from_stdin = args.input in (None, "", "-")
+  interactive = args.interactive
+  if interactive is None:
+    interactive = from_stdin and sys.stdin.isatty()
   try:
-    sources = read_lines(args.input)
-    references = read_lines(args.reference) if args.reference else None
-    if references is not None and len(references) != len(sources):
-      raise TranslateError(
-        f"--reference={args.reference} has {len(references)} lines but "
-        f"--input={args.input or '<stdin>'} has {len(sources)}"
-      )
+    _check_flags(args, interactive)
     translator = Translator.from_workdir(
       args.workdir, args.checkpoint, batch_tokens=args.batch_tokens
     )
+    nbest = args.nbest or (1 if args.scores else None)
+    if interactive:
+      _interactive(translator, args, nbest, from_stdin)
+    else:
+      _all_at_once(translator, args, nbest)
   except (TranslateError, CheckpointSpecError) as e:
     raise SystemExit(f"t2t-translate: {e}") from None
-  hyps = translator.translate(sources, beam_size=args.beam_size, alpha=args.alpha)
-  text = "".join(h + "\n" for h in hyps)
+
+
+def _all_at_once(translator, args, nbest) -> None:
+  """Reads every line first, translates in length-sorted batches, writes in input order."""
+  sources = read_lines(args.input)
+  references = read_lines(args.reference) if args.reference else None
+  if references is not None and len(references) != len(sources):
+    raise TranslateError(
+      f"--reference={args.reference} has {len(references)} lines but "
+      f"--input={args.input or '<stdin>'} has {len(sources)}"
+    )
+  results = translator.translate(sources, beam_size=args.beam_size, alpha=args.alpha, nbest=nbest)
+  text = "".join(format_result(i, r, args.nbest, args.scores) for i, r in enumerate(results))
   if args.output:  # a reader never sees half a file
     atomic_write_text(args.output, text)
   else:
     sys.stdout.write(text)
+    sys.stdout.flush()
   if references is not None:
     print(
       f"checkpoint(s) {translator.checkpoint_steps}, beam {args.beam_size}, alpha {args.alpha}",
       file=sys.stderr,
     )
-    _, report = evaluate.score_report(hyps, references, translator.target_lang)
+    _, report = evaluate.score_report(results, references, translator.target_lang)
     print(report, file=sys.stderr)
+
+
+def _interactive(translator, args, nbest, from_stdin: bool) -> None:
+  """Translates line by line as input arrives and flushes each result; messages on stderr."""
+  tty = from_stdin and sys.stdin.isatty()
+  translator.warm_up(args.beam_size, args.alpha, nbest)
+  print(
+    f"t2t-translate: ready (checkpoint(s) {translator.checkpoint_steps}, beam "
+    f"{args.beam_size}, compiled for sources of up to {translator.buckets()} tokens)"
+    + ("; one sentence per line, Ctrl-D ends" if tty else ""),
+    file=sys.stderr,
+    flush=True,
+  )
+  if from_stdin:
+    lines = stream_lines(sys.stdin.buffer, prompt="> " if tty else None)
+  else:
+    try:
+      lines = stream_lines(open(args.input, "rb"), args.input)  # noqa: SIM115
+    except OSError as e:
+      raise TranslateError(f"{args.input}: cannot read ({e.strerror})") from e
+  out = _open_output(args.output)
+  results = translator.translate_stream(lines, args.beam_size, args.alpha, nbest)
+  for index, result in enumerate(results):
+    out.write(format_result(index, result, args.nbest, args.scores))
+    out.flush()
 
 
 def run():

@@ -7,7 +7,8 @@ for batching and put back in input order; padded shapes are rounded so that few 
 import functools
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -163,6 +164,52 @@ def _search(
   return seqs[:, 0]
 
 
+@functools.partial(jax.jit, static_argnames=("model", "max_decode_len", "beam_size"))
+def _search_nbest(params, inputs, max_lengths, alpha, *, model, max_decode_len, beam_size):
+  """Every hypothesis `decode` keeps: (sequences int32 [batch, beam, max_decode_len], scores
+  float32 [batch, beam]; beam search: length-normalised, greedy: raw log-probs)."""
+  return decode(
+    params,
+    inputs,
+    max_lengths,
+    alpha,
+    model=model,
+    max_decode_len=max_decode_len,
+    beam_size=beam_size,
+  )
+
+
+class Hypothesis(NamedTuple):
+  """One translation of an n-best list.
+
+  score: the search's ranking score, log p / lp with the GNMT length penalty
+  lp = ((5 + length) / 6)^alpha (search.length_penalty; length counts EOS).
+  log_prob: log p(translation | source), the sum of its token log-probabilities.
+  """
+
+  text: str
+  score: float
+  log_prob: float
+
+
+def _hypotheses(tokenizer, seqs, scores, beam_size: int, alpha: float, nbest: int) -> list:
+  """The `nbest` best of one sentence's search output (seqs [beam, L], scores [beam]), best
+  first; empty slots (score -inf: fewer hypotheses of nonzero probability) are left out."""
+  out = []
+  for seq, score in zip(seqs[:nbest], scores[:nbest]):
+    if not np.isfinite(score):
+      continue
+    ends = np.flatnonzero(seq == EOS_ID)
+    length = int(ends[0]) + 1 if ends.size else int(np.count_nonzero(seq != PAD_ID))
+    penalty = float(search.length_penalty(length, alpha))
+    if beam_size == 1:  # greedy search returns the raw log-probability
+      log_prob, score = float(score), float(score) / penalty
+    else:
+      log_prob, score = float(score) * penalty, float(score)
+    out.append(Hypothesis(tokenizer.decode(seq), score, log_prob))
+  return out
+
+
 class Translator:
   """A trained model with its vocabulary: `.translate(sentences)` and `.attention_weights`."""
 
@@ -225,19 +272,68 @@ class Translator:
     sentences: Sequence[str],
     beam_size: int = 4,
     alpha: float = 0.6,
+    nbest: int | None = None,
     source_name: str = "input",
-  ) -> list[str]:
-    """Translates each sentence (max output length = its source length + max_output_extra);
-    `source_name` (a file name) labels the warning about sentences cut to max_len."""
+  ) -> list[str] | list[list[Hypothesis]]:
+    """Translates each sentence (max output length = its source length + max_output_extra).
+
+    Returns one string per sentence, or with `nbest` (1 <= nbest <= max(beam_size, 1)) a list
+    per sentence of its nbest best `Hypothesis`es, best first (the first one's text is the
+    string translate() returns without nbest). `source_name` (a file name) labels the
+    warning about sentences cut to max_len.
+    """
+    self._check_nbest(nbest, beam_size)
     sources = self._source_ids(sentences, source_name)
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
-    outputs: list[str | None] = [None] * len(sources)
+    outputs: list = [None] * len(sources)
     for batch in self._batches(order, sources):
-      for i, text in zip(
-        batch, self._translate_batch([sources[i] for i in batch], beam_size, alpha)
-      ):
-        outputs[i] = text
+      results = self._translate_batch([sources[i] for i in batch], beam_size, alpha, nbest)
+      for i, result in zip(batch, results):
+        outputs[i] = result
     return outputs
+
+  @staticmethod
+  def _check_nbest(nbest: int | None, beam_size: int) -> None:
+    if nbest is not None and not 1 <= nbest <= max(beam_size, 1):
+      raise TranslateError(f"nbest={nbest}: must be between 1 and the beam size {beam_size}")
+
+  def buckets(self) -> list[int]:
+    """Padded source lengths of streaming translation: 16, 32, 64, ... up to max_len."""
+    max_len, out = self.model.config.max_len, []
+    while not out or out[-1] < max_len:
+      out.append(min(16 << len(out), max_len))
+    return out
+
+  def _bucket_shape(self, source_len: int) -> tuple[int, int]:
+    """(padded source length, static output length) of the bucket holding a source."""
+    bucket = next(b for b in self.buckets() if b >= source_len)
+    max_len = self.model.config.max_len
+    return bucket, min(_round_up(bucket + self.max_output_extra, 8), max_len)
+
+  def warm_up(self, beam_size: int = 4, alpha: float = 0.6, nbest: int | None = None) -> None:
+    """Compiles the search for every bucket, so that translate_stream never compiles."""
+    for bucket in self.buckets():
+      self._translate_batch([[EOS_ID]], beam_size, alpha, nbest, self._bucket_shape(bucket))
+
+  def translate_stream(
+    self,
+    lines: Iterable[str],
+    beam_size: int = 4,
+    alpha: float = 0.6,
+    nbest: int | None = None,
+  ) -> Iterator:
+    """Translates lines one at a time as they arrive, yielding each result (as translate()
+    gives it) as soon as it is done.
+
+    Each source is padded to the smallest of a few length buckets (`buckets()`), so the
+    search compiles once per bucket (all of them in `warm_up`) instead of once per length.
+    The per-sentence output limit is the same as translate()'s, and so are the outputs.
+    """
+    self._check_nbest(nbest, beam_size)
+    for line in lines:
+      source = self._source_ids([line])[0]
+      shape = self._bucket_shape(len(source))
+      yield self._translate_batch([source], beam_size, alpha, nbest, shape)[0]
 
   def _batches(self, order, sources):
     batch, longest = [], 0
@@ -250,9 +346,14 @@ class Translator:
     if batch:
       yield batch
 
-  def _translate_batch(self, sources, beam_size, alpha) -> list[str]:
+  def _translate_batch(self, sources, beam_size, alpha, nbest=None, shape=None) -> list:
+    """Translates sentences (id lists) in one padded batch. `shape` fixes the padded
+    (source length, max_decode_len); by default both are rounded up to multiples of 8."""
     max_len = self.model.config.max_len
     src_len = min(_round_up(max(len(s) for s in sources), 8), max_len)
+    max_decode_len = None
+    if shape is not None:
+      src_len, max_decode_len = shape
     rows = 1 << (len(sources) - 1).bit_length()  # few distinct shapes: fewer compiles
     inputs = np.full((rows, src_len), PAD_ID, np.int32)
     for r, s in enumerate(sources):
@@ -266,17 +367,22 @@ class Translator:
         max_len,
         self.max_output_extra,
       )
-    max_decode_len = min(_round_up(int(limits.max()), 8), max_len)
-    seqs = _search(
+    max_decode_len = max_decode_len or min(_round_up(int(limits.max()), 8), max_len)
+    args = (
       self.params,
       jnp.asarray(inputs),
       jnp.asarray(np.minimum(limits, max_len)),
       jnp.float32(alpha),
-      model=self.model,
-      max_decode_len=max_decode_len,
-      beam_size=beam_size,
     )
-    return [self.tokenizer.decode(row) for row in np.asarray(seqs)[: len(sources)]]
+    kw = dict(model=self.model, max_decode_len=max_decode_len, beam_size=beam_size)
+    if nbest is None:
+      seqs = np.asarray(_search(*args, **kw))
+      return [self.tokenizer.decode(row) for row in seqs[: len(sources)]]
+    seqs, scores = (np.asarray(x) for x in _search_nbest(*args, **kw))
+    return [
+      _hypotheses(self.tokenizer, seqs[r], scores[r], beam_size, alpha, nbest)
+      for r in range(len(sources))
+    ]
 
   def attention_weights(self, source: str, target: str) -> dict:
     """Every layer's and head's attention for one pair, teacher-forced on `target`.

@@ -1,0 +1,85 @@
+"""t2t-export: a trained workdir as a CTranslate2 or Hugging Face (MarianMT) model directory.
+
+    t2t-export --workdir=DIR --format=ctranslate2 --output=OUT [--quantization=int8]
+    t2t-export --workdir=DIR --format=huggingface --output=OUT
+               [--checkpoint=auto|latest|average:N|selected|STEP]
+
+--checkpoint chooses the parameters as t2t-translate does ('auto': the checkpoint t2t-train
+selected on dev when there is one, else the latest). Needs the `export` extra:
+pip install 't2t_jax[export]'. See docs/export.md for using the output.
+"""
+
+from absl import app, flags
+
+from t2t_jax import export
+from t2t_jax.cli import common
+from t2t_jax.decoding.translator import TranslateError
+from t2t_jax.training.checkpoint import CheckpointSpecError
+
+FORMATS = ("ctranslate2", "huggingface")
+
+flags.DEFINE_string("workdir", None, "a t2t-train workdir (config.json, vocabulary, checkpoints)")
+flags.DEFINE_enum("format", "ctranslate2", FORMATS, "what to write")
+flags.DEFINE_string("output", None, "new model directory (must not exist or be empty)")
+flags.DEFINE_string(
+  "checkpoint", "auto", "'latest', 'average:N', a step, 'selected' or 'auto' (as t2t-translate)"
+)
+flags.DEFINE_string(
+  "quantization",
+  "float32",
+  "ctranslate2 only: stored weight type (float32, "
+  "int8, int8_float32, int8_float16, int8_bfloat16, int16, float16, bfloat16)",
+)
+flags.DEFINE_integer("beam_size", 4, "huggingface only: num_beams of generation_config.json")
+flags.DEFINE_float("alpha", 0.6, "huggingface only: length_penalty of generation_config.json")
+FLAGS = flags.FLAGS
+
+
+def main(argv) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments {argv[1:]}")
+  if not FLAGS.workdir or not FLAGS.output:
+    raise app.UsageError("--workdir and --output are required")
+  if FLAGS.format != "ctranslate2" and FLAGS.quantization != "float32":
+    raise app.UsageError(f"--quantization={FLAGS.quantization} is for --format=ctranslate2")
+  common.quiet_library_logs()
+  try:
+    writer = _writer(FLAGS.format)
+    if FLAGS.format == "ctranslate2":
+      writer.check_quantization(FLAGS.quantization)
+    export.check_output_dir(FLAGS.output)
+    trained = export.load_trained(FLAGS.workdir, FLAGS.checkpoint)
+    if FLAGS.format == "ctranslate2":
+      path = writer.export(trained, FLAGS.output, FLAGS.quantization)
+    else:
+      path = writer.export(trained, FLAGS.output, FLAGS.beam_size, FLAGS.alpha)
+  except (export.ExportError, TranslateError, CheckpointSpecError) as e:
+    raise SystemExit(f"t2t-export: {e}") from None
+  print(f"t2t-export: checkpoint(s) {trained.checkpoint_steps} -> {path} ({FLAGS.format})")
+
+
+def _writer(fmt: str):
+  """The exporter module, or a one-line error naming the missing package."""
+  needs = ("ctranslate2",) if fmt == "ctranslate2" else ("transformers", "safetensors")
+  for package in needs:
+    try:
+      __import__(package)
+    except ImportError:
+      raise export.ExportError(
+        f"--format={fmt} needs the '{package}' package: pip install 't2t_jax[export]'"
+      ) from None
+  if fmt == "ctranslate2":
+    from t2t_jax.export import to_ctranslate2
+
+    return to_ctranslate2
+  from t2t_jax.export import to_huggingface
+
+  return to_huggingface
+
+
+def run() -> None:
+  app.run(main)
+
+
+if __name__ == "__main__":
+  run()

@@ -1,0 +1,128 @@
+"""Trained workdirs for the export tests, made once per test process.
+
+`tiny_workdir()`: the `tiny` experiment (symbol vocabulary, reverse task) trained briefly.
+`text_workdir()`: a small model with a SentencePiece vocabulary trained on real text (the
+first Multi30k pairs when /work/shared/data is present, else a generated corpus).
+Both train in a subprocess on one CPU device, as a user runs t2t-train.
+"""
+
+import atexit
+import functools
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+from tests import support
+
+ENV = dict(os.environ, XLA_FLAGS="", JAX_PLATFORMS="cpu")
+
+
+@functools.cache
+def _scratch() -> str:
+  path = tempfile.mkdtemp(prefix="t2t_export_tests_")
+  atexit.register(shutil.rmtree, path, ignore_errors=True)
+  return path
+
+
+def _train(workdir: str, experiment: str, *overrides: str) -> str:
+  proc = subprocess.run(
+    [
+      sys.executable,
+      "-m",
+      "t2t_jax.cli.train",
+      f"--experiment={experiment}",
+      f"--workdir={workdir}",
+      *overrides,
+    ],
+    env=ENV,
+    capture_output=True,
+    text=True,
+    timeout=1200,
+  )
+  if proc.returncode != 0:
+    raise RuntimeError(f"training {workdir} failed:\n{proc.stderr[-3000:]}")
+  return workdir
+
+
+@functools.cache
+def tiny_workdir() -> str:
+  """`tiny`, 400 steps: most reversals right, so greedy argmaxes are rarely near ties."""
+  return _train(
+    os.path.join(_scratch(), "tiny"),
+    "tiny",
+    "--config.num_train_steps=400",
+    "--config.checkpoint_every_steps=400",
+    "--config.eval_every_steps=400",
+    "--config.select_checkpoints=",
+    "--config.test_at_end=False",
+  )
+
+
+def _text_corpus() -> str:
+  """A directory with train/val/test2016 .en/.de files of real or generated sentences."""
+  shared = support.shared_data_dir() / "multi30k"
+  out = os.path.join(_scratch(), "corpus")
+  os.makedirs(out, exist_ok=True)
+  sizes = {"train": 3000, "val": 100, "test2016": 100}
+  for split, n in sizes.items():
+    for lang in ("en", "de"):
+      if (shared / f"{split}.{lang}").exists():
+        with open(shared / f"{split}.{lang}", encoding="utf-8") as f:
+          lines = [next(f) for _ in range(n)]
+      else:
+        lines = _generated(n, lang, seed=list(sizes).index(split))
+      with open(os.path.join(out, f"{split}.{lang}"), "w", encoding="utf-8") as f:
+        f.writelines(line.rstrip("\n") + "\n" for line in lines)
+  return out
+
+
+def _generated(n: int, lang: str, seed: int) -> list:
+  """Sentence pairs from a small word-for-word lexicon (same seed: same sentences)."""
+  lexicon = {
+    "en": "a man woman dog child walks runs sits in on the park street red blue big small",
+    "de": "ein Mann Frau Hund Kind geht rennt sitzt in auf dem Park Straße rot blau groß klein",
+  }
+  words = lexicon[lang].split(" ")
+  rng = np.random.default_rng(seed)
+  return [
+    " ".join(words[i] for i in rng.integers(0, len(words), rng.integers(3, 12))) for _ in range(n)
+  ]
+
+
+@functools.cache
+def text_workdir() -> str:
+  """An en->de model with a 500-piece SentencePiece vocabulary, 300 steps."""
+  corpus = _text_corpus()
+  data = [
+    f"--config.data.{k}={v}"
+    for k, v in dict(
+      source="textfiles",
+      vocab_size=500,
+      max_len=48,
+      tokens_per_batch=2048,
+      bucket_boundaries="(16,32,48)",
+      pack_len=48,
+      source_lang="en",
+      target_lang="de",
+    ).items()
+  ]
+  for split, stem in (("train", "train"), ("dev", "val"), ("test", "test2016")):
+    data += [
+      f"--config.data.{split}_source={corpus}/{stem}.en",
+      f"--config.data.{split}_target={corpus}/{stem}.de",
+    ]
+  return _train(
+    os.path.join(_scratch(), "text"),
+    "tiny",
+    *data,
+    "--config.model.max_len=256",
+    "--config.num_train_steps=300",
+    "--config.checkpoint_every_steps=300",
+    "--config.eval_every_steps=300",
+    "--config.select_checkpoints=",
+    "--config.test_at_end=False",
+  )
