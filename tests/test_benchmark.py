@@ -7,6 +7,7 @@ import sys
 
 import jax
 import jax.numpy as jnp
+import pytest
 
 from t2t_jax.cli import bench as benchmark
 from t2t_jax.model import Transformer, TransformerConfig
@@ -46,6 +47,7 @@ def test_decode_corpus_choice(tmp_path, monkeypatch):
   assert benchmark._real_sentences(5, "newstest2014")[1] == "wmt14/newstest2014.en"
 
 
+@pytest.mark.slow
 def test_bench_runs_every_part(tmp_path):
   out = tmp_path / "bench.json"
   env = dict(os.environ, XLA_FLAGS="", JAX_PLATFORMS="cpu")

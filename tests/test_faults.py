@@ -166,6 +166,7 @@ def test_lock_of_a_dead_run_is_taken_over_with_a_warning(tmp_path, caplog):
 # --- 5. preemption ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_sigint_saves_exits_75_and_resumes(tmp_path):
   workdir = str(tmp_path / "w")
   args = [

@@ -134,6 +134,7 @@ def test_local_dry_run(stubs):
     )
 
 
+@pytest.mark.slow
 def test_local_runs_processes_and_stops_them_when_one_fails(stubs, tmp_path):
   env, bin_dir, _ = stubs
   fake = _stub(
@@ -288,6 +289,7 @@ def test_slurm_asks_for_a_signal_and_requeues_a_stopped_run(stubs):
     assert ("scontrol requeue 4097" in logged) == requeued, logged
 
 
+@pytest.mark.slow
 def test_slurm_tasks_resolve_to_one_run(stubs):
   """srun stub: runs each task with Slurm's variables; t2t_jax.training.distributed
   resolves them."""

@@ -225,6 +225,7 @@ def _wait_for_files(paths, procs, out_dir, timeout=240):
     time.sleep(0.2)
 
 
+@pytest.mark.slow
 def test_two_processes_equal_one_process_and_read_disjoint_halves(tmp_path):
   import jax
 
@@ -294,6 +295,7 @@ def test_two_processes_equal_one_process_and_read_disjoint_halves(tmp_path):
   assert in_full_batches >= 0.8 * len(all_pairs)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("failure", ["kill", "raise"])
 def test_one_process_failing_stops_the_other(tmp_path, failure):
   out = str(tmp_path)
@@ -318,6 +320,7 @@ def test_one_process_failing_stops_the_other(tmp_path, failure):
     assert "process 1 of 2 failed (traceback above); exiting now" in failed
 
 
+@pytest.mark.slow
 def test_initialization_gives_up_with_a_clear_message(tmp_path):
   """Process 0 of 2 alone: exit 1 after --distributed_init_timeout_s, naming the address."""
   env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="")

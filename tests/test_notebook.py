@@ -9,6 +9,8 @@ import pathlib
 
 import pytest
 
+pytestmark = pytest.mark.slow  # trains a model end to end
+
 nbformat = pytest.importorskip("nbformat", reason="the notebook test needs nbformat ('dev' extra)")
 nbclient = pytest.importorskip("nbclient", reason="the notebook test needs nbclient ('dev' extra)")
 pytest.importorskip("ipykernel", reason="the notebook test needs ipykernel ('dev' extra)")

@@ -6,9 +6,13 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from t2t_jax import data
 from t2t_jax.decoding import translator as translate
 from t2t_jax.training import summary
+
+pytestmark = pytest.mark.slow  # trains a model end to end
 
 ENV = dict(os.environ, XLA_FLAGS="", JAX_PLATFORMS="cpu")  # one CPU device, as a user has
 

@@ -132,6 +132,7 @@ def test_non_finite_loss_skips_update_and_names_step(small_state):
     trainer.check_finite(new)
 
 
+@pytest.mark.slow
 def test_resume_is_exact(tmp_path):
   """2N steps straight == N steps, stop, resume N steps: same params and logged losses."""
   config = small_config(**{"model.dropout_rate": 0.2})
@@ -171,6 +172,7 @@ def test_unwritable_workdir_fails_before_training(tmp_path):
     train.train_and_evaluate(small_config(), str(blocker / "sub"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", cli.available_experiments())
 def test_every_experiment_builds_and_steps(name, tmp_path):
   config = main_config(name)
@@ -237,6 +239,7 @@ def _cli(*args, **kw):
   )
 
 
+@pytest.mark.slow
 def test_cli_bad_experiment_and_override(tmp_path):
   out, _ = _cli("--experiment=nope", f"--workdir={tmp_path}").communicate(timeout=120)
   assert "--experiment=nope: unknown experiment; available:" in out and "tiny" in out
@@ -249,6 +252,7 @@ def test_cli_bad_experiment_and_override(tmp_path):
   assert proc.returncode != 0 and "num_train_steps" in out
 
 
+@pytest.mark.slow
 def test_sigterm_saves_and_resumes(tmp_path):
   workdir = str(tmp_path / "w")
   args = [
@@ -312,6 +316,7 @@ def test_test_split_is_scored_on_averaged_checkpoints(tmp_path, caplog):
   assert 0.0 <= out["test_exact_match"] <= 1.0 and "test_bleu" in out
 
 
+@pytest.mark.slow
 def test_checkpoint_selected_on_dev_then_used_for_test(tmp_path, caplog):
   caplog.set_level("INFO")
   config = small_config(
@@ -342,6 +347,7 @@ def test_checkpoint_selected_on_dev_then_used_for_test(tmp_path, caplog):
   assert f"| {workdir} | 6 |" in summary._row(report)
 
 
+@pytest.mark.slow
 def test_time_limit_stops_saves_and_tests(tmp_path):
   config = small_config(
     num_train_steps=1000,

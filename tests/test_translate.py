@@ -83,6 +83,7 @@ def _cli(*args, stdin=None):
   )
 
 
+@pytest.mark.slow
 def test_cli_files_and_scores(workdir, tmp_path):
   src, ref, out = tmp_path / "src", tmp_path / "ref", tmp_path / "out"
   src.write_text("1 2 3\n\n4 5 6\n")
@@ -102,6 +103,7 @@ def test_cli_files_and_scores(workdir, tmp_path):
   assert proc.returncode == 0 and len(proc.stdout.decode().splitlines()) == 2
 
 
+@pytest.mark.slow
 def test_cli_bad_input(workdir, tmp_path):
   src, ref, bad = tmp_path / "src", tmp_path / "ref", tmp_path / "bad"
   src.write_text("1 2\n3 4\n")
@@ -131,6 +133,7 @@ def test_cli_bad_input(workdir, tmp_path):
   assert f"{tmp_path / 'nope'}: cannot read" in err
 
 
+@pytest.mark.slow
 def test_average_command_writes_a_translatable_workdir(workdir, tmp_path):
   out = tmp_path / "avg"
   env = dict(os.environ, XLA_FLAGS="", JAX_PLATFORMS="cpu")
