@@ -1,12 +1,14 @@
 """t2t-translate: translate a file (or stdin) with a trained workdir, and score it.
 
     t2t-translate --workdir=DIR [--input=FILE] [--output=FILE] [--reference=FILE]
-                  [--beam_size=4] [--alpha=0.6] [--checkpoint=auto|latest|average:N|STEP|selected]
+                  [--beam_size=N] [--alpha=A] [--checkpoint=auto|latest|average:N|STEP|selected]
                   [--interactive] [--nbest=N | --scores]
 
 Reads stdin and writes stdout by default: one output line per input line, in input order.
 With --reference it prints sacreBLEU (with its signature), the paper-style tokenized BLEU,
-lowercased BLEU and chrF to stderr.
+lowercased BLEU and chrF to stderr; for a parsing workdir (a treebank experiment) the
+reference is a file of bracketed gold trees and it prints EVALB bracket F1. The beam and
+alpha default to the workdir's experiment (the paper's 4 and 0.6; parsing: 21 and 0.3).
 
 --interactive (the default when stdin is a terminal) translates each line as it arrives and
 flushes its translation at once, for a terminal or a pipe that stays open; the search is
@@ -22,7 +24,7 @@ from collections.abc import Iterator
 from absl import app, flags
 
 from t2t_jax.cli import common, host
-from t2t_jax.decoding.translator import TranslateError, Translator
+from t2t_jax.decoding.translator import TranslateError, Translator, load_config
 from t2t_jax.evaluation import evaluate
 from t2t_jax.training.checkpoint import CheckpointSpecError
 from t2t_jax.training.workdir import atomic_write_text
@@ -92,8 +94,10 @@ def _define_flags():
   flags.DEFINE_string("input", None, "source sentences, one per line (default: stdin)")
   flags.DEFINE_string("output", None, "where translations go (default: stdout)")
   flags.DEFINE_string("reference", None, "reference translations: prints BLEU and chrF")
-  flags.DEFINE_integer("beam_size", 4, "beam width; 1 = greedy decoding")
-  flags.DEFINE_float("alpha", 0.6, "length penalty exponent")
+  flags.DEFINE_integer(
+    "beam_size", None, "beam width; 1 = greedy decoding (default: the workdir's config.beam_size)"
+  )
+  flags.DEFINE_float("alpha", None, "length penalty exponent (default: the workdir's config.alpha)")
   flags.DEFINE_string(
     "checkpoint",
     "auto",
@@ -154,6 +158,7 @@ def main(argv):
   if interactive is None:
     interactive = from_stdin and sys.stdin.isatty()
   try:
+    parsing = _decoding_defaults(args)
     _check_flags(args, interactive)
     translator = Translator.from_workdir(
       args.workdir, args.checkpoint, batch_tokens=args.batch_tokens
@@ -162,19 +167,45 @@ def main(argv):
     if interactive:
       _interactive(translator, args, nbest, from_stdin)
     else:
-      _all_at_once(translator, args, nbest)
+      _all_at_once(translator, args, nbest, parsing)
   except (TranslateError, CheckpointSpecError) as e:
     raise SystemExit(f"t2t-translate: {e}") from None
 
 
-def _all_at_once(translator, args, nbest) -> None:
+def _decoding_defaults(args) -> bool:
+  """Sets --beam_size/--alpha left unset to the workdir's config (the paper's settings for
+  its experiment); returns whether the workdir is a parsing one (scored by bracket F1)."""
+  if not args.workdir:
+    return False
+  config = load_config(args.workdir)
+  if args.beam_size is None:
+    args.beam_size = config.get("beam_size", 4)
+  if args.alpha is None:
+    args.alpha = config.get("alpha", 0.6)
+  return evaluate.is_parsing(config.data)
+
+
+def _references(path: str, parsing: bool) -> list:
+  """Reference lines, or for parsing the (cleaned) gold trees of a bracketed file."""
+  if not parsing:
+    return read_lines(path)
+  try:
+    return evaluate.read_gold_trees(path)
+  except OSError as e:
+    raise TranslateError(f"{path}: cannot read ({e.strerror})") from e
+  except (ValueError, UnicodeDecodeError) as e:
+    raise TranslateError(str(e)) from e
+
+
+def _all_at_once(translator, args, nbest, parsing: bool = False) -> None:
   """Reads every line first, translates in length-sorted batches, writes in input order."""
   sources = read_lines(args.input)
-  references = read_lines(args.reference) if args.reference else None
+  references = _references(args.reference, parsing) if args.reference else None
   if references is not None and len(references) != len(sources):
     raise TranslateError(
-      f"--reference={args.reference} has {len(references)} lines but "
-      f"--input={args.input or '<stdin>'} has {len(sources)}"
+      f"--reference={args.reference} has {len(references)} "
+      f"{'trees' if parsing else 'lines'} but --input={args.input or '<stdin>'} has "
+      f"{len(sources)}"
     )
   results = translator.translate(sources, beam_size=args.beam_size, alpha=args.alpha, nbest=nbest)
   text = "".join(format_result(i, r, args.nbest, args.scores) for i, r in enumerate(results))
@@ -188,7 +219,13 @@ def _all_at_once(translator, args, nbest) -> None:
       f"checkpoint(s) {translator.checkpoint_steps}, beam {args.beam_size}, alpha {args.alpha}",
       file=sys.stderr,
     )
-    _, report = evaluate.score_report(results, references, translator.target_lang)
+    if parsing:
+      try:
+        _, report = evaluate.parse_report(results, sources, references)
+      except ValueError as e:
+        raise TranslateError(f"--reference={args.reference}: {e}") from None
+    else:
+      _, report = evaluate.score_report(results, references, translator.target_lang)
     print(report, file=sys.stderr)
 
 

@@ -8,7 +8,7 @@ import ml_collections
 
 from t2t_jax.data.errors import DataError
 
-SOURCES = ("synthetic", "textfiles", "wmt14_translate", "wmt17_translate")
+SOURCES = ("synthetic", "textfiles", "treebank", "wmt14_translate", "wmt17_translate")
 TASKS = ("copy", "reverse", "sort", "shift", "addition")
 
 
@@ -16,7 +16,8 @@ def default_config() -> ml_collections.ConfigDict:
   """Returns the data config: a small synthetic task, with the paper's WMT values elsewhere."""
   c = ml_collections.ConfigDict()
   # Where pairs come from: 'synthetic' (generated in-package, no files), 'textfiles' (local
-  # aligned plain-text files, prepared through a TFDS builder), 'wmt14_translate' or
+  # aligned plain-text files, prepared through a TFDS builder), 'treebank' (Penn Treebank
+  # .mrg files as words -> linearized trees: parsing, paper 6.3), 'wmt14_translate' or
   # 'wmt17_translate' (TFDS; downloads only when selected).
   c.source = "synthetic"
 
@@ -42,6 +43,12 @@ def default_config() -> ml_collections.ConfigDict:
   c.test_source = ""
   c.test_target = ""
 
+  # --- treebank: wsj_NNNN.mrg files, split by file number ('' = split absent) ---
+  c.treebank_dir = ""  # e.g. '../shared/data/ptb_sample' (the NLTK sample, wsj_0001-0199)
+  c.treebank_train = "1-179"  # file numbers: ranges and numbers, comma separated
+  c.treebank_dev = "180-189"
+  c.treebank_test = "190-199"
+
   # --- TFDS ---
   c.tfds_data_dir = ""  # '' -> TFDS default (WMT) or <data_dir or workdir>/tfds (textfiles)
   c.tfds_download = True  # False: fail instead of downloading/preparing WMT
@@ -54,13 +61,15 @@ def default_config() -> ml_collections.ConfigDict:
   c.prepared_store = True  # False: tokenize the corpus into memory at every start instead
 
   # --- vocabulary (SentencePiece, shared by source and target, trained on train only) ---
-  c.vocab_path = ""  # '' -> <data_dir or workdir>/vocab.model (synthetic: vocab.symbols)
-  c.vocab_size = 37000  # paper: 37000 for en-de, 32000 for en-fr; ignored by synthetic
+  c.vocab_path = ""  # '' -> <data_dir or workdir>/vocab.model (synthetic: vocab.symbols, treebank:
+  #                    vocab.words)
+  c.vocab_size = 37000  # paper: 37000 for en-de, 32000 for en-fr; ignored by synthetic/treebank
   c.vocab_type = "bpe"  # 'bpe' (paper: byte-pair encoding) | 'unigram'
   c.vocab_max_sentences = 1_000_000  # bound on sentences sampled to train the vocab
   c.vocab_character_coverage = 1.0  # 1.0 keeps every character of Latin-script corpora
   c.vocab_byte_fallback = True  # unseen characters become byte pieces: decode is lossless
   c.vocab_seed = 0  # seed of the sentence sample used for vocabulary training
+  c.vocab_min_count = 2  # treebank word vocabulary: rarer training words are read as a class
 
   # --- filtering and batching ---
   c.train_max_pairs = 0  # 0 = all; else only the first N training pairs (quick runs, tests)
@@ -105,6 +114,8 @@ def validate(c: ml_collections.ConfigDict) -> None:
         )
     if not c.train_source:
       raise DataError("config.data.train_source/train_target are required for textfiles")
+  if c.source == "treebank" and c.vocab_min_count < 1:
+    raise DataError(f"config.data.vocab_min_count={c.vocab_min_count} must be >= 1")
   if c.train_max_pairs < 0:
     raise DataError(f"config.data.train_max_pairs={c.train_max_pairs} must be >= 0")
   if c.max_len < 2:

@@ -1,4 +1,5 @@
-"""Where (source, target) text pairs come from: TFDS (WMT, local text files) or synthetic.
+"""Where (source, target) text pairs come from: TFDS (WMT, local text files), synthetic, or a
+treebank (`t2t_jax.data.treebank`, parsing).
 
 Everything goes through TensorFlow-free TFDS (`file_format='array_record'`, data sources with
 random access) except the synthetic tasks, which are generated in memory because writing a
@@ -165,6 +166,10 @@ def open_splits(c, workdir: str, *, process_index: int = 0) -> dict[str, PairSou
 def _open_splits(c, workdir: str, process_index: int) -> dict[str, PairSource | None]:
   if c.source == "synthetic":
     return {split: ListPairs(synthetic.pairs(c, split)) for split in SPLITS}
+  if c.source == "treebank":
+    from t2t_jax.data import treebank  # imports this module
+
+    return treebank.open_splits(c)
   if c.source == "textfiles":
     files = {
       split: (c[f"{split}_source"], c[f"{split}_target"])

@@ -1,6 +1,7 @@
-"""Tokenizers: a shared SentencePiece vocabulary for real text, a symbol list for synthetic tasks.
+"""Tokenizers: a shared SentencePiece vocabulary for real text, a symbol list for synthetic tasks,
+a word list for parsing.
 
-Both have the same interface: `encode(text) -> ids` (no EOS), `encode_batch(texts)`,
+All have the same interface: `encode(text) -> ids` (no EOS), `encode_batch(texts)`,
 `decode(ids) -> text` (stops at EOS, drops pad/BOS) and `vocab_size`. Reserved ids come from
 `t2t_jax.tokens` (pad 0 so that `ids > 0` is the non-padding mask; unknown deliberately not 0).
 
@@ -26,6 +27,19 @@ from t2t_jax.tokens import BOS_ID, EOS_ID, NUM_RESERVED, PAD_ID, UNK_ID
 
 SENTENCEPIECE_FILE = "vocab.model"
 SYMBOLS_FILE = "vocab.symbols"
+WORDS_FILE = "vocab.words"
+# Shapes of words outside a word vocabulary: a rare or unseen word is read as its class, so
+# the parser still knows it is a number, a name, a gerund... (as in Petrov et al.'s parser).
+WORD_CLASSES = (
+  "<unk-num>",
+  "<unk-cap>",
+  "<unk-hyphen>",
+  "<unk-ing>",
+  "<unk-ed>",
+  "<unk-ly>",
+  "<unk-s>",
+  "<unk-other>",
+)
 
 
 def _strip(ids) -> list[int]:
@@ -89,6 +103,29 @@ class SymbolTokenizer:
     )
 
 
+def word_class(word: str) -> str:
+  """The WORD_CLASSES entry of a word by its shape: digits, capital, hyphen, then suffix."""
+  if any(ch.isdigit() for ch in word):
+    return "<unk-num>"
+  if word[:1].isupper():
+    return "<unk-cap>"
+  if "-" in word:
+    return "<unk-hyphen>"
+  for suffix in ("ing", "ed", "ly", "s"):
+    if word.endswith(suffix):
+      return f"<unk-{suffix}>"
+  return "<unk-other>"
+
+
+class WordTokenizer(SymbolTokenizer):
+  """Words and bracket symbols, one id each (parsing); a word outside the list is read as its
+  `word_class` (UNK only where the list lacks that class)."""
+
+  def encode(self, text: str) -> list[int]:
+    ids = self._ids
+    return [ids.get(w) or ids.get(word_class(w), UNK_ID) for w in text.split()]
+
+
 def _check_reserved_ids(sp: spm.SentencePieceProcessor) -> None:
   got = (sp.pad_id(), sp.eos_id(), sp.bos_id(), sp.unk_id())
   if got != (PAD_ID, EOS_ID, BOS_ID, UNK_ID):
@@ -101,15 +138,17 @@ def _check_reserved_ids(sp: spm.SentencePieceProcessor) -> None:
 def vocab_path(c, workdir: str) -> epath.Path:
   if c.vocab_path:
     return epath.Path(c.vocab_path)
-  name = SYMBOLS_FILE if c.source == "synthetic" else SENTENCEPIECE_FILE
+  name = {"synthetic": SYMBOLS_FILE, "treebank": WORDS_FILE}.get(c.source, SENTENCEPIECE_FILE)
   return epath.Path(config_lib.data_root(c, workdir)) / name
 
 
 def load_tokenizer(path: str | os.PathLike, num_threads: int = 0):
-  """Loads a stored vocabulary (`*.symbols` -> SymbolTokenizer, else SentencePiece)."""
+  """Loads a stored vocabulary (`*.symbols` -> SymbolTokenizer, `*.words` -> WordTokenizer,
+  else SentencePiece)."""
   path = epath.Path(path)
-  if path.name.endswith(".symbols"):
-    return SymbolTokenizer(path.read_text(encoding="utf-8").split("\n")[:-1])
+  for suffix, kind in ((".symbols", SymbolTokenizer), (".words", WordTokenizer)):
+    if path.name.endswith(suffix):
+      return kind(path.read_text(encoding="utf-8").split("\n")[:-1])
   return SentencePieceTokenizer(path.read_bytes(), num_threads)
 
 
@@ -131,7 +170,7 @@ def load_or_train_tokenizer(
       sample); by default the training split of `c` is opened and sampled.
   """
   path = vocab_path(c, workdir)
-  expected = _symbols_text(c) if c.source == "synthetic" else None
+  expected = _symbols_text(c)
   if not path.exists():
     if process_index == 0:
       _write_atomic(
@@ -149,8 +188,17 @@ def load_or_train_tokenizer(
   return tokenizer
 
 
-def _symbols_text(c) -> str:
-  return "".join(s + "\n" for s in synthetic.symbols(c))
+def _symbols_text(c) -> str | None:
+  """The symbol file a synthetic or treebank config builds (None: SentencePiece is trained)."""
+  if c.source == "synthetic":
+    symbols = synthetic.symbols(c)
+  elif c.source == "treebank":
+    from t2t_jax.data import treebank
+
+    symbols = treebank.vocabulary_symbols(c)
+  else:
+    return None
+  return "".join(s + "\n" for s in symbols)
 
 
 def _training_sentences(c, workdir, train_sentences):
@@ -166,10 +214,11 @@ def _training_sentences(c, workdir, train_sentences):
 def _check_matches_config(tokenizer, path, c, expected_symbols) -> None:
   if expected_symbols is not None:
     if not isinstance(tokenizer, SymbolTokenizer) or (
-      _symbols_text(c) != "".join(s + "\n" for s in tokenizer.symbols)
+      expected_symbols != "".join(s + "\n" for s in tokenizer.symbols)
     ):
+      what = f"synthetic task {c.task!r}" if c.source == "synthetic" else "this treebank split"
       raise DataError(
-        f"{path} does not hold the symbols of synthetic task {c.task!r} "
+        f"{path} does not hold the symbols of {what} "
         f"({tokenizer.vocab_size} ids); use a fresh workdir or delete it"
       )
     return

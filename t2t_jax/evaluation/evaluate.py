@@ -1,4 +1,5 @@
-"""What a run is judged by: dev loss, dev BLEU, the checkpoint chosen on dev, the test split.
+"""What a run is judged by: dev loss, dev BLEU (parsing: dev F1), the checkpoint chosen on
+dev, the test split.
 
 The trainer calls these during and after training; t2t-translate prints `score_report`.
 Only dev is read to choose a checkpoint (the paper's practice, section 6.2: "selected on the
@@ -15,7 +16,8 @@ import jax
 import numpy as np
 from absl import logging
 
-from t2t_jax.evaluation import scoring
+from t2t_jax.data import treebank, trees
+from t2t_jax.evaluation import parseval, scoring
 from t2t_jax.training import checkpoint, parallel
 from t2t_jax.training import workdir as workdir_lib
 
@@ -47,6 +49,113 @@ def bleu(translator, pairs: Pairs, beam_size: int, alpha: float, source_name: st
   """sacreBLEU of `translator` on (source, reference) pairs (`source_name` labels warnings)."""
   hyps = translator.translate([s for s, _ in pairs], beam_size, alpha, source_name=source_name)
   return scoring.sacrebleu_score(hyps, [r for _, r in pairs]).score
+
+
+def is_parsing(data_config) -> bool:
+  """A treebank experiment is scored by bracket F1 (paper 6.3), not BLEU."""
+  return data_config.get("source", "") == "treebank"
+
+
+def gold_trees(data_config, split: str, pairs: Pairs) -> list[trees.Tree]:
+  """The gold trees (tags kept) of the first len(pairs) pairs of a treebank split; raises if
+  their words are not the pairs' sources."""
+  golds = treebank.gold_trees(data_config, split)[: len(pairs)]
+  for i, (gold, (source, _)) in enumerate(zip(golds, pairs)):
+    if " ".join(gold.leaves()) != source:
+      raise ValueError(f"{split} pair {i + 1}: source {source!r} is not its gold tree's words")
+  return golds
+
+
+def f1(
+  translator,
+  pairs: Pairs,
+  golds: Sequence[trees.Tree],
+  beam_size: int,
+  alpha: float,
+  source_name: str = "dev",
+) -> parseval.ParseScore:
+  """EVALB bracket F1 (`parseval.ParseScore`) of parsing the pairs' sources."""
+  outputs = translator.translate([s for s, _ in pairs], beam_size, alpha, source_name=source_name)
+  return parseval.score_outputs(outputs, golds)
+
+
+def dev_metrics(
+  translator, pairs: Pairs, beam_size: int, alpha: float, data_config, source_name: str = "dev"
+) -> dict:
+  """{'dev_bleu': sacreBLEU} or, for parsing, {'dev_f1': bracket F1} of `pairs`."""
+  if is_parsing(data_config):
+    golds = gold_trees(data_config, "dev", pairs)
+    return dict(dev_f1=f1(translator, pairs, golds, beam_size, alpha, source_name).f1)
+  return dict(dev_bleu=bleu(translator, pairs, beam_size, alpha, source_name))
+
+
+def read_gold_trees(path: str) -> list[trees.Tree]:
+  """Bracketed gold trees (treebank .mrg layout, or one per line), cleaned like the training
+  trees; ValueError names the file, the tree and the line."""
+  with open(path, encoding="utf-8") as f:
+    text = f.read()
+  out = []
+  try:
+    for tree, line in trees.parse_brackets(text):
+      cleaned = trees.clean(tree)
+      if cleaned is None:
+        raise trees.BracketError(f"line {line}: a tree without words")
+      out.append(cleaned)
+  except trees.BracketError as e:
+    raise ValueError(f"{path}: tree {len(out) + 1}: {e}") from None
+  return out
+
+
+def parse_report(
+  outputs: Sequence[str], sources: Sequence[str], golds: Sequence[trees.Tree]
+) -> tuple[dict, str]:
+  """test_* metrics and the printable F1 line of linearized outputs against gold trees."""
+  for i, (source, gold) in enumerate(zip(sources, golds)):
+    if source.split() != gold.leaves():
+      raise ValueError(f"input line {i + 1}: {source!r} is not the words of gold tree {i + 1}")
+  score = parseval.score_outputs(outputs, golds)
+  metrics = dict(
+    test_f1=score.f1,
+    test_precision=score.precision,
+    test_recall=score.recall,
+    test_exact_match=score.exact / 100,
+    test_rebalanced=score.rebalanced,
+    test_wrong_leaf_count=score.wrong_leaf_count,
+  )
+  return metrics, score.summary()
+
+
+def parse_test(
+  translator,
+  pairs: Pairs,
+  golds: Sequence[trees.Tree],
+  beam_size: int,
+  alpha: float,
+  workdir: str,
+  source_name: str = "test",
+) -> tuple[dict, str]:
+  """Parses the test split; writes <workdir>/test.words (inputs), test.gold (gold trees) and
+  test.trees (the outputs rebuilt as trees), one per line (process 0); returns the test_*
+  metrics and a printable report with examples."""
+  sources = [s for s, _ in pairs]
+  t0 = time.time()
+  outputs = translator.translate(sources, beam_size, alpha, source_name=source_name)
+  seconds = time.time() - t0
+  metrics, text = parse_report(outputs, sources, golds)
+  parsed = [str(trees.rebuild(o, g.leaves())[0]) for o, g in zip(outputs, golds)]
+  if jax.process_index() == 0:
+    for name, lines in (("words", sources), ("gold", map(str, golds)), ("trees", parsed)):
+      text = "".join(line + "\n" for line in lines)
+      workdir_lib.atomic_write_text(os.path.join(workdir, f"test.{name}"), text)
+  examples = "\n".join(
+    f"  input:  {s}\n  output: {o}\n  gold:   {r}"
+    for s, o, (_, r) in list(zip(sources, outputs, pairs))[:2]
+  )
+  report = (
+    f"test split: {len(pairs)} sentences parsed in {seconds:.1f}s (beam {beam_size}, alpha "
+    f"{alpha})\n{examples}\n{text}"
+  )
+  return metrics, report
 
 
 def score_report(hyps: Sequence[str], refs: Sequence[str], lang: str) -> tuple[dict, str]:
@@ -86,8 +195,10 @@ def select_checkpoint(
   translator_for: Callable[[str], object],
   beam_size: int,
   alpha: float,
+  metric: Callable = bleu,
 ) -> Selection:
-  """Scores each candidate of `candidates` ('latest,average:3,...') by dev sacreBLEU.
+  """Scores each candidate of `candidates` ('latest,average:3,...') by dev sacreBLEU (or by
+  `metric(translator, pairs, beam_size, alpha)`, higher is better).
 
   `translator_for(spec)` builds a Translator on that checkpoint spec. Averages of more
   checkpoints than are kept are skipped with a warning; ties go to the first listed.
@@ -106,7 +217,7 @@ def select_checkpoint(
         f"config.select_checkpoints: candidate {spec!r} is not 'latest', 'average:N' or a "
         f"kept step ({e})"
       ) from None
-    scores[spec] = bleu(translator_for(spec), pairs, beam_size, alpha)
+    scores[spec] = metric(translator_for(spec), pairs, beam_size, alpha)
   if not scores:
     raise ValueError(
       f"config.select_checkpoints={candidates!r}: no candidate can be built from the "

@@ -130,6 +130,8 @@ def progress_line(
     line += f" | dev loss {eval_metrics['eval_loss']:.4f} acc {eval_metrics['eval_accuracy']:.3f}"
   if eval_metrics and "dev_bleu" in eval_metrics:
     line += f" | dev BLEU {eval_metrics['dev_bleu']:.2f}"
+  if eval_metrics and "dev_f1" in eval_metrics:
+    line += f" | dev F1 {eval_metrics['dev_f1']:.2f}"
   return line
 
 

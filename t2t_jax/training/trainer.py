@@ -192,9 +192,14 @@ class Trainer:
     )
 
   def select(self) -> str:
-    """The best of `select_checkpoints` by dev sacreBLEU, written to <workdir>/selected.json."""
+    """The best of `select_checkpoints` by dev sacreBLEU (parsing: dev F1), written to
+    <workdir>/selected.json."""
     n = self.config.get("select_num_sentences", 0)
     pairs = self.data.dev_pairs[:n] if n else self.data.dev_pairs
+    metric, name = evaluate.bleu, "sacreBLEU"
+    if evaluate.is_parsing(self.config.data):
+      golds = evaluate.gold_trees(self.config.data, "dev", pairs)
+      metric, name = lambda t, p, b, a: evaluate.f1(t, p, golds, b, a).f1, "bracket F1"
     selection = evaluate.select_checkpoint(
       self.ckpts,
       self.config.select_checkpoints,
@@ -202,10 +207,11 @@ class Trainer:
       lambda spec: self.translator(None, spec),
       self.config.beam_size,
       self.config.alpha,
+      metric,
     )
     evaluate.write_selection(self.workdir, selection, self.config.beam_size, self.config.alpha)
     summary.log(
-      f"checkpoint selection on dev ({len(pairs)} sentences, sacreBLEU):\n{selection.table()}"
+      f"checkpoint selection on dev ({len(pairs)} sentences, {name}):\n{selection.table()}"
     )
     self.writer.write(self.num_steps, dict(selected_dev_bleu=selection.dev_bleu[selection.best]))
     return selection.best
@@ -221,18 +227,14 @@ class Trainer:
     return None
 
   def dev_bleu(self, p_params) -> dict:
-    """sacreBLEU of the first `bleu_num_sentences` dev pairs (beam search as configured)."""
+    """sacreBLEU (parsing: bracket F1) of the first `bleu_num_sentences` dev pairs (beam
+    search as configured)."""
     pairs = self.data.dev_pairs[: self.config.bleu_num_sentences]
     if not pairs:
       return {}
-    return dict(
-      dev_bleu=evaluate.bleu(
-        self.translator(p_params),
-        pairs,
-        self.config.beam_size,
-        self.config.alpha,
-        self.data.split_name("dev"),
-      )
+    c = self.config
+    return evaluate.dev_metrics(
+      self.translator(p_params), pairs, c.beam_size, c.alpha, c.data, self.data.split_name("dev")
     )
 
   def test(self, p_params) -> dict:
@@ -250,6 +252,20 @@ class Trainer:
       f"test: parameters from {spec or 'the last step'}"
       + (f" = checkpoint(s) {checkpoint.choose_steps(self.ckpts, spec)}" if spec else "")
     )
+    if evaluate.is_parsing(self.config.data):
+      golds = evaluate.gold_trees(self.config.data, "test", pairs)
+      metrics, report = evaluate.parse_test(
+        translator,
+        pairs,
+        golds,
+        self.config.beam_size,
+        self.config.alpha,
+        self.workdir,
+        self.data.split_name("test"),
+      )
+      self.writer.write(self.num_steps, metrics)
+      summary.log(report)
+      return metrics
     lang = data_lib.target_language(self.config.data)
     metrics, report = evaluate.translate_test(
       translator,

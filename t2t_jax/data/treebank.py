@@ -1,0 +1,132 @@
+"""The `treebank` source: Penn Treebank `.mrg` files as (words, linearized tree) pairs.
+
+The paper's section 6.3 trains on the WSJ part of the Penn Treebank; here it reads any
+directory of `wsj_NNNN.mrg` files (the NLTK sample holds wsj_0001-wsj_0199, sections 00 and
+01). Splits are made of whole files, named by their numbers (`config.data.treebank_train =
+'1-179'`), so that no document straddles two splits. Each tree is cleaned and linearized by
+`t2t_jax.data.trees`: the source is the words, the target the bracket sequence.
+
+The vocabulary is word level (`vocabulary_symbols`): every bracket symbol of the training
+targets, and the training words seen at least `vocab_min_count` times; other words are read
+as a class of their shape (`t2t_jax.data.tokenizer.word_class`).
+"""
+
+import collections
+import functools
+import os
+import re
+
+from t2t_jax.data import trees
+from t2t_jax.data.errors import DataError
+from t2t_jax.data.sources import ListPairs
+from t2t_jax.data.tokenizer import WORD_CLASSES
+
+SPLITS = ("train", "dev", "test")
+_FILE_RE = re.compile(r"wsj_(\d{4})\.mrg$")
+
+
+def file_numbers(spec: str, flag: str) -> list[int]:
+  """'1-179' or '180-184,186' -> the file numbers, in order; DataError names the flag."""
+  numbers = []
+  for part in (p.strip() for p in spec.split(",")):
+    match = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+    if not match:
+      raise DataError(
+        f"config.data.{flag}={spec!r}: {part!r} is not a file number or a range like 1-179"
+      )
+    first, last = int(match.group(1)), int(match.group(2) or match.group(1))
+    if last < first:
+      raise DataError(f"config.data.{flag}={spec!r}: range {part!r} runs backwards")
+    numbers.extend(range(first, last + 1))
+  return numbers
+
+
+def split_files(c) -> dict[str, list[str]]:
+  """{'train', 'dev', 'test'} -> the .mrg paths of each split (a split may be empty)."""
+  directory = c.treebank_dir
+  if not directory or not os.path.isdir(directory):
+    raise DataError(f"config.data.treebank_dir={directory!r} is not a directory")
+  present = {
+    int(m.group(1)): os.path.join(directory, name)
+    for name in os.listdir(directory)
+    if (m := _FILE_RE.fullmatch(name))
+  }
+  files, owner = {}, {}
+  for split in SPLITS:
+    flag = f"treebank_{split}"
+    numbers = file_numbers(c[flag], flag) if c[flag] else []
+    for n in numbers:
+      if n in owner:
+        raise DataError(
+          f"config.data.{flag}: wsj_{n:04d}.mrg is also in treebank_{owner[n]}; "
+          "a file belongs to one split"
+        )
+      if n not in present:
+        raise DataError(f"config.data.{flag}: {directory}/wsj_{n:04d}.mrg does not exist")
+      owner[n] = split
+    files[split] = [present[n] for n in numbers]
+  if not files["train"]:
+    raise DataError("config.data.treebank_train names no files")
+  return files
+
+
+def read_trees(path: str) -> list[trees.Tree]:
+  """Every tree of one .mrg file; DataError names the file, the sentence and the line."""
+  try:
+    with open(path, encoding="utf-8") as f:
+      text = f.read()
+  except (OSError, UnicodeDecodeError) as e:
+    raise DataError(f"{path}: cannot read: {e}") from None
+  out = []
+  try:
+    for tree, line in trees.parse_brackets(text):
+      if not tree.leaves():
+        raise trees.BracketError(f"line {line}: a tree without words")
+      out.append(tree)
+  except trees.BracketError as e:
+    raise DataError(f"{path}: sentence {len(out) + 1}: {e}") from None
+  return out
+
+
+@functools.lru_cache(maxsize=16)
+def _read_split(paths: tuple[str, ...]) -> tuple[tuple[trees.Tree, ...], tuple[tuple[str, str]]]:
+  gold, pairs = [], []
+  for path in paths:
+    for number, tree in enumerate(read_trees(path), start=1):
+      cleaned = trees.clean(tree)
+      if cleaned is None:
+        raise DataError(f"{path}: sentence {number}: no words left after removing -NONE-")
+      words, symbols = trees.linearize(cleaned)
+      gold.append(cleaned)
+      pairs.append((" ".join(words), " ".join(symbols)))
+  return tuple(gold), tuple(pairs)
+
+
+def split_pairs(c, split: str) -> list[tuple[str, str]]:
+  """(words, linearized tree) pairs of one split, in file and sentence order."""
+  return list(_read_split(tuple(split_files(c)[split]))[1])
+
+
+def gold_trees(c, split: str) -> list[trees.Tree]:
+  """The cleaned trees of one split, part-of-speech tags kept (scoring needs them to find
+  punctuation); aligned with `split_pairs`."""
+  return list(_read_split(tuple(split_files(c)[split]))[0])
+
+
+def open_splits(c) -> dict[str, ListPairs | None]:
+  files = split_files(c)
+  return {split: ListPairs(split_pairs(c, split)) if files[split] else None for split in SPLITS}
+
+
+def vocabulary_symbols(c) -> list[str]:
+  """The word vocabulary: every target symbol of the training split (sorted), the word
+  classes, then training words seen >= vocab_min_count times (most frequent first)."""
+  pairs = split_pairs(c, "train")
+  symbols = sorted({s for _, target in pairs for s in target.split()})
+  counts = collections.Counter(w for source, _ in pairs for w in source.split())
+  taken = set(symbols) | set(WORD_CLASSES)
+  words = sorted(
+    (w for w, n in counts.items() if n >= c.vocab_min_count and w not in taken),
+    key=lambda w: (-counts[w], w),
+  )
+  return symbols + list(WORD_CLASSES) + words
