@@ -2,7 +2,7 @@
 sample, sized for two CPU cores.
 
     t2t-train --experiment=parsing --workdir=/tmp/parsing
-    t2t-train --experiment=parsing:big --workdir=/tmp/parsing_big   # the paper's model size
+    t2t-train --experiment=parsing:big --workdir=/tmp/parsing_big  # the paper's size (accelerator)
     t2t-translate --workdir=/tmp/parsing --input=/tmp/parsing/test.words \
         --reference=/tmp/parsing/test.gold
 
@@ -12,9 +12,9 @@ wsj_0001-wsj_0199 (3,914 trees) of ../shared/data/ptb_sample beside the reposito
 --config.data.treebank_dir; split by file: train 0001-0179 (3,669 trees), dev 0180-0189 (127),
 test 0190-0199 (118). Decoding as in the paper: beam 21, alpha 0.3, maximum output length
 input + 300. The vocabulary is word level (`t2t_jax.data.treebank.vocabulary_symbols`): the
-55 bracket symbols and XX, training words seen twice or more, and 8 word-shape classes for the
-rest. The paper used a 16k subword vocabulary on 40k sentences; on 3.7k sentences a word
-vocabulary keeps one source token per target XX and needs no subword counting.
+55 target symbols (bracket labels and XX), training words seen twice or more, and 8 word-shape
+classes for the rest. The paper used a 16k subword vocabulary on 40k sentences; on 3.7k
+sentences a word vocabulary keeps one source token per target XX and needs no subword counting.
 
 Scores: EVALB bracket F1 (COLLINS.prm conventions, `t2t_jax.evaluation.parseval`) on dev
 during training and on test at the end, with the parameters of the last step. The default
