@@ -163,5 +163,22 @@ def test_treebank_source_splits_by_file_and_builds_a_word_vocabulary(tmp_path):
   # A second run re-uses the stored vocabulary; another split's does not fit it.
   assert data.get_datasets(c, str(tmp_path)).tokenizer.symbols == symbols
   c.treebank_train = "1-100"
+  with pytest.raises(data.DataError, match="prepared for config.data.treebank_train='1-179'"):
+    data.get_datasets(c, str(tmp_path))
+  c.prepared_store = False
   with pytest.raises(data.DataError, match="does not hold the symbols of this treebank split"):
     data.get_datasets(c, str(tmp_path))
+
+
+def test_prepared_store_refuses_edited_treebank_files(tmp_path):
+  corpus = tmp_path / "ptb"
+  corpus.mkdir()
+  for n in (1, 2, 3):
+    (corpus / f"wsj_{n:04d}.mrg").write_text(f"( (S (NP (NN a{n})) (VP (VBD b))) )\n")
+  c = _config(corpus, treebank_train="1", treebank_dev="2", treebank_test="3", vocab_min_count=1)
+  c.update(max_len=16, tokens_per_batch=64, bucket_boundaries=(16,))
+  d = data.get_datasets(c, str(tmp_path / "w"))
+  assert d.dev_pairs == [("a2 b", "(S (NP XX )NP (VP XX )VP )S")]
+  (corpus / "wsj_0002.mrg").write_text("( (S (NP (NN c)) (VP (VBD b))) )\n")
+  with pytest.raises(data.DataError, match="prepared from other treebank files"):
+    data.get_datasets(c, str(tmp_path / "w"))

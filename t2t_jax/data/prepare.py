@@ -183,6 +183,10 @@ def open_source(c, workdir: str) -> tuple[dict, dict]:
       splits["train"] = sources.HeadPairs(splits["train"], c.train_max_pairs)
     return splits, dict(name="textfiles", files=files)
   splits = sources.open_splits(c, workdir)
+  if c.source == "treebank":
+    from t2t_jax.data import treebank  # imports sources, as prepare does
+
+    return splits, treebank.identity(c)
   if c.source == "synthetic":
     return splits, dict(name="synthetic", **{f: c[f] for f in store_lib.SYNTHETIC_FIELDS})
   return splits, sources.tfds_identity(c, splits)

@@ -175,6 +175,8 @@ def check_manifest(path: pathlib.Path, manifest: dict, c) -> None:
   elif c.source == "textfiles":
     for flag in FILE_FLAGS:
       _check_file(path, flag, source["files"].get(flag), c[flag])
+  elif c.source == "treebank":
+    _check_treebank(path, source, c)
   else:
     for field, value in expected_tfds_fields(c).items():
       if source[field] != value:
@@ -183,6 +185,22 @@ def check_manifest(path: pathlib.Path, manifest: dict, c) -> None:
     if manifest[field] != c[field]:
       raise _refuse(path, field, manifest[field], c[field])
   _check_files(path, manifest)
+
+
+def _check_treebank(path, recorded: dict, c) -> None:
+  """The same split flags and vocabulary threshold, and files of the same content."""
+  from t2t_jax.data import treebank
+
+  current = treebank.identity(c)
+  for field in treebank.IDENTITY_FIELDS:
+    if recorded.get(field) != current[field]:
+      raise _refuse(path, field, recorded.get(field), current[field])
+  if recorded.get("files_sha256") != current["files_sha256"]:
+    raise DataError(
+      f"{path}: prepared from other treebank files than config.data.treebank_dir="
+      f"{c.treebank_dir!r} holds now (was {recorded.get('treebank_dir')!r}); point "
+      f"config.data.data_dir elsewhere, or delete {path} to prepare the data again"
+    )
 
 
 def expected_tfds_fields(c) -> dict:

@@ -13,6 +13,7 @@ as a class of their shape (`t2t_jax.data.tokenizer.word_class`).
 
 import collections
 import functools
+import hashlib
 import os
 import re
 
@@ -88,10 +89,19 @@ def read_trees(path: str) -> list[trees.Tree]:
   return out
 
 
-@functools.lru_cache(maxsize=16)
-def _read_split(paths: tuple[str, ...]) -> tuple[tuple[trees.Tree, ...], tuple[tuple[str, str]]]:
-  gold, pairs = [], []
+def _read_split(paths: list[str]) -> tuple[tuple[trees.Tree, ...], tuple[tuple[str, str]]]:
+  """(cleaned trees, pairs) of the files, cached while no file changes (size, mtime)."""
+  stamps = []
   for path in paths:
+    stat = os.stat(path)
+    stamps.append((path, stat.st_size, stat.st_mtime_ns))
+  return _read_files(tuple(stamps))
+
+
+@functools.lru_cache(maxsize=16)
+def _read_files(stamps: tuple) -> tuple[tuple[trees.Tree, ...], tuple[tuple[str, str]]]:
+  gold, pairs = [], []
+  for path, _, _ in stamps:
     for number, tree in enumerate(read_trees(path), start=1):
       cleaned = trees.clean(tree)
       if cleaned is None:
@@ -104,18 +114,38 @@ def _read_split(paths: tuple[str, ...]) -> tuple[tuple[trees.Tree, ...], tuple[t
 
 def split_pairs(c, split: str) -> list[tuple[str, str]]:
   """(words, linearized tree) pairs of one split, in file and sentence order."""
-  return list(_read_split(tuple(split_files(c)[split]))[1])
+  return list(_read_split(split_files(c)[split])[1])
 
 
 def gold_trees(c, split: str) -> list[trees.Tree]:
   """The cleaned trees of one split, part-of-speech tags kept (scoring needs them to find
   punctuation); aligned with `split_pairs`."""
-  return list(_read_split(tuple(split_files(c)[split]))[0])
+  return list(_read_split(split_files(c)[split])[0])
 
 
 def open_splits(c) -> dict[str, ListPairs | None]:
   files = split_files(c)
   return {split: ListPairs(split_pairs(c, split)) if files[split] else None for split in SPLITS}
+
+
+IDENTITY_FIELDS = ("treebank_train", "treebank_dev", "treebank_test", "vocab_min_count")
+
+
+def identity(c) -> dict:
+  """Names the corpus in a prepared store's manifest: the split flags, the word vocabulary's
+  threshold and a digest of the content of every file read (a moved copy still matches)."""
+  digest = hashlib.sha256()
+  for split, paths in split_files(c).items():
+    for path in paths:
+      digest.update(f"{split}:{os.path.basename(path)}:".encode())
+      with open(path, "rb") as f:
+        digest.update(hashlib.sha256(f.read()).digest())
+  return dict(
+    name="treebank",
+    treebank_dir=c.treebank_dir,
+    files_sha256=digest.hexdigest(),
+    **{field: c[field] for field in IDENTITY_FIELDS},
+  )
 
 
 def vocabulary_symbols(c) -> list[str]:
