@@ -335,7 +335,8 @@ class AddPositions(nn.Module):
   ) -> Array:
     cfg = self.config
     length = x.shape[1]
-    if length > cfg.max_len:
+    # A decode step's second axis is the beam (one position per hypothesis), not a length.
+    if length > cfg.max_len and not (decode and self.has_variable("cache", "position")):
       raise ValueError(
         f"sequence length {length} exceeds TransformerConfig.max_len={cfg.max_len}; raise max_len"
       )
