@@ -325,7 +325,7 @@ def test_initialization_gives_up_with_a_clear_message(tmp_path):
   """Process 0 of 2 alone: exit 1 after --distributed_init_timeout_s, naming the address."""
   env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="")
   code = (
-    "from t2t_jax import distributed as d\n"
+    "from t2t_jax.training import distributed as d\n"
     f"p = d.resolve('auto', 'localhost:{_free_port()}', 2, 0, '', environ={{}})\n"
     "d.initialize(p, init_timeout_s=3)\n"
   )
