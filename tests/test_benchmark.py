@@ -89,6 +89,7 @@ def test_bench_runs_every_part(tmp_path):
   assert results["decode"]["beam"]["target_tokens"] > 0
 
 
+@pytest.mark.slow
 def test_paired_ab_runs_two_copies_of_a_checkout_side_by_side():
   import os
 

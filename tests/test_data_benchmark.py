@@ -32,6 +32,7 @@ def test_benchmark_on_a_slice(capsys):
 @pytest.mark.skipif(
   not (SHARED / "multi30k").is_dir(), reason=f"offline corpora not found at {SHARED}"
 )
+@pytest.mark.slow
 def test_benchmark_trainer_comparison_runs(capsys):
   results = benchmark.main(
     [

@@ -562,6 +562,7 @@ def test_beam_slots_track_each_hypothesis_history():
     history = [history[p[b]] + [(step + 1, b)] for b in range(3)]
 
 
+@pytest.mark.slow
 def test_transformer_beam_search_equals_reference():
   """The Transformer's beam-aware decoding (shared encoder keys/values, in-place slots,
   compaction) against the reference search over its per-row decode_step."""
