@@ -533,20 +533,33 @@ def test_beam_search_equals_reference_with_a_large_tied_vocabulary():
     np.testing.assert_array_equal(scores, ref_scores)
 
 
-def test_chunked_top_k_equals_lax_top_k():
+@pytest.mark.parametrize("eos_id", [1, 130, 999])
+def test_chunked_top_tokens_equal_lax_top_k_without_eos(eos_id):
+  """The pruned top-k over chunks (EOS left out, the row max with EOS) against lax.top_k and
+  jnp.max, on logits full of ties, with EOS in the first, a middle and the short last chunk."""
   rng = np.random.default_rng(9)
-  x = np.round(rng.normal(size=(3, 5, 1000)) * 2) / 2  # ties everywhere
-  x[0, 0] = -np.inf
-  x[1, 1, 500:] = -np.inf
-  x[2, 2, ::7] = 9.0  # many equal maxima
+  x = np.round(rng.normal(size=(15, 1000)) * 2) / 2  # ties everywhere
+  x[0] = -np.inf
+  x[1, 500:] = -np.inf
+  x[2, ::7] = 9.0  # many equal maxima
+  x[3, eos_id] = 50.0  # EOS is the row's maximum
   x = jnp.asarray(x, jnp.float32)
-  top_k = jax.jit(decode._top_k, static_argnums=(1, 2))
+  top_tokens = jax.jit(decode._top_tokens, static_argnums=(1, 2, 3))
+  masked = jnp.where(jnp.arange(1000) == eos_id, -jnp.inf, x)
   for k in (1, 4, 5):
-    want = lax.top_k(x, k)
-    for chunk in (8, 16, 48):  # 1000 = 125 * 8 = 62.5 * 16 = 20.8 * 48
-      got = top_k(x, k, chunk)
-      np.testing.assert_array_equal(got[0], want[0])
-      np.testing.assert_array_equal(got[1], want[1])
+    want = lax.top_k(masked, k)
+    for chunk in (8, 16, 48, 125):  # 1000 = 125 * 8 = 62.5 * 16 = 20.8 * 48 = 8 * 125
+      values, tokens, row_max = top_tokens(x, k, eos_id, chunk)
+      np.testing.assert_array_equal(values, want[0])
+      np.testing.assert_array_equal(tokens, want[1])
+      np.testing.assert_array_equal(row_max, jnp.max(x, axis=-1))
+
+
+def test_chunk_size_divides_the_vocabulary_where_it_can():
+  assert decode._chunk_size(8000) == 125
+  assert decode._chunk_size(32000) == 128
+  assert decode._chunk_size(37000) == 125
+  assert decode._chunk_size(7919) == 128  # a prime: no divisor near 128
 
 
 def test_beam_slots_track_each_hypothesis_history():

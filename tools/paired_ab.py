@@ -1,7 +1,7 @@
-"""Paired A/B timing of the train step of two checkouts, in one process.
+"""Paired A/B timing of the train step (or beam search) of two checkouts, in one process.
 
     python -m tools.paired_ab OLD_CHECKOUT NEW_CHECKOUT [--size=tiny|base] [--steps=40]
-        [--b=FIELD=VALUE ...]
+        [--part=train|decode] [--b=FIELD=VALUE ...]
 
 On a shared or noisy machine, two `t2t-bench` runs one after the other differ by 10% with
 the same code. Here both versions are compiled in one process (each checkout's `t2t_jax`
@@ -9,7 +9,10 @@ copied under its own package name) and their steps alternate, so they see the sa
 the median of the per-pair ratios B/A is stable to about 1%. Shapes are those of the
 README's `t2t-bench` commands (tiny-sized: d_model 128, 2+2 layers, 8k vocab, 128 x 32
 tokens; base-sized: d_model 512, 6+6 layers, 32k vocab, 64 x 32 tokens), dropout 0.1.
-`--b=FIELD=VALUE` overrides a TransformerConfig field of B only (an ablation of one code).
+`--part=decode` times beam-4 decoding instead (random parameters; 128 tiny-sized or 64
+base-sized sources of 30 tokens, outputs forced to 30 tokens, as `t2t-bench --vs`): one
+"step" is one whole decode. `--b=FIELD=VALUE` overrides a TransformerConfig field of B only
+(an ablation of one code).
 Run it with `GLIBC_TUNABLES=glibc.malloc.hugetlb=1` to match what t2t-bench sets.
 """
 
@@ -24,6 +27,7 @@ import statistics
 import sys
 import tempfile
 import time
+import types
 
 import jax
 import jax.numpy as jnp
@@ -90,6 +94,46 @@ def _build(name: str, size: str, overrides: dict, bench):
   return [step, state, batch, bench.model_flops_per_step(cfg, params, rows, 32, 32)]
 
 
+DECODE_LENGTH = 30
+
+
+def _build_decode(name: str, size: str, overrides: dict, bench):
+  """[run, None, None, 0]: run() decodes the synthetic sources once (compiled here)."""
+  del bench
+  model_lib = importlib.import_module(f"{name}.model")
+  # The translator imports the data package only for vocabularies; a second copy of it would
+  # register its TFDS builders twice, which TFDS refuses.
+  sys.modules.setdefault(f"{name}.data", types.ModuleType(f"{name}.data"))
+  try:
+    translator = importlib.import_module(f"{name}.decoding.translator")
+  except ModuleNotFoundError:
+    translator = importlib.import_module(f"{name}.translate")
+  fields, rows = SIZES[size]
+  cfg = model_lib.TransformerConfig(**{**dict(dropout_rate=0.0, max_len=64), **fields, **overrides})
+  model = model_lib.Transformer(cfg)
+  dummy = jnp.ones((1, 8), jnp.int32)
+  params = jax.jit(model.init)(jax.random.PRNGKey(0), dummy, dummy)["params"]
+  ids = np.random.default_rng(0).integers(4, cfg.vocab_size, (rows, DECODE_LENGTH))
+  ids[:, -1] = 1  # EOS
+  inputs = jnp.asarray(ids, jnp.int32)
+  limits = jnp.full((rows,), DECODE_LENGTH, jnp.int32)
+
+  def run():
+    return translator._search(
+      params,
+      inputs,
+      limits,
+      jnp.float32(0.6),
+      model=model,
+      max_decode_len=32,
+      beam_size=4,
+      suppress_eos=True,
+    )
+
+  jax.block_until_ready(run())
+  return [run, None, None, 0]
+
+
 def _parse_override(text: str) -> tuple:
   field, _, value = text.partition("=")
   if not field or not value:
@@ -106,9 +150,10 @@ def compare(
   size: str = "tiny",
   num_steps: int = 40,
   overrides_b: dict = None,
+  part: str = "train",
 ) -> dict:
-  """Alternates train steps of A and B (order swapped every pair); per-step times and the
-  median B/A ratio with its quartiles."""
+  """Alternates train steps (or whole decodes) of A and B (order swapped every pair);
+  per-step times and the median B/A ratio with its quartiles."""
   root = tempfile.mkdtemp(prefix="t2t_ab_")
   try:
     _copy_package(checkout_a, "t2t_jax_ab_a", root)
@@ -116,17 +161,21 @@ def compare(
     sys.path.insert(0, root)
     from t2t_jax.cli import bench
 
+    build = _build_decode if part == "decode" else _build
     runs = [
-      _build("t2t_jax_ab_a", size, {}, bench),
-      _build("t2t_jax_ab_b", size, overrides_b or {}, bench),
+      build("t2t_jax_ab_a", size, {}, bench),
+      build("t2t_jax_ab_b", size, overrides_b or {}, bench),
     ]
     times = ([], [])
     for i in range(num_steps):
       for which in (0, 1) if i % 2 == 0 else (1, 0):
         run = runs[which]
         start = time.perf_counter()
-        run[1], metrics = run[0](run[1], run[2])
-        jax.block_until_ready(metrics)
+        if part == "decode":
+          jax.block_until_ready(run[0]())
+        else:
+          run[1], metrics = run[0](run[1], run[2])
+          jax.block_until_ready(metrics)
         times[which].append(time.perf_counter() - start)
   finally:
     if root in sys.path:
@@ -152,6 +201,7 @@ def main(argv=None) -> None:
   parser.add_argument("checkout_b")
   parser.add_argument("--size", choices=sorted(SIZES), default="tiny")
   parser.add_argument("--steps", type=int, default=40)
+  parser.add_argument("--part", choices=("train", "decode"), default="train")
   parser.add_argument("--b", action="append", default=[], metavar="FIELD=VALUE")
   args = parser.parse_args(argv)
   for path in (args.checkout_a, args.checkout_b):
@@ -164,18 +214,14 @@ def main(argv=None) -> None:
   for field in overrides:
     if field not in known:
       raise SystemExit(f"--b={field}=...: TransformerConfig has no field {field!r}")
-  r = compare(args.checkout_a, args.checkout_b, args.size, args.steps, overrides)
+  r = compare(args.checkout_a, args.checkout_b, args.size, args.steps, overrides, args.part)
   ms = lambda t: f"min {1e3 * min(t):.1f} ms, median {1e3 * statistics.median(t):.1f} ms"
+  rate = lambda flops, t: f", {flops / t / 1e9:.1f} GFLOP/s" if flops else ""
+  print(f"A {args.checkout_a}: {ms(r['step_times_a'])}{rate(r['flops_a'], r['median_a'])}")
+  print(f"B {args.checkout_b}: {ms(r['step_times_b'])}{rate(r['flops_b'], r['median_b'])}")
+  what = "decode time" if args.part == "decode" else "step time"
   print(
-    f"A {args.checkout_a}: {ms(r['step_times_a'])}, "
-    f"{r['flops_a'] / r['median_a'] / 1e9:.1f} GFLOP/s"
-  )
-  print(
-    f"B {args.checkout_b}: {ms(r['step_times_b'])}, "
-    f"{r['flops_b'] / r['median_b'] / 1e9:.1f} GFLOP/s"
-  )
-  print(
-    f"B/A step time: median ratio {r['ratio']:.3f} "
+    f"B/A {what}: median ratio {r['ratio']:.3f} "
     f"(quartiles {r['ratio_q25']:.3f}-{r['ratio_q75']:.3f}) over {args.steps} pairs"
   )
 

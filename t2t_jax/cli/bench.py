@@ -55,6 +55,14 @@ flags.DEFINE_enum(
   "synthetic",
 )
 flags.DEFINE_integer("beam_size", 4, "beam width for the decoding figure")
+flags.DEFINE_enum(
+  "vs",
+  "",
+  ["", "ctranslate2"],
+  "decode: time the same parameters and sources in this engine too, interleaved (random "
+  "parameters: sources of --seq_len tokens, outputs forced to that length)",
+)
+flags.DEFINE_integer("repeats", 3, "interleaved repetitions per system for --vs")
 flags.DEFINE_integer("pipeline_batches", 200, "batches drawn from the input pipeline")
 flags.DEFINE_string("json", None, "write the results here as JSON")
 FLAGS = flags.FLAGS
@@ -273,6 +281,46 @@ def bench_decode(config, vocab_size: int, n: int, beam_size: int) -> dict:
   return out
 
 
+def bench_decode_vs(config, vocab_size: int) -> dict:
+  """Beam search against CTranslate2 on the same parameters (see cli/bench_ctranslate2.py)."""
+  from t2t_jax.cli import bench_ctranslate2 as vs
+  from t2t_jax.export import load_trained
+
+  alpha = 0.6
+  if FLAGS.workdir:
+    trained = load_trained(FLAGS.workdir)
+    sentences, origin = _real_sentences(FLAGS.decode_sentences, FLAGS.decode_corpus)
+    if sentences is None:
+      raise app.UsageError("--workdir given but no real sentences under ../shared/data")
+    tr = translator_lib.Translator.from_workdir(FLAGS.workdir)
+    ids = tr._source_ids(sentences)
+    extra = config.get("max_output_extra", 50)
+    limits = [min(len(s) + extra, trained.config.max_len) for s in ids]
+    forced, what = False, f"{origin} through {FLAGS.workdir}'s model"
+  else:
+    cfg = TransformerConfig.from_dict(config.model.to_dict(), vocab_size=vocab_size)
+    trained = vs.random_trained(cfg)
+    ids = vs.synthetic_sources(FLAGS.decode_sentences, FLAGS.seq_len, vocab_size)
+    limits = [FLAGS.seq_len] * len(ids)
+    forced, what = True, f"random parameters and ids, {FLAGS.seq_len} tokens"
+  result = vs.compare(
+    trained,
+    ids,
+    limits,
+    beam_size=FLAGS.beam_size,
+    alpha=alpha,
+    forced=forced,
+    repeats=FLAGS.repeats,
+  )
+  result["inputs"] = what
+  result["model"] = dict(
+    d_model=trained.config.d_model,
+    layers=[trained.config.encoder_layers, trained.config.decoder_layers],
+    vocab_size=trained.config.vocab_size,
+  )
+  return result
+
+
 def bench_pipeline(config, num_batches: int) -> dict:
   import tempfile
 
@@ -354,6 +402,16 @@ def _table(results: dict) -> str:
         f"({r['mean_output_tokens']:.1f} tokens per output, compile "
         f"{r['compile_s']:.1f} s)"
       )
+  if "decode_vs" in results:
+    from t2t_jax.cli import bench_ctranslate2 as vs
+
+    d = results["decode_vs"]
+    m = d["model"]
+    lines.append(
+      f"model d_model {m['d_model']}, {m['layers'][0]}+{m['layers'][1]} layers, vocab "
+      f"{m['vocab_size']:,}; {d['inputs']}"
+    )
+    lines.append(vs.table(d))
   if "pipeline" in results:
     p = results["pipeline"]
     if "skipped" in p:
@@ -384,7 +442,9 @@ def main(argv):
     results["train"] = bench_train(config, vocab, batch_tokens, FLAGS.seq_len, FLAGS.steps, counter)
     if "peak" in results:
       results["train"]["mfu"] = results["train"]["achieved_flops"] / results["peak"]["peak_flops"]
-  if "decode" in FLAGS.parts:
+  if "decode" in FLAGS.parts and FLAGS.vs:
+    results["decode_vs"] = bench_decode_vs(config, vocab)
+  elif "decode" in FLAGS.parts:
     results["decode"] = bench_decode(config, vocab, FLAGS.decode_sentences, FLAGS.beam_size)
   if "pipeline" in FLAGS.parts:
     results["pipeline"] = bench_pipeline(config, FLAGS.pipeline_batches)

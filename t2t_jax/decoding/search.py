@@ -235,63 +235,92 @@ def _merge_finished(seqs, scores, new_seqs, new_scores):
   return gather_beams(all_seqs, top), top_scores
 
 
-def _top_k(x, k: int, chunk: int = 128):
-  """lax.top_k(x, k) on the last axis, exactly (values, indices, lower index first on ties),
-  pruned by chunks: the top k elements lie in the k chunks with the largest maxima (an
-  element of the top k whose chunk is not among them would have k better chunk maxima
-  above it; equal maxima order chunks by index, as equal elements are ordered). So one
-  max-reduction over x, a top_k over the chunk maxima, and a top_k over the k chosen
-  chunks, gathered in index order so that ties still go to the lower index: far less work
-  than XLA's TopK over the whole vocabulary.
+def _chunk_size(vocab: int, near: int = 128) -> int:
+  """A divisor of `vocab` in [near / 2, 2 * near] closest to `near` (then the chunk maxima
+  read the logits in place; a short last chunk makes XLA copy the rest), else `near`."""
+  divisors = [c for c in range(near // 2, 2 * near + 1) if vocab % c == 0]
+  return min(divisors, key=lambda c: abs(c - near)) if divisors else near
+
+
+def _top_tokens(rows, k: int, eos_id: int, chunk: int | None = None):
+  """Each row's k largest logits other than EOS, and the row's maximum (EOS included).
+
+  rows float32 [R, vocab] -> (values [R, k], tokens int32 [R, k], row_max [R]); values and
+  tokens are what lax.top_k gives on the rows with EOS set to -inf (best first, lower index
+  first on ties), with far less work than XLA's TopK over the whole vocabulary: the top k
+  elements lie in the k chunks with the largest maxima (an element of the top k whose chunk
+  is not among them would have k better chunk maxima above it; equal maxima order chunks by
+  index, as equal elements are ordered). So one max-reduction per chunk, a top_k over the
+  chunk maxima, and a top_k over the k chosen chunks, gathered in index order so that ties
+  still go to the lower index. The chunk maxima are taken over the logits as they are
+  (XLA:CPU's fast reductions read their input from memory, so a masked copy would be
+  written first), which also gives the row maximum; only the maximum of EOS's own chunk is
+  then taken again without EOS.
   """
-  n = x.shape[-1]
-  if 4 * k * chunk > n:  # not worth it (and at least 4k chunks to choose from)
-    return lax.top_k(x, k)
-  lead = x.shape[:-1]
-  full = n // chunk
-  maxima = jnp.max(x[..., : full * chunk].reshape(lead + (full, chunk)), axis=-1)
-  if full * chunk < n:
-    maxima = jnp.concatenate(
-      [maxima, jnp.max(x[..., full * chunk :], axis=-1, keepdims=True)], axis=-1
-    )
+  vocab = rows.shape[-1]
+  chunk = chunk or _chunk_size(vocab)
+  if 4 * k * chunk > vocab:
+    masked = jnp.where(jnp.arange(vocab) != eos_id, rows, NEG_INF)
+    values, tokens = lax.top_k(masked, k)
+    return values, tokens.astype(jnp.int32), jnp.max(rows, axis=-1)
+  full = vocab // chunk
+  maxima = jnp.max(rows[:, : full * chunk].reshape(-1, full, chunk), axis=-1)
+  if full * chunk < vocab:
+    maxima = jnp.concatenate([maxima, jnp.max(rows[:, full * chunk :], axis=-1, keepdims=True)], -1)
+  # The barrier keeps XLA from folding this max of maxima into a second pass over the rows.
+  row_max = jnp.max(lax.optimization_barrier(maxima), axis=-1)
+  start = eos_id // chunk * chunk
+  eos_chunk = rows[:, start : start + chunk]
+  eos_chunk = jnp.where(
+    jnp.arange(start, start + eos_chunk.shape[-1]) != eos_id, eos_chunk, NEG_INF
+  )
+  maxima = jnp.where(
+    jnp.arange(maxima.shape[-1]) == eos_id // chunk, jnp.max(eos_chunk, -1)[:, None], maxima
+  )
   _, chunks = lax.top_k(maxima, k)
   chunks = jnp.sort(chunks, axis=-1)
-  index = (chunks[..., None] * chunk + jnp.arange(chunk)).reshape(lead + (k * chunk,))
-  values = jnp.take_along_axis(x, jnp.minimum(index, n - 1), axis=-1)
-  values = jnp.where(index < n, values, NEG_INF)  # past the end of a short last chunk
+  index = (chunks[..., None] * chunk + jnp.arange(chunk)).reshape(-1, k * chunk)
+  values = jnp.take_along_axis(rows, jnp.minimum(index, vocab - 1), axis=-1)
+  values = jnp.where((index < vocab) & (index != eos_id), values, NEG_INF)
   top_values, top = lax.top_k(values, k)
-  return top_values, jnp.take_along_axis(index, top, axis=-1)
+  return top_values, jnp.take_along_axis(index, top, axis=-1).astype(jnp.int32), row_max
 
 
-def _top_extensions(candidates, k):
-  """lax.top_k over each sentence's [beam * vocab] candidates, in two stages.
+def _log_probs_of(logits, row_max, log_normalizer):
+  """log-softmax values of some of a row's logits, computed as jax.nn.log_softmax computes
+  them: (l - max) - log(sum(exp(l - max))). logits [R, j]; row_max, log_normalizer [R]."""
+  return (logits - row_max[:, None]) - log_normalizer[:, None]
 
-  candidates float32 [batch, beam, vocab] -> (values [batch, k], parent [batch, k], token
-  [batch, k]), exactly what top_k of candidates.reshape(batch, -1) gives, ties included:
-  each element of the overall top k is in its own beam's top k (the elements above it in
-  its beam are above it overall), and the second stage sees the per-beam winners in
-  flat-index order (beam-major, each beam's sorted with lower token first on ties), so
-  lower-index-first on ties carries over.
+
+def _beam_step(
+  state, tokens_to_logits, reorder_cache, max_lengths, alpha, eos_id, bos_id, eos_only_at_limit
+):
+  """One search step: extends every live hypothesis by one token.
+
+  Only what the search keeps is turned into log-probabilities: the EOS logit of every
+  hypothesis and the beam_size best other logits of each (chosen on the logits, which
+  log-softmax and adding the hypothesis's log-prob order the same way). The [batch, beam,
+  vocab] log-probabilities are never written: the logits are read twice, once for the
+  maxima and the top candidates, once for the log-sum-exp.
   """
-  batch_size, beam_size, vocab_size = candidates.shape
-  per_beam = min(k, vocab_size)
-  values, tokens = _top_k(candidates, per_beam)  # [batch, beam, per_beam]
-  top_values, top = lax.top_k(values.reshape(batch_size, -1), k)  # [batch, k]
-  parent = top // per_beam
-  token = jnp.take_along_axis(tokens.reshape(batch_size, -1), top, axis=1)
-  return top_values, parent, token.astype(jnp.int32)
-
-
-def _beam_step(state, tokens_to_logits, reorder_cache, max_lengths, alpha, eos_id, bos_id):
-  """One search step: extends every live hypothesis by one token."""
   batch_size, beam_size, _ = state.live_seqs.shape
   ids = _last_tokens(state.live_seqs, state.step, bos_id)
   logits, cache = tokens_to_logits(ids, state.cache)
-  log_probs = _at_limit_log_probs(logits, state.step, max_lengths, eos_id)
-  candidates = state.live_log_probs[..., None] + log_probs  # [batch, beam, vocab]
+  vocab = logits.shape[-1]
+  # [rows, vocab] whatever the leading dims: XLA's CPU reductions round differently by
+  # rank, and this way the log-probs equal those of a per-row model bit for bit.
+  rows = logits.astype(jnp.float32).reshape(-1, vocab)
+  per_beam = min(beam_size, vocab)
+  top_logits, top_tokens, row_max = _top_tokens(rows, per_beam, eos_id)
+  log_normalizer = jnp.log(jnp.sum(jnp.exp(rows - row_max[:, None]), axis=-1))
+  live = state.live_log_probs.reshape(-1, 1)
 
   # Every live hypothesis's EOS extension is offered to the finished set.
-  eos_log_probs = candidates[..., eos_id]
+  at_limit = jnp.repeat(state.step + 1 >= max_lengths, beam_size)[:, None]
+  eos_log_probs = live + _log_probs_of(rows[:, eos_id : eos_id + 1], row_max, log_normalizer)
+  if eos_only_at_limit:
+    eos_log_probs = jnp.where(at_limit, eos_log_probs, NEG_INF)
+  eos_log_probs = eos_log_probs.reshape(batch_size, beam_size)
   eos_scores = eos_log_probs / length_penalty(state.step + 1, alpha)
   eos_tokens = jnp.full((batch_size, beam_size), eos_id, jnp.int32)
   eos_seqs = _write_tokens(state.live_seqs, state.step, eos_tokens)
@@ -299,10 +328,12 @@ def _beam_step(state, tokens_to_logits, reorder_cache, max_lengths, alpha, eos_i
     state.finished_seqs, state.finished_scores, eos_seqs, eos_scores
   )
 
-  # The live set is the beam_size best non-EOS extensions. (A select, not .at[].set: that
-  # is a scatter, which makes XLA copy the [batch, beam, vocab] array first.)
-  candidates = jnp.where(jnp.arange(candidates.shape[-1]) == eos_id, NEG_INF, candidates)
-  live_log_probs, parent, token = _top_extensions(candidates, beam_size)
+  # The live set is the beam_size best non-EOS extensions; at its limit a sentence has none.
+  candidates = live + _log_probs_of(top_logits, row_max, log_normalizer)
+  candidates = jnp.where(at_limit, NEG_INF, candidates).reshape(batch_size, -1)
+  live_log_probs, top = lax.top_k(candidates, beam_size)  # [batch, beam]
+  parent = top // per_beam
+  token = jnp.take_along_axis(top_tokens.reshape(batch_size, -1), top, axis=1)
   live_seqs = _write_tokens(gather_beams(state.live_seqs, parent), state.step, token)
   return _BeamState(
     step=state.step + 1,
@@ -348,6 +379,7 @@ def beam_search(
   early_stop: bool = True,
   reorder_cache: Callable[[Cache, jax.Array], Cache] | None = None,
   compact: bool = True,
+  eos_only_at_limit: bool = False,
 ):
   """Beam search with the GNMT length penalty, as in tensor2tensor (paper: beam 4, alpha 0.6).
 
@@ -391,6 +423,9 @@ def beam_search(
       into a batch a quarter the size (every state and cache leaf along its leading dim),
       down to 8 rows. Results are the same either way, provided the model computes each
       sentence on its own: a finished sentence's result is final.
+    eos_only_at_limit: EOS extensions are offered to the finished set only at each
+      sentence's limit, so every output has exactly its limit's length whatever the model
+      (benchmarks; CTranslate2's min_decoding_length). EOS stays in the softmax.
 
   Returns:
     sequences int32 [batch, beam_size, max_decode_len] (no BOS, EOS then PAD) and scores
@@ -426,7 +461,16 @@ def beam_search(
       return running & (jnp.sum(not_done) > next_rows)
 
     def body(state):
-      return _beam_step(state, tokens_to_logits, reorder_cache, lengths, alpha, eos_id, bos_id)
+      return _beam_step(
+        state,
+        tokens_to_logits,
+        reorder_cache,
+        lengths,
+        alpha,
+        eos_id,
+        bos_id,
+        eos_only_at_limit,
+      )
 
     return lax.while_loop(cond, body, _materialized(state))
 

@@ -80,7 +80,8 @@ def decode(
   hypothesis or gathered after a step.
 
   suppress_eos (benchmarks only): EOS is never chosen before the length limit, so every
-  output has exactly its max length whatever the parameters.
+  output has exactly its max length whatever the parameters (beam search: EOS extensions
+  are offered only at the limit, `eos_only_at_limit`; greedy: EOS's logit is set to -1e9).
 
   Returns:
     beam search: `search.beam_search`'s (sequences [batch, beam, max_decode_len], scores
@@ -123,7 +124,7 @@ def decode(
       method=Transformer.decode_beam_step,
       mutable=["cache"],
     )
-    return no_eos(logits), (new["cache"], slots)
+    return logits, (new["cache"], slots)
 
   def reorder(cache, parents):
     model_cache, slots = cache
@@ -141,6 +142,7 @@ def decode(
     beam_size=beam_size,
     alpha=alpha,
     reorder_cache=reorder,
+    eos_only_at_limit=suppress_eos,
   )
 
 
