@@ -6,6 +6,7 @@ TensorBoard files come from tensorboardX (no TensorFlow needed). Only process 0 
 import json
 import os
 import time
+from collections.abc import Sequence
 
 from absl import logging
 
@@ -171,7 +172,7 @@ def _row(s: dict) -> str:
   return f"| {s['workdir']} | {s['steps']} | {minutes} | {chosen} | {scores} |"
 
 
-def main(argv) -> None:
+def main(argv: Sequence[str]) -> None:
   """python -m t2t_jax.training.summary WORKDIR... : one markdown row per finished run."""
   print(
     "| workdir | steps | training minutes | checkpoint (chosen on dev) | test sacreBLEU | "
