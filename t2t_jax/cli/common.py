@@ -3,6 +3,7 @@
 import logging as std_logging
 import os
 import sys
+from collections.abc import Sequence
 
 from absl import app, logging
 from ml_collections import config_flags
@@ -38,7 +39,7 @@ def experiment_path(name: str) -> str:
   return path + sep + arg
 
 
-def experiment_from_argv(argv) -> str:
+def experiment_from_argv(argv: Sequence[str]) -> str:
   """--experiment must be known before flag parsing: it picks the file --config.* overrides."""
   for i, arg in enumerate(argv):
     if arg.startswith("--experiment="):

@@ -19,7 +19,8 @@ text. The score is log p / ((5 + length) / 6)^alpha, the number beam search rank
 """
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import TextIO
 
 from absl import app, flags
 
@@ -148,7 +149,7 @@ def _open_output(path: str | None):
     raise TranslateError(f"--output={path}: cannot write ({e.strerror})") from e
 
 
-def main(argv):
+def main(argv: Sequence[str]) -> None:
   common.quiet_library_logs()
   args = _define_flags.flags
   if len(argv) > 1:
@@ -254,7 +255,7 @@ def _interactive(translator, args, nbest, from_stdin: bool) -> None:
     out.flush()
 
 
-def run():
+def run() -> None:
   host.use_huge_pages()
   _define_flags.flags = _define_flags()
   app.run(main)

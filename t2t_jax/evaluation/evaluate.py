@@ -11,20 +11,29 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import jax
 import numpy as np
 from absl import logging
+from flax.typing import VariableDict
 
 from t2t_jax.data import treebank, trees
 from t2t_jax.evaluation import parseval, scoring
 from t2t_jax.training import checkpoint, parallel
 from t2t_jax.training import workdir as workdir_lib
 
+if TYPE_CHECKING:  # the translator's module is loaded by whoever builds one
+  from t2t_jax.decoding.translator import Translator
+
 Pairs = Sequence[tuple[str, str]]
 
 
-def dev_loss(p_eval: Callable, p_params, batches: Iterable[dict]) -> dict[str, float]:
+def dev_loss(
+  p_eval: Callable[..., dict[str, jax.Array]],
+  p_params: VariableDict,
+  batches: Iterable[dict[str, np.ndarray]],
+) -> dict[str, float]:
   """Teacher-forced loss, NLL, accuracy and perplexity per target token over `batches`.
 
   `p_eval` is the pmapped eval step (returns per-device sums); the sums of all devices and
@@ -45,7 +54,8 @@ def dev_loss(p_eval: Callable, p_params, batches: Iterable[dict]) -> dict[str, f
   )
 
 
-def bleu(translator, pairs: Pairs, beam_size: int, alpha: float, source_name: str = "dev") -> float:
+def bleu(
+  translator: "Translator", pairs: Pairs, beam_size: int, alpha: float, source_name: str = "dev") -> float:
   """sacreBLEU of `translator` on (source, reference) pairs (`source_name` labels warnings)."""
   hyps = translator.translate([s for s, _ in pairs], beam_size, alpha, source_name=source_name)
   return scoring.sacrebleu_score(hyps, [r for _, r in pairs]).score
@@ -158,7 +168,9 @@ def parse_test(
   return metrics, report
 
 
-def score_report(hyps: Sequence[str], refs: Sequence[str], lang: str) -> tuple[dict, str]:
+def score_report(
+  hyps: Sequence[str], refs: Sequence[str], lang: str
+) -> tuple[dict[str, float], str]:
   """Every score of `scoring.score_all` as test_* metrics, and the labelled text to print."""
   scores = scoring.score_all(hyps, refs, lang)
   metrics = dict(
@@ -192,7 +204,7 @@ def select_checkpoint(
   ckpts: checkpoint.Checkpoints,
   candidates: str,
   pairs: Pairs,
-  translator_for: Callable[[str], object],
+  translator_for: Callable[[str], "Translator"],
   beam_size: int,
   alpha: float,
   metric: Callable = bleu,
@@ -244,14 +256,14 @@ def write_selection(workdir: str, selection: Selection, beam_size: int, alpha: f
 
 
 def translate_test(
-  translator,
+  translator: "Translator",
   pairs: Pairs,
   lang: str,
   beam_size: int,
   alpha: float,
   output: str,
   source_name: str = "test",
-) -> tuple[dict, str]:
+) -> tuple[dict[str, float], str]:
   """Translates the test split, writes the translations to `output` (process 0) and returns
   the test_* metrics with a printable report (examples, exact match, the four scores)."""
   sources, refs = [s for s, _ in pairs], [r for _, r in pairs]
