@@ -47,12 +47,20 @@ class ListPairs:
     return [self._pairs[i] for i in indices]
 
 
+class RecordSource(Protocol):
+  """What `builder.as_data_source(split)` returns: records by index, several at once."""
+
+  def __len__(self) -> int: ...
+
+  def __getitem__(self, index: int) -> Mapping[str, Any]: ...
+
+  def __getitems__(self, indices: Sequence[int]) -> Sequence[Mapping[str, Any]]: ...
+
+
 class TfdsPairs:
   """A TFDS data source whose records hold the two sides under `source_key`/`target_key`."""
 
-  def __init__(
-    self, data_source: Sequence[Mapping[str, Any]], source_key: str, target_key: str
-  ) -> None:
+  def __init__(self, data_source: RecordSource, source_key: str, target_key: str) -> None:
     self._ds = data_source
     self._keys = (source_key, target_key)
 
