@@ -351,9 +351,7 @@ class Translator:
       shape = self._bucket_shape(len(source))
       yield self._translate_batch([source], beam_size, alpha, nbest, shape)[0]
 
-  def _batches(
-    self, order: Sequence[int], sources: Sequence[Sequence[int]]
-  ) -> Iterator[list[int]]:
+  def _batches(self, order: Sequence[int], sources: Sequence[Sequence[int]]) -> Iterator[list[int]]:
     batch, longest = [], 0
     for i in order:
       longest = max(longest, len(sources[i]))

@@ -55,7 +55,8 @@ def dev_loss(
 
 
 def bleu(
-  translator: "Translator", pairs: Pairs, beam_size: int, alpha: float, source_name: str = "dev") -> float:
+  translator: "Translator", pairs: Pairs, beam_size: int, alpha: float, source_name: str = "dev"
+) -> float:
   """sacreBLEU of `translator` on (source, reference) pairs (`source_name` labels warnings)."""
   hyps = translator.translate([s for s, _ in pairs], beam_size, alpha, source_name=source_name)
   return scoring.sacrebleu_score(hyps, [r for _, r in pairs]).score
