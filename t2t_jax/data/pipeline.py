@@ -280,7 +280,9 @@ def get_datasets(
   return _finish(Datasets(c, tokenizer, train, dev_pairs, test_pairs, stats, sharding))
 
 
-def _from_store(c, workdir: str, sharding: batching.Sharding, stats: DataStats) -> Datasets:
+def _from_store(
+  c: ml_collections.ConfigDict, workdir: str, sharding: batching.Sharding, stats: DataStats
+) -> Datasets:
   """The run's data from its prepared store (prepared first if absent): nothing is tokenized
   when the store exists, and the arrays are memory-mapped."""
   with _timed(stats, "open (or prepare) the store"):
