@@ -46,7 +46,7 @@ def _load_tokenizer(config: ml_collections.ConfigDict, workdir: str) -> Tokenize
   return data_lib.load_tokenizer(path)
 
 
-def _check_vocabulary(workdir: str, steps: Sequence[int], vocab) -> None:
+def _check_vocabulary(workdir: str, steps: Sequence[int], vocab: str | os.PathLike) -> None:
   """Refuses a vocabulary other than the one the checkpoints were trained with."""
   ckpts = checkpoint.Checkpoints(workdir)
   have = sha256_file(str(vocab))
@@ -179,7 +179,16 @@ def _search(
 
 
 @functools.partial(jax.jit, static_argnames=("model", "max_decode_len", "beam_size"))
-def _search_nbest(params, inputs, max_lengths, alpha, *, model, max_decode_len, beam_size):
+def _search_nbest(
+  params: VariableDict,
+  inputs: jax.Array,
+  max_lengths: jax.Array,
+  alpha: float | jax.Array,
+  *,
+  model: Transformer,
+  max_decode_len: int,
+  beam_size: int,
+) -> tuple[jax.Array, jax.Array]:
   """Every hypothesis `decode` keeps: (sequences int32 [batch, beam, max_decode_len], scores
   float32 [batch, beam]; beam search: length-normalised, greedy: raw log-probs)."""
   return decode(
@@ -206,7 +215,14 @@ class Hypothesis(NamedTuple):
   log_prob: float
 
 
-def _hypotheses(tokenizer, seqs, scores, beam_size: int, alpha: float, nbest: int) -> list:
+def _hypotheses(
+  tokenizer: Tokenizer,
+  seqs: np.ndarray,
+  scores: np.ndarray,
+  beam_size: int,
+  alpha: float,
+  nbest: int,
+) -> list[Hypothesis]:
   """The `nbest` best of one sentence's search output (seqs [beam, L], scores [beam]), best
   first; empty slots (score -inf: fewer hypotheses of nonzero probability) are left out."""
   out = []

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import jax
+import ml_collections
 import numpy as np
 from absl import logging
 from flax.typing import VariableDict
@@ -62,12 +63,14 @@ def bleu(
   return scoring.sacrebleu_score(hyps, [r for _, r in pairs]).score
 
 
-def is_parsing(data_config) -> bool:
+def is_parsing(data_config: ml_collections.ConfigDict) -> bool:
   """A treebank experiment is scored by bracket F1 (paper 6.3), not BLEU."""
   return data_config.get("source", "") == "treebank"
 
 
-def gold_trees(data_config, split: str, pairs: Pairs) -> list[trees.Tree]:
+def gold_trees(
+  data_config: ml_collections.ConfigDict, split: str, pairs: Pairs
+) -> list[trees.Tree]:
   """The gold trees (tags kept) of the first len(pairs) pairs of a treebank split; raises if
   their words are not the pairs' sources."""
   golds = treebank.gold_trees(data_config, split)[: len(pairs)]
@@ -78,7 +81,7 @@ def gold_trees(data_config, split: str, pairs: Pairs) -> list[trees.Tree]:
 
 
 def f1(
-  translator,
+  translator: "Translator",
   pairs: Pairs,
   golds: Sequence[trees.Tree],
   beam_size: int,
@@ -91,8 +94,13 @@ def f1(
 
 
 def dev_metrics(
-  translator, pairs: Pairs, beam_size: int, alpha: float, data_config, source_name: str = "dev"
-) -> dict:
+  translator: "Translator",
+  pairs: Pairs,
+  beam_size: int,
+  alpha: float,
+  data_config: ml_collections.ConfigDict,
+  source_name: str = "dev",
+) -> dict[str, float]:
   """{'dev_bleu': sacreBLEU} or, for parsing, {'dev_f1': bracket F1} of `pairs`."""
   if is_parsing(data_config):
     golds = gold_trees(data_config, "dev", pairs)
@@ -119,7 +127,7 @@ def read_gold_trees(path: str) -> list[trees.Tree]:
 
 def parse_report(
   outputs: Sequence[str], sources: Sequence[str], golds: Sequence[trees.Tree]
-) -> tuple[dict, str]:
+) -> tuple[dict[str, float], str]:
   """test_* metrics and the printable F1 line of linearized outputs against gold trees."""
   for i, (source, gold) in enumerate(zip(sources, golds)):
     if source.split() != gold.leaves():
@@ -137,14 +145,14 @@ def parse_report(
 
 
 def parse_test(
-  translator,
+  translator: "Translator",
   pairs: Pairs,
   golds: Sequence[trees.Tree],
   beam_size: int,
   alpha: float,
   workdir: str,
   source_name: str = "test",
-) -> tuple[dict, str]:
+) -> tuple[dict[str, float], str]:
   """Parses the test split; writes <workdir>/test.words (inputs), test.gold (gold trees) and
   test.trees (the outputs rebuilt as trees), one per line (process 0); returns the test_*
   metrics and a printable report with examples."""
@@ -208,7 +216,7 @@ def select_checkpoint(
   translator_for: Callable[[str], "Translator"],
   beam_size: int,
   alpha: float,
-  metric: Callable = bleu,
+  metric: Callable[["Translator", Pairs, int, float], float] = bleu,
 ) -> Selection:
   """Scores each candidate of `candidates` ('latest,average:3,...') by dev sacreBLEU (or by
   `metric(translator, pairs, beam_size, alpha)`, higher is better).
