@@ -125,7 +125,7 @@ def _synthetic_batch(rows: int, src_len: int, tgt_len: int, vocab: int, devices:
   return {k: v.astype(np.int32) for k, v in batch.items()}
 
 
-def _peak_memory() -> dict:
+def _peak_memory() -> dict[str, int]:
   stats = jax.devices()[0].memory_stats() or {}
   if "peak_bytes_in_use" in stats:
     return dict(peak_device_memory_bytes=int(stats["peak_bytes_in_use"]))
@@ -140,7 +140,7 @@ def bench_train(
   seq_len: int,
   num_steps: int,
   counter: CompileCounter,
-) -> dict:
+) -> dict[str, Any]:
   cfg = TransformerConfig.from_dict(config.model.to_dict(), vocab_size=vocab_size)
   model = Transformer(cfg)
   devices = jax.local_device_count()
@@ -335,7 +335,7 @@ def bench_pipeline(config: ml_collections.ConfigDict, num_batches: int) -> dict[
   )
 
 
-def _table(results: dict) -> str:
+def _table(results: dict[str, Any]) -> str:
   lines = []
   peak = results.get("peak", {}).get("peak_flops")
   if peak:

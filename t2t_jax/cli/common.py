@@ -14,7 +14,7 @@ EXPERIMENTS_DIR = os.path.dirname(t2t_jax.experiments.__file__)
 DEFAULT_EXPERIMENT = "tiny"
 
 
-def available_experiments() -> list:
+def available_experiments() -> list[str]:
   """Training experiments: files in experiments/ that define get_config() (not programs such
   as why_self_attention)."""
   names = []

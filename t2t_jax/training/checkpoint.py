@@ -324,7 +324,7 @@ def _shapes(tree: VariableDict) -> dict[str, tuple[int, ...]]:
   }
 
 
-def average_params(param_trees: Sequence[VariableDict]) -> dict:
+def average_params(param_trees: Sequence[VariableDict]) -> VariableDict:
   """Element-wise mean of parameter trees (accumulated in float64, cast back)."""
   if not param_trees:
     raise ValueError("nothing to average")

@@ -58,7 +58,7 @@ class Plan:
   coordinator_address: str | None = None
   num_processes: int | None = None
   process_id: int | None = None
-  local_device_ids: tuple | None = None
+  local_device_ids: tuple[int, ...] | None = None
   reason: str = ""
 
   @property
@@ -276,7 +276,7 @@ def slurm_plan(env: Mapping[str, str]) -> Plan | None:
   return Plan("slurm", coordinator, num, int(env["SLURM_PROCID"]), local, reason="srun step")
 
 
-def expand_hostlist(nodelist: str) -> list:
+def expand_hostlist(nodelist: str) -> list[str]:
   """Slurm's compressed host list: 'gpu[01-03,07],login2' -> ['gpu01', ..., 'login2']."""
   hosts = []
   for item in re.findall(r"[^,\[]+(?:\[[^\]]*\])?[^,]*", nodelist):
@@ -340,7 +340,7 @@ def _env_int(env: Mapping[str, str], name: str, flag: str) -> int | None:
     raise DistributedSetupError(f"{name}={value!r} (for {flag}) is not an integer") from None
 
 
-def _parse_ids(text: str) -> tuple | None:
+def _parse_ids(text: str) -> tuple[int, ...] | None:
   text = text.strip()
   if not text:
     return None

@@ -356,7 +356,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     lock.release()
 
 
-def _train(config: ml_collections.ConfigDict, workdir: str) -> dict:
+def _train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   data = data_lib.get_datasets(
     config.data,
     workdir,
