@@ -11,10 +11,10 @@ when an exporter runs.
 
 import dataclasses
 import os
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from flax.typing import VariableDict
 from numpy.typing import ArrayLike
 
 from t2t_jax.model import TransformerConfig
@@ -22,6 +22,9 @@ from t2t_jax.tokens import BOS_ID, EOS_ID, NUM_RESERVED, PAD_ID, UNK_ID
 
 if TYPE_CHECKING:  # the data package (TFDS, grain) loads only when a workdir is read
   from t2t_jax.data.tokenizer import Tokenizer
+
+# One module's parameters (a layer, a stack): names -> numpy arrays or nested trees.
+ParamTree = Mapping[str, Any]
 
 # The reserved ids' tokens, as the SentencePiece models t2t_jax trains name them.
 RESERVED_TOKENS = {PAD_ID: "<pad>", EOS_ID: "</s>", BOS_ID: "<s>", UNK_ID: "<unk>"}
@@ -98,7 +101,7 @@ def load_trained(workdir: str, checkpoint: str = "auto") -> Trained:
   )
 
 
-def _to_numpy(tree: VariableDict | ArrayLike) -> dict[str, Any] | np.ndarray:
+def _to_numpy(tree: ParamTree | ArrayLike) -> dict[str, Any] | np.ndarray:
   if isinstance(tree, dict) or hasattr(tree, "items"):
     return {k: _to_numpy(v) for k, v in tree.items()}
   return np.asarray(tree, np.float32)

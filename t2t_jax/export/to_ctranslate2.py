@@ -19,10 +19,9 @@ import os
 from typing import TYPE_CHECKING
 
 import numpy as np
-from flax.typing import VariableDict
 from numpy.typing import ArrayLike
 
-from t2t_jax.export import ExportError, Trained, check_output_dir
+from t2t_jax.export import ExportError, ParamTree, Trained, check_output_dir
 from t2t_jax.model import TransformerConfig, positional
 
 if TYPE_CHECKING:  # ctranslate2 (the `export` extra) is imported when an export runs
@@ -45,7 +44,7 @@ def _f32(x: ArrayLike) -> np.ndarray:
   return np.ascontiguousarray(np.asarray(x, np.float32))
 
 
-def _projection(dense: VariableDict) -> tuple[np.ndarray, np.ndarray]:
+def _projection(dense: ParamTree) -> tuple[np.ndarray, np.ndarray]:
   """A DenseGeneral from d_model to (heads, d) as CTranslate2's [heads * d, d_model] weight
   and [heads * d] bias (zeros where the layer has none, the key)."""
   kernel = np.asarray(dense["kernel"])
@@ -58,26 +57,24 @@ def _set_linear(spec: "common_spec.LinearSpec", weight: ArrayLike, bias: ArrayLi
   spec.weight, spec.bias = _f32(weight), _f32(bias)
 
 
-def _set_output(spec: "common_spec.LinearSpec", dense: VariableDict) -> None:
+def _set_output(spec: "common_spec.LinearSpec", dense: ParamTree) -> None:
   """The attention output projection: kernel [heads, d_v, d_model] -> [d_model, heads * d_v]."""
   kernel = np.asarray(dense["kernel"])
   _set_linear(spec, kernel.reshape(-1, kernel.shape[-1]).T, dense["bias"])
 
 
-def _set_norm(spec: "common_spec.LayerNormSpec", norm: VariableDict) -> None:
+def _set_norm(spec: "common_spec.LayerNormSpec", norm: ParamTree) -> None:
   spec.gamma, spec.beta = _f32(norm["scale"]), _f32(norm["bias"])
 
 
-def _set_ffn(
-  spec: "transformer_spec.FeedForwardSpec", ffn: VariableDict, norm: VariableDict
-) -> None:
+def _set_ffn(spec: "transformer_spec.FeedForwardSpec", ffn: ParamTree, norm: ParamTree) -> None:
   _set_norm(spec.layer_norm, norm)
   _set_linear(spec.linear_0, np.asarray(ffn["wi"]["kernel"]).T, ffn["wi"]["bias"])
   _set_linear(spec.linear_1, np.asarray(ffn["wo"]["kernel"]).T, ffn["wo"]["bias"])
 
 
 def _set_self_attention(
-  spec: "attention_spec.MultiHeadAttentionSpec", attention: VariableDict, norm: VariableDict
+  spec: "attention_spec.MultiHeadAttentionSpec", attention: ParamTree, norm: ParamTree
 ) -> None:
   """Self-attention: one fused [Q; K; V] projection, then the output projection."""
   parts = [_projection(attention[name]) for name in ("query", "key", "value")]
@@ -89,7 +86,7 @@ def _set_self_attention(
 
 
 def _set_cross_attention(
-  spec: "attention_spec.MultiHeadAttentionSpec", attention: VariableDict, norm: VariableDict
+  spec: "attention_spec.MultiHeadAttentionSpec", attention: ParamTree, norm: ParamTree
 ) -> None:
   """Encoder-decoder attention: the query, a fused [K; V] projection, the output."""
   _set_linear(spec.linear[0], *_projection(attention["query"]))
@@ -99,7 +96,7 @@ def _set_cross_attention(
   _set_norm(spec.layer_norm, norm)
 
 
-def _positions(cfg: TransformerConfig, stack: VariableDict) -> np.ndarray:
+def _positions(cfg: TransformerConfig, stack: ParamTree) -> np.ndarray:
   if cfg.positional == "learned":
     return _f32(stack["positions"]["position_embedding"])
   return _f32(positional.sinusoidal(cfg.max_len, cfg.d_model))
@@ -146,7 +143,7 @@ def build_spec(trained: Trained) -> "transformer_spec.TransformerSpec":
 def _set_encoder(
   spec: "transformer_spec.TransformerEncoderSpec",
   cfg: TransformerConfig,
-  stack: VariableDict,
+  stack: ParamTree,
   embedding: np.ndarray,
 ) -> None:
   spec.embeddings[0].weight = embedding
@@ -162,7 +159,7 @@ def _set_encoder(
 def _set_decoder(
   spec: "transformer_spec.TransformerDecoderSpec",
   cfg: TransformerConfig,
-  stack: VariableDict,
+  stack: ParamTree,
   embedding: np.ndarray,
 ) -> None:
   spec.embeddings.weight = embedding

@@ -29,7 +29,7 @@ import numpy as np
 from flax.typing import VariableDict
 from numpy.typing import ArrayLike
 
-from t2t_jax.export import ExportError, Trained, check_output_dir
+from t2t_jax.export import ExportError, ParamTree, Trained, check_output_dir
 from t2t_jax.model import TransformerConfig, positional
 from t2t_jax.tokens import BOS_ID, EOS_ID, PAD_ID
 
@@ -88,16 +88,16 @@ class _Weights:
     self.put(f"{name}.weight", kernel.reshape(-1, kernel.shape[-1]).T[self.perm])
     self.put(f"{name}.bias", np.asarray(bias)[self.perm])
 
-  def norm(self, name: str, norm: VariableDict) -> None:
+  def norm(self, name: str, norm: ParamTree) -> None:
     self.put(f"{name}.weight", np.asarray(norm["scale"])[self.perm])
     self.put(f"{name}.bias", np.asarray(norm["bias"])[self.perm])
 
-  def attention(self, name: str, attention: VariableDict) -> None:
+  def attention(self, name: str, attention: ParamTree) -> None:
     for ours, theirs in (("query", "q_proj"), ("key", "k_proj"), ("value", "v_proj")):
       self.reads(f"{name}.{theirs}", attention[ours]["kernel"], attention[ours].get("bias"))
     self.writes(f"{name}.out_proj", attention["out"]["kernel"], attention["out"]["bias"])
 
-  def ffn(self, name: str, ffn: VariableDict) -> None:
+  def ffn(self, name: str, ffn: ParamTree) -> None:
     self.reads(f"{name}.fc1", ffn["wi"]["kernel"], ffn["wi"]["bias"])
     self.writes(f"{name}.fc2", ffn["wo"]["kernel"], ffn["wo"]["bias"])
 

@@ -25,11 +25,13 @@ Batch = dict[str, np.ndarray]  # a host batch, each leaf [local_devices, rows, l
 
 
 class StatefulIterator(Protocol):
-  """A batch iterator whose position can be saved (grain's DatasetIterator)."""
+  """A batch iterator whose position can be saved and restored (grain's DatasetIterator)."""
 
   def __next__(self) -> Batch: ...
 
   def get_state(self) -> dict[str, Any]: ...
+
+  def set_state(self, state: dict[str, Any]) -> None: ...
 
 
 def local_device_count() -> int:
