@@ -7,6 +7,8 @@ The paper averages the last 5 (base) or 20 (big) checkpoints, written at 10-minu
 `t2t-translate --checkpoint=average:N` does the same on the fly without writing anything.
 """
 
+from collections.abc import Sequence
+
 from absl import app, flags
 
 from t2t_jax.cli import common
@@ -18,7 +20,7 @@ flags.DEFINE_string("output", None, "new workdir for the averaged checkpoint")
 FLAGS = flags.FLAGS
 
 
-def main(argv):
+def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments {argv[1:]}")
   if not FLAGS.workdir or not FLAGS.output:
@@ -34,7 +36,7 @@ def main(argv):
   print(f"averaged steps {steps} -> {path}")
 
 
-def run():
+def run() -> None:
   app.run(main)
 
 

@@ -27,11 +27,16 @@ import os
 import resource
 import statistics
 import time
+from collections.abc import Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 from absl import app, flags
+from flax.typing import VariableDict
+from jax.typing import DTypeLike
 
 from t2t_jax.cli import common, host
 from t2t_jax.decoding import translator as translator_lib
@@ -71,17 +76,17 @@ FLAGS = flags.FLAGS
 class CompileCounter:
   """Counts XLA compilations (jax's backend-compile events)."""
 
-  def __init__(self):
+  def __init__(self) -> None:
     self.count = 0
     jax.monitoring.register_event_duration_secs_listener(self._listen)
 
-  def _listen(self, event, duration, **kwargs):
+  def _listen(self, event: str, duration: float, **kwargs: Any) -> None:
     del duration, kwargs
     if event == "/jax/core/compile/backend_compile_duration":
       self.count += 1
 
 
-def measure_peak(dtype=None, n: int = 0, repeats: int = 5) -> dict:
+def measure_peak(dtype: DTypeLike | None = None, n: int = 0, repeats: int = 5) -> dict[str, Any]:
   """FLOP/s of an n x n matrix product, best of `repeats` (float32 CPU, bf16 elsewhere)."""
   platform = jax.devices()[0].platform
   dtype = dtype or (jnp.float32 if platform == "cpu" else jnp.bfloat16)
@@ -97,7 +102,7 @@ def measure_peak(dtype=None, n: int = 0, repeats: int = 5) -> dict:
   return dict(platform=platform, dtype=jnp.dtype(dtype).name, n=n, peak_flops=2 * n**3 / min(times))
 
 
-def _non_embedding(params) -> tuple:
+def _non_embedding(params: VariableDict) -> tuple[int, int]:
   """(encoder, decoder) parameter counts without embeddings and position tables."""
   count = lambda tree: sum(int(np.prod(x.shape)) for x in jax.tree.leaves(tree))
   strip = lambda tree: {k: v for k, v in tree.items() if k != "positions"}
@@ -105,7 +110,7 @@ def _non_embedding(params) -> tuple:
 
 
 def model_flops_per_step(
-  cfg: TransformerConfig, params, rows: int, src_len: int, tgt_len: int
+  cfg: TransformerConfig, params: VariableDict, rows: int, src_len: int, tgt_len: int
 ) -> float:
   enc, dec = _non_embedding(params)
   src_tokens, tgt_tokens = rows * src_len, rows * tgt_len
@@ -128,7 +133,7 @@ def _synthetic_batch(rows: int, src_len: int, tgt_len: int, vocab: int, devices:
   return {k: v.astype(np.int32) for k, v in batch.items()}
 
 
-def _peak_memory() -> dict:
+def _peak_memory() -> dict[str, int]:
   stats = jax.devices()[0].memory_stats() or {}
   if "peak_bytes_in_use" in stats:
     return dict(peak_device_memory_bytes=int(stats["peak_bytes_in_use"]))
@@ -137,8 +142,13 @@ def _peak_memory() -> dict:
 
 
 def bench_train(
-  config, vocab_size: int, batch_tokens: int, seq_len: int, num_steps: int, counter: CompileCounter
-) -> dict:
+  config: ml_collections.ConfigDict,
+  vocab_size: int,
+  batch_tokens: int,
+  seq_len: int,
+  num_steps: int,
+  counter: CompileCounter,
+) -> dict[str, Any]:
   cfg = TransformerConfig.from_dict(config.model.to_dict(), vocab_size=vocab_size)
   model = Transformer(cfg)
   devices = jax.local_device_count()
@@ -206,8 +216,10 @@ def _real_sentences(n: int, corpus: str = ""):
   return None, None
 
 
-def _decode_inputs(config, vocab_size: int, n: int):
-  """(source id lists, description, params or None, model config) for the decode figure."""
+def _decode_inputs(
+  config: ml_collections.ConfigDict, vocab_size: int, n: int
+) -> tuple[list[list[int]], str, VariableDict, Transformer]:
+  """(source id lists, description, params, model) for the decode figure."""
   sentences, origin = _real_sentences(n, FLAGS.decode_corpus)
   if FLAGS.workdir:
     tr = translator_lib.Translator.from_workdir(FLAGS.workdir)
@@ -231,7 +243,9 @@ def _decode_inputs(config, vocab_size: int, n: int):
   return ids, what + ", random parameters, outputs as long as sources", params, model
 
 
-def bench_decode(config, vocab_size: int, n: int, beam_size: int) -> dict:
+def bench_decode(
+  config: ml_collections.ConfigDict, vocab_size: int, n: int, beam_size: int
+) -> dict[str, Any]:
   ids, what, params, model = _decode_inputs(config, vocab_size, n)
   extra = config.get("max_output_extra", 50)
   max_len = model.config.max_len
@@ -281,7 +295,7 @@ def bench_decode(config, vocab_size: int, n: int, beam_size: int) -> dict:
   return out
 
 
-def bench_decode_vs(config, vocab_size: int) -> dict:
+def bench_decode_vs(config: ml_collections.ConfigDict, vocab_size: int) -> dict[str, Any]:
   """Beam search against CTranslate2 on the same parameters (see cli/bench_ctranslate2.py)."""
   from t2t_jax.cli import bench_ctranslate2 as vs
   from t2t_jax.export import load_trained
@@ -321,7 +335,7 @@ def bench_decode_vs(config, vocab_size: int) -> dict:
   return result
 
 
-def bench_pipeline(config, num_batches: int) -> dict:
+def bench_pipeline(config: ml_collections.ConfigDict, num_batches: int) -> dict[str, Any]:
   import tempfile
 
   from t2t_jax import data
@@ -369,7 +383,7 @@ def bench_pipeline(config, num_batches: int) -> dict:
   )
 
 
-def _table(results: dict) -> str:
+def _table(results: dict[str, Any]) -> str:
   lines = []
   peak = results.get("peak", {}).get("peak_flops")
   if peak:
@@ -424,7 +438,7 @@ def _table(results: dict) -> str:
   return "\n".join(lines)
 
 
-def main(argv):
+def main(argv: Sequence[str]) -> None:
   del argv
   common.quiet_library_logs()
   config = FLAGS.config
@@ -454,7 +468,7 @@ def main(argv):
       json.dump(results, f, indent=2)
 
 
-def run():
+def run() -> None:
   host.use_huge_pages()
   common.define_config_flag("t2t-bench")
   app.run(main)

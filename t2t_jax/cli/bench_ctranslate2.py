@@ -85,7 +85,14 @@ def _padded(ids: Sequence[Sequence[int]]) -> np.ndarray:
   return out
 
 
-def t2t_system(trained: Trained, ids, limits, beam_size: int, alpha: float, forced: bool):
+def t2t_system(
+  trained: Trained,
+  ids: Sequence[Sequence[int]],
+  limits: Sequence[int],
+  beam_size: int,
+  alpha: float,
+  forced: bool,
+) -> tuple[Callable[[], list[list[int]]], float]:
   """(run, compile seconds): run() decodes every sentence once and returns int id lists."""
   model = Transformer(trained.config)
   params = jax.device_put(trained.params)
@@ -113,14 +120,14 @@ def t2t_system(trained: Trained, ids, limits, beam_size: int, alpha: float, forc
 def ctranslate2_system(
   path: str,
   trained: Trained,
-  ids,
-  limits,
+  ids: Sequence[Sequence[int]],
+  limits: Sequence[int],
   beam_size: int,
   alpha: float,
   forced: bool,
   compute_type: str,
   threads: int,
-):
+) -> tuple[Callable[[], list[list[int]]], float]:
   """(run, load seconds) for a CTranslate2 model directory: run() returns id lists, EOS
   included where the search ended with it."""
   import ctranslate2

@@ -3,6 +3,7 @@
 import logging as std_logging
 import os
 import sys
+from collections.abc import Sequence
 
 from absl import app, logging
 from ml_collections import config_flags
@@ -13,7 +14,7 @@ EXPERIMENTS_DIR = os.path.dirname(t2t_jax.experiments.__file__)
 DEFAULT_EXPERIMENT = "tiny"
 
 
-def available_experiments() -> list:
+def available_experiments() -> list[str]:
   """Training experiments: files in experiments/ that define get_config() (not programs such
   as why_self_attention)."""
   names = []
@@ -38,7 +39,7 @@ def experiment_path(name: str) -> str:
   return path + sep + arg
 
 
-def experiment_from_argv(argv) -> str:
+def experiment_from_argv(argv: Sequence[str]) -> str:
   """--experiment must be known before flag parsing: it picks the file --config.* overrides."""
   for i, arg in enumerate(argv):
     if arg.startswith("--experiment="):

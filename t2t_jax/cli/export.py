@@ -9,6 +9,9 @@ selected on dev when there is one, else the latest). Needs the `export` extra:
 pip install 't2t_jax[export]'. See docs/export.md for using the output.
 """
 
+import types
+from collections.abc import Sequence
+
 from absl import app, flags
 
 from t2t_jax import export
@@ -35,7 +38,7 @@ flags.DEFINE_float("alpha", 0.6, "huggingface only: length_penalty of generation
 FLAGS = flags.FLAGS
 
 
-def main(argv) -> None:
+def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments {argv[1:]}")
   if not FLAGS.workdir or not FLAGS.output:
@@ -58,7 +61,7 @@ def main(argv) -> None:
   print(f"t2t-export: checkpoint(s) {trained.checkpoint_steps} -> {path} ({FLAGS.format})")
 
 
-def _writer(fmt: str):
+def _writer(fmt: str) -> types.ModuleType:
   """The exporter module, or a one-line error naming the missing package."""
   needs = ("ctranslate2",) if fmt == "ctranslate2" else ("transformers", "safetensors")
   for package in needs:

@@ -14,6 +14,7 @@ user, or by the first execution). Library use (notebooks, tests) is never re-exe
 
 import os
 import sys
+from collections.abc import Callable, Mapping
 
 ENV = "T2T_HUGE_PAGES"
 TUNABLE = "glibc.malloc.hugetlb"
@@ -31,7 +32,7 @@ def _thp_mode(path: str = THP_SETTING) -> str:
   return text[start + 1 : end] if 0 <= start < end else ""
 
 
-def huge_pages_env(environ) -> dict:
+def huge_pages_env(environ: Mapping[str, str]) -> dict[str, str]:
   """The environment to re-execute with, or {} when nothing should change."""
   if environ.get(ENV, "1") == "0" or not sys.platform.startswith("linux"):
     return {}
@@ -41,7 +42,7 @@ def huge_pages_env(environ) -> dict:
   return dict(environ, GLIBC_TUNABLES=":".join(filter(None, [tunables, f"{TUNABLE}=1"])))
 
 
-def use_huge_pages(execv=os.execv) -> None:
+def use_huge_pages(execv: Callable[[str, list[str]], object] = os.execv) -> None:
   """Re-executes this process (same interpreter and arguments) with huge pages for malloc.
 
   Call it first thing in a command-line tool, before threads or JAX devices exist.

@@ -15,10 +15,15 @@ storage (config.data.data_dir).
 
 import os
 import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from absl import app, flags
 
 from t2t_jax.cli import common
+
+if TYPE_CHECKING:  # the data package loads TFDS: only once flags are parsed
+  from t2t_jax.data.store import Store
 
 flags.DEFINE_string(
   "experiment",
@@ -32,7 +37,7 @@ flags.DEFINE_string(
 )
 
 
-def describe(store) -> str:
+def describe(store: "Store") -> str:
   """A few lines on what the store holds and what was skipped or dropped."""
   m = store.manifest
   size = sum(m["files"].values())
@@ -60,7 +65,7 @@ def describe(store) -> str:
   return "\n".join(lines)
 
 
-def main(argv):
+def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   if not flags.FLAGS.workdir:
@@ -78,7 +83,7 @@ def main(argv):
   print(describe(store), flush=True)
 
 
-def run():
+def run() -> None:
   """Console-script entry point."""
   common.define_config_flag("t2t-prepare")
   app.run(main)

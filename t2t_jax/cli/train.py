@@ -17,6 +17,8 @@ slices and Slurm srun steps are detected; elsewhere --coordinator_address=HOST:P
 --num_processes=N --process_id=I). See launch/ for launchers.
 """
 
+from collections.abc import Sequence
+
 from absl import app, flags, logging
 
 from t2t_jax.cli import common, host
@@ -33,7 +35,7 @@ flags.DEFINE_string("workdir", None, "directory for checkpoints, vocabulary and 
 distributed.define_flags()
 
 
-def main(argv):
+def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   if not flags.FLAGS.workdir:
@@ -64,7 +66,7 @@ def main(argv):
     raise SystemExit(EXIT_STOPPED)
 
 
-def run():
+def run() -> None:
   """Console-script entry point."""
   host.use_huge_pages()
   common.define_config_flag("t2t-train")

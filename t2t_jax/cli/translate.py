@@ -19,12 +19,14 @@ text. The score is log p / ((5 + length) / 6)^alpha, the number beam search rank
 """
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import BinaryIO, TextIO
 
 from absl import app, flags
 
 from t2t_jax.cli import common, host
-from t2t_jax.decoding.translator import TranslateError, Translator, load_config
+from t2t_jax.data.trees import Tree
+from t2t_jax.decoding.translator import Hypothesis, TranslateError, Translator, load_config
 from t2t_jax.evaluation import evaluate
 from t2t_jax.training.checkpoint import CheckpointSpecError
 from t2t_jax.training.workdir import atomic_write_text
@@ -53,7 +55,9 @@ def read_lines(path: str | None) -> list[str]:
   return out
 
 
-def stream_lines(stream, name: str = "<stdin>", prompt: str | None = None) -> Iterator[str]:
+def stream_lines(
+  stream: BinaryIO, name: str = "<stdin>", prompt: str | None = None
+) -> Iterator[str]:
   """Lines of a binary stream as they arrive (one readline each, nothing read ahead).
 
   A line that is not UTF-8 stops with an error naming it, as read_lines does. `prompt` is
@@ -74,7 +78,7 @@ def stream_lines(stream, name: str = "<stdin>", prompt: str | None = None) -> It
       raise TranslateError(f"{name}:{number}: not UTF-8 ({e.reason} at byte {e.start})") from e
 
 
-def format_result(index: int, result, nbest: int, scores: bool) -> str:
+def format_result(index: int, result: str | list[Hypothesis], nbest: int, scores: bool) -> str:
   """The output lines of one input: its translation; with `scores`,
   'score<TAB>log_prob<TAB>text'; with `nbest`, one 'index<TAB>rank<TAB>score<TAB>log_prob<TAB>
   text' line per hypothesis."""
@@ -89,7 +93,7 @@ def format_result(index: int, result, nbest: int, scores: bool) -> str:
   return result + "\n"
 
 
-def _define_flags():
+def _define_flags() -> flags.FlagValues:
   flags.DEFINE_string("workdir", None, "a t2t-train workdir (config.json, vocabulary, checkpoints)")
   flags.DEFINE_string("input", None, "source sentences, one per line (default: stdin)")
   flags.DEFINE_string("output", None, "where translations go (default: stdout)")
@@ -124,7 +128,7 @@ def _define_flags():
   return flags.FLAGS
 
 
-def _check_flags(args, interactive: bool) -> None:
+def _check_flags(args: flags.FlagValues, interactive: bool) -> None:
   if not args.workdir:
     raise TranslateError("--workdir is required")
   if args.beam_size < 1:
@@ -139,7 +143,7 @@ def _check_flags(args, interactive: bool) -> None:
     raise TranslateError("--reference needs every line first: not with --interactive")
 
 
-def _open_output(path: str | None):
+def _open_output(path: str | None) -> TextIO:
   if not path:
     return sys.stdout
   try:
@@ -148,7 +152,7 @@ def _open_output(path: str | None):
     raise TranslateError(f"--output={path}: cannot write ({e.strerror})") from e
 
 
-def main(argv):
+def main(argv: Sequence[str]) -> None:
   common.quiet_library_logs()
   args = _define_flags.flags
   if len(argv) > 1:
@@ -172,7 +176,7 @@ def main(argv):
     raise SystemExit(f"t2t-translate: {e}") from None
 
 
-def _decoding_defaults(args) -> bool:
+def _decoding_defaults(args: flags.FlagValues) -> bool:
   """Sets --beam_size/--alpha left unset to the workdir's config (the paper's settings for
   its experiment); returns whether the workdir is a parsing one (scored by bracket F1)."""
   if not args.workdir:
@@ -185,7 +189,7 @@ def _decoding_defaults(args) -> bool:
   return evaluate.is_parsing(config.data)
 
 
-def _references(path: str, parsing: bool) -> list:
+def _references(path: str, parsing: bool) -> list[str] | list[Tree]:
   """Reference lines, or for parsing the (cleaned) gold trees of a bracketed file."""
   if not parsing:
     return read_lines(path)
@@ -197,7 +201,9 @@ def _references(path: str, parsing: bool) -> list:
     raise TranslateError(str(e)) from e
 
 
-def _all_at_once(translator, args, nbest, parsing: bool = False) -> None:
+def _all_at_once(
+  translator: Translator, args: flags.FlagValues, nbest: int | None, parsing: bool = False
+) -> None:
   """Reads every line first, translates in length-sorted batches, writes in input order."""
   sources = read_lines(args.input)
   references = _references(args.reference, parsing) if args.reference else None
@@ -229,7 +235,9 @@ def _all_at_once(translator, args, nbest, parsing: bool = False) -> None:
     print(report, file=sys.stderr)
 
 
-def _interactive(translator, args, nbest, from_stdin: bool) -> None:
+def _interactive(
+  translator: Translator, args: flags.FlagValues, nbest: int | None, from_stdin: bool
+) -> None:
   """Translates line by line as input arrives and flushes each result; messages on stderr."""
   tty = from_stdin and sys.stdin.isatty()
   translator.warm_up(args.beam_size, args.alpha, nbest)
@@ -254,7 +262,7 @@ def _interactive(translator, args, nbest, from_stdin: bool) -> None:
     out.flush()
 
 
-def run():
+def run() -> None:
   host.use_huge_pages()
   _define_flags.flags = _define_flags()
   app.run(main)

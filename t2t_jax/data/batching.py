@@ -14,6 +14,7 @@ have one fixed shape, so each process simply packs its own shard of the pairs.
 import collections
 import sys
 import threading
+from collections.abc import Iterator, Sequence
 
 import grain
 import numpy as np
@@ -98,8 +99,13 @@ class BucketPlan:
   """
 
   def __init__(
-    self, pairs: TokenizedPairs, boundaries, budget_per_device: int, sharding: Sharding, seed: int
-  ):
+    self,
+    pairs: TokenizedPairs,
+    boundaries: Sequence[int],
+    budget_per_device: int,
+    sharding: Sharding,
+    seed: int,
+  ) -> None:
     self.pairs = pairs
     self.boundaries = np.asarray(boundaries)
     self.sharding = sharding
@@ -267,7 +273,7 @@ def _rename_packed(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
   return out
 
 
-def eval_length(length: int, boundaries) -> int:
+def eval_length(length: int, boundaries: Sequence[int]) -> int:
   """Padded length for an eval pair: its bucket, or a multiple of the longest bucket.
 
   Dev/test pairs are never dropped, so pairs longer than max_len get longer (still static)
@@ -281,12 +287,12 @@ def eval_length(length: int, boundaries) -> int:
 
 def eval_batches(
   pairs: TokenizedPairs,
-  boundaries,
+  boundaries: Sequence[int],
   budget_per_device: int,
   sharding: Sharding,
   pack_keys: bool,
   max_padded: int | None = None,
-):
+) -> Iterator[dict[str, np.ndarray]]:
   """Yields every pair once, grouped by padded length, as this process's share of batches.
 
   Each process gets the same number of batches with the same shapes; a length group's last

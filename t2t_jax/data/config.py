@@ -4,6 +4,8 @@ Experiments do `config.data = t2t_jax.data.default_config()` and override fields
 is a plain type so absl/ml_collections can override it (`--config.data.max_len=128`).
 """
 
+from collections.abc import Sequence
+
 import ml_collections
 
 from t2t_jax.data.errors import DataError
@@ -127,7 +129,7 @@ def validate(c: ml_collections.ConfigDict) -> None:
     )
 
 
-def _check_choice(c, field, choices):
+def _check_choice(c: ml_collections.ConfigDict, field: str, choices: Sequence[str]) -> None:
   if c[field] not in choices:
     raise DataError(f"config.data.{field}={c[field]!r} must be one of {choices}")
 

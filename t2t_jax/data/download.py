@@ -12,7 +12,9 @@ import contextlib
 import logging
 import socket
 import urllib.parse
+from collections.abc import Iterator
 
+import ml_collections
 import tensorflow_datasets as tfds
 from etils import epath
 
@@ -22,7 +24,9 @@ _RETRIES = 2  # per request, instead of TFDS's 10 with back-off
 _PORTS = {"http": 80, "https": 443, "ftp": 21}
 
 
-def offline_message(builder, c, reason: str) -> str:
+def offline_message(
+  builder: tfds.core.DatasetBuilder, c: ml_collections.ConfigDict, reason: str
+) -> str:
   """The one-line message of a TFDS source that cannot be downloaded."""
   manual = c.tfds_manual_dir or str(builder.data_path.parent.parent.parent / "downloads" / "manual")
   return (
@@ -35,7 +39,7 @@ def offline_message(builder, c, reason: str) -> str:
   )
 
 
-def download_urls(builder) -> list[str]:
+def download_urls(builder: tfds.core.DatasetBuilder) -> list[str]:
   """The archive URLs a WMT builder would fetch (those not listed for manual download)."""
   from tensorflow_datasets.translate import wmt
 
@@ -66,7 +70,7 @@ def probe(urls: list[str], timeout_s: float) -> str | None:
 
 
 @contextlib.contextmanager
-def _few_retries():
+def _few_retries() -> Iterator[None]:
   """Bounds TFDS's per-request retries (a module constant it reads at each request)."""
   from tensorflow_datasets.core.download import downloader
 
@@ -78,7 +82,7 @@ def _few_retries():
     downloader.MAX_RETRIES = previous
 
 
-def _manual_files(c) -> bool:
+def _manual_files(c: ml_collections.ConfigDict) -> bool:
   manual = c.tfds_manual_dir
   if not manual:
     return False
@@ -88,7 +92,7 @@ def _manual_files(c) -> bool:
     return False
 
 
-def download_and_prepare(builder, c) -> None:
+def download_and_prepare(builder: tfds.core.DatasetBuilder, c: ml_collections.ConfigDict) -> None:
   """builder.download_and_prepare(), failing within seconds when the archives cannot be had."""
   if c.download_probe_s > 0 and not _manual_files(c):
     try:

@@ -11,6 +11,7 @@ import hashlib
 import mmap
 import os
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -93,7 +94,7 @@ class LineFile:
       for i in indices
     ]
 
-  def identity(self) -> dict:
+  def identity(self) -> dict[str, Any]:
     """What names this file's content in a manifest."""
     return dict(
       path=self.path, size=self.size, mtime_ns=os.stat(self.path).st_mtime_ns, sha256=self.sha256

@@ -19,15 +19,20 @@ import dataclasses
 import logging
 import time
 import weakref
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import grain
+import ml_collections
 import numpy as np
 
 from t2t_jax.data import batching, prepare, sources, tokenized
 from t2t_jax.data import config as config_lib
 from t2t_jax.data import tokenizer as tokenizer_lib
 from t2t_jax.data.errors import DataError
+from t2t_jax.data.sources import PairSource
 from t2t_jax.data.tokenized import SplitCounts, TokenizedPairs
+from t2t_jax.data.tokenizer import Tokenizer
 
 
 @dataclasses.dataclass
@@ -117,10 +122,10 @@ class TrainIterator(grain.DatasetIterator):
     self._stats.record(batch)
     return batch
 
-  def get_state(self):
+  def get_state(self) -> dict[str, Any]:
     return self._parent.get_state()
 
-  def set_state(self, state) -> None:
+  def set_state(self, state: dict[str, Any]) -> None:
     self._parent.set_state(state)
 
   def close(self) -> None:
@@ -135,14 +140,14 @@ class Datasets:
 
   def __init__(
     self,
-    c,
-    tokenizer,
+    c: ml_collections.ConfigDict,
+    tokenizer: Tokenizer,
     train: TokenizedPairs,
-    dev_pairs,
-    test_pairs,
+    dev_pairs: Sequence[tuple[str, str]],
+    test_pairs: Sequence[tuple[str, str]],
     stats: DataStats,
     sharding: batching.Sharding,
-  ):
+  ) -> None:
     self.config = c
     self.tokenizer = tokenizer
     self.train_pairs = train  # tokenized, filtered training pairs (all processes' data)
@@ -191,7 +196,9 @@ class Datasets:
     """A fresh iterator from step 0; restore a checkpoint with `.set_state(state)`."""
     return TrainIterator(iter(self.train_dataset()), self.stats)
 
-  def eval_batches(self, split: str = "dev", max_len: int | None = None):
+  def eval_batches(
+    self, split: str = "dev", max_len: int | None = None
+  ) -> Iterator[dict[str, np.ndarray]]:
     """Every pair of `split` ('dev' | 'test') once, in static-shaped padded batches.
 
     With `max_len` (the model's), longer pairs are truncated to it (one warning per split):
@@ -235,7 +242,7 @@ class Datasets:
 
 
 def get_datasets(
-  data_config,
+  data_config: ml_collections.ConfigDict,
   workdir: str,
   *,
   process_index: int = 0,
@@ -273,7 +280,9 @@ def get_datasets(
   return _finish(Datasets(c, tokenizer, train, dev_pairs, test_pairs, stats, sharding))
 
 
-def _from_store(c, workdir: str, sharding: batching.Sharding, stats: DataStats) -> Datasets:
+def _from_store(
+  c: ml_collections.ConfigDict, workdir: str, sharding: batching.Sharding, stats: DataStats
+) -> Datasets:
   """The run's data from its prepared store (prepared first if absent): nothing is tokenized
   when the store exists, and the arrays are memory-mapped."""
   with _timed(stats, "open (or prepare) the store"):
@@ -302,13 +311,13 @@ def _finish(data: Datasets) -> Datasets:
 
 
 @contextlib.contextmanager
-def _timed(stats: DataStats, stage: str):
+def _timed(stats: DataStats, stage: str) -> Iterator[None]:
   start = time.perf_counter()
   yield
   stats.setup_seconds[stage] = time.perf_counter() - start
 
 
-def _read_all(source, counts: SplitCounts) -> list[tuple[str, str]]:
+def _read_all(source: PairSource | None, counts: SplitCounts) -> list[tuple[str, str]]:
   if source is None:
     return []
   pairs = tokenized.non_empty(source.read(range(len(source))), counts)

@@ -20,21 +20,29 @@ import pathlib
 import shutil
 import time
 import uuid
+from collections.abc import Iterator
+from typing import Any
 
+import ml_collections
 import numpy as np
+from numpy.typing import DTypeLike
 
 from t2t_jax.data import config as config_lib
 from t2t_jax.data import linefiles, sources, tokenized
 from t2t_jax.data import store as store_lib
 from t2t_jax.data import tokenizer as tokenizer_lib
 from t2t_jax.data.errors import DataError
+from t2t_jax.data.sources import PairSource
 from t2t_jax.data.tokenized import SplitCounts
+from t2t_jax.data.tokenizer import Tokenizer
 
 CHUNK_PAIRS = 20000  # pairs read and tokenized at a time (SentencePiece batch encoding)
 _LOG_EVERY = 1_000_000  # pairs between progress lines
 
 
-def ensure_store(c, workdir: str, *, process_index: int = 0) -> "OpenedStore":
+def ensure_store(
+  c: ml_collections.ConfigDict, workdir: str, *, process_index: int = 0
+) -> "OpenedStore":
   """The run's prepared data, prepared first where absent (see the module docstring)."""
   config_lib.validate(c)
   path = store_lib.store_path(c, workdir)
@@ -54,12 +62,14 @@ def ensure_store(c, workdir: str, *, process_index: int = 0) -> "OpenedStore":
 class OpenedStore(store_lib.Store):
   """A checked store with the tokenizer its arrays were made with."""
 
-  def __init__(self, path: pathlib.Path, manifest: dict, tokenizer):
+  def __init__(self, path: pathlib.Path, manifest: dict[str, Any], tokenizer: Tokenizer) -> None:
     super().__init__(path, manifest)
     self.tokenizer = tokenizer
 
 
-def open_store(c, workdir: str, *, process_index: int = 0) -> OpenedStore:
+def open_store(
+  c: ml_collections.ConfigDict, workdir: str, *, process_index: int = 0
+) -> OpenedStore:
   """Opens a complete store after checking it against `c`; DataError names any mismatch."""
   path = store_lib.store_path(c, workdir)
   manifest = store_lib.read_manifest(path)
@@ -80,7 +90,7 @@ def open_store(c, workdir: str, *, process_index: int = 0) -> OpenedStore:
   return OpenedStore(path, manifest, tokenizer)
 
 
-def prepare(c, workdir: str) -> pathlib.Path:
+def prepare(c: ml_collections.ConfigDict, workdir: str) -> pathlib.Path:
   """Builds the store of `c` (replacing an incomplete one); returns its path."""
   config_lib.validate(c)
   path = store_lib.store_path(c, workdir)
@@ -115,7 +125,9 @@ def _move_into_place(tmp: pathlib.Path, path: pathlib.Path, timeout_s: float) ->
     )
 
 
-def _write_arrays(c, workdir: str, directory: pathlib.Path) -> dict:
+def _write_arrays(
+  c: ml_collections.ConfigDict, workdir: str, directory: pathlib.Path
+) -> dict[str, Any]:
   """Tokenizes every split into `directory`; returns the manifest (without 'files')."""
   start = time.perf_counter()
   seconds = {}
@@ -162,13 +174,15 @@ def _write_arrays(c, workdir: str, directory: pathlib.Path) -> dict:
 
 
 @contextlib.contextmanager
-def _timed(seconds: dict, stage: str):
+def _timed(seconds: dict[str, float], stage: str) -> Iterator[None]:
   start = time.perf_counter()
   yield
   seconds[stage] = time.perf_counter() - start
 
 
-def open_source(c, workdir: str) -> tuple[dict, dict]:
+def open_source(
+  c: ml_collections.ConfigDict, workdir: str
+) -> tuple[dict[str, PairSource | None], dict[str, Any]]:
   """({'train', 'dev', 'test'} -> PairSource or None, the corpus identity for the manifest)."""
   if c.source == "textfiles":
     splits, files = {}, {}
@@ -193,7 +207,12 @@ def open_source(c, workdir: str) -> tuple[dict, dict]:
 
 
 def _write_split(
-  directory: pathlib.Path, split: str, source, tokenizer, max_len: int | None, dtype
+  directory: pathlib.Path,
+  split: str,
+  source: PairSource,
+  tokenizer: Tokenizer,
+  max_len: int | None,
+  dtype: DTypeLike,
 ) -> SplitCounts:
   counts = SplitCounts()
   writer = store_lib.SplitWriter(directory, split, dtype, with_text=split != "train")

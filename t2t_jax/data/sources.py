@@ -11,9 +11,10 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Protocol
 
+import ml_collections
 import tensorflow_datasets as tfds
 from etils import epath
 
@@ -46,10 +47,20 @@ class ListPairs:
     return [self._pairs[i] for i in indices]
 
 
+class RecordSource(Protocol):
+  """What `builder.as_data_source(split)` returns: records by index, several at once."""
+
+  def __len__(self) -> int: ...
+
+  def __getitem__(self, index: int) -> Mapping[str, Any]: ...
+
+  def __getitems__(self, indices: Sequence[int]) -> Sequence[Mapping[str, Any]]: ...
+
+
 class TfdsPairs:
   """A TFDS data source whose records hold the two sides under `source_key`/`target_key`."""
 
-  def __init__(self, data_source, source_key: str, target_key: str):
+  def __init__(self, data_source: RecordSource, source_key: str, target_key: str) -> None:
     self._ds = data_source
     self._keys = (source_key, target_key)
 
@@ -78,7 +89,7 @@ class HeadPairs:
     return self._source.read(indices)
 
 
-def _text(value) -> str:
+def _text(value: bytes | str) -> str:
   return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
@@ -95,12 +106,12 @@ class Textfiles(tfds.core.GeneratorBasedBuilder):
 
   @tfds.core.utils.classproperty
   @classmethod
-  def code_path(cls):
+  def code_path(cls) -> None:
     # No checksums or metadata files live beside this code. (TFDS's lookup of them needs the
     # `importlib_resources` package for builders defined inside a package.)
     return None
 
-  def __init__(self, *, files: dict[str, tuple[str, str]], **kwargs):
+  def __init__(self, *, files: dict[str, tuple[str, str]], **kwargs: Any) -> None:
     self._files = files
     name = "files_" + _fingerprint(files)
     super().__init__(config=tfds.core.BuilderConfig(name=name), **kwargs)
@@ -115,7 +126,9 @@ class Textfiles(tfds.core.GeneratorBasedBuilder):
       disable_shuffling=True,
     )
 
-  def _split_generators(self, dl_manager):
+  def _split_generators(
+    self, dl_manager: tfds.download.DownloadManager
+  ) -> dict[str, Iterator[tuple[int, dict[str, str]]]]:
     del dl_manager  # local files only
     # Read (and so validate) every split before anything is written.
     pairs = {
@@ -123,7 +136,9 @@ class Textfiles(tfds.core.GeneratorBasedBuilder):
     }
     return {_TFDS_SPLIT[split]: self._generate_examples(p) for split, p in pairs.items()}
 
-  def _generate_examples(self, pairs):
+  def _generate_examples(
+    self, pairs: Iterable[tuple[str, str]]
+  ) -> Iterator[tuple[int, dict[str, str]]]:
     for i, (source, target) in enumerate(pairs):
       yield i, {"source": source, "target": target}
 
@@ -155,7 +170,9 @@ def _file_digest(path: str, flag: str) -> bytes:
     raise DataError(f"{path}: cannot read: {e.strerror or e} (config.data.{flag})") from None
 
 
-def open_splits(c, workdir: str, *, process_index: int = 0) -> dict[str, PairSource | None]:
+def open_splits(
+  c: ml_collections.ConfigDict, workdir: str, *, process_index: int = 0
+) -> dict[str, PairSource | None]:
   """Returns {'train', 'dev', 'test'} -> PairSource (None where the source has no such split)."""
   splits = _open_splits(c, workdir, process_index)
   if c.train_max_pairs:
@@ -163,7 +180,9 @@ def open_splits(c, workdir: str, *, process_index: int = 0) -> dict[str, PairSou
   return splits
 
 
-def _open_splits(c, workdir: str, process_index: int) -> dict[str, PairSource | None]:
+def _open_splits(
+  c: ml_collections.ConfigDict, workdir: str, process_index: int
+) -> dict[str, PairSource | None]:
   if c.source == "synthetic":
     return {split: ListPairs(synthetic.pairs(c, split)) for split in SPLITS}
   if c.source == "treebank":
@@ -190,7 +209,7 @@ def _open_splits(c, workdir: str, process_index: int) -> dict[str, PairSource | 
   return _open_wmt(c, process_index)
 
 
-def _open_wmt(c, process_index: int) -> dict[str, PairSource]:
+def _open_wmt(c: ml_collections.ConfigDict, process_index: int) -> dict[str, PairSource]:
   # Registers the wmt* builders; imported only when WMT is asked for.
   import tensorflow_datasets.translate  # noqa: F401 (registers the wmt builders)
 
@@ -214,7 +233,9 @@ def _open_wmt(c, process_index: int) -> dict[str, PairSource]:
   }
 
 
-def tfds_identity(c, splits: dict[str, PairSource | None]) -> dict:
+def tfds_identity(
+  c: ml_collections.ConfigDict, splits: dict[str, PairSource | None]
+) -> dict[str, Any]:
   """Names a prepared TFDS source in a store manifest: dataset, version, direction, splits."""
   builder = tfds.builder(
     f"{c.source}/{c.pair}", data_dir=c.tfds_data_dir or None, file_format="array_record"
@@ -234,7 +255,7 @@ def tfds_identity(c, splits: dict[str, PairSource | None]) -> dict:
   )
 
 
-def languages(c) -> tuple[str, str]:
+def languages(c: ml_collections.ConfigDict) -> tuple[str, str]:
   """(source, target) language of a WMT pair; by default English -> the other language."""
   pair = c.pair.split("-")
   source = c.source_lang or "en"
@@ -247,7 +268,9 @@ def languages(c) -> tuple[str, str]:
   return source, target
 
 
-def _prepare(builder, c, process_index: int) -> None:
+def _prepare(
+  builder: tfds.core.DatasetBuilder, c: ml_collections.ConfigDict, process_index: int
+) -> None:
   """Process 0 downloads/prepares; the others wait for it (the data dir must be shared)."""
   if builder.is_prepared():
     return
@@ -267,7 +290,7 @@ def _prepare(builder, c, process_index: int) -> None:
   )
 
 
-def wait_for(ready, what: str, timeout_s: float) -> None:
+def wait_for(ready: Callable[[], bool], what: str, timeout_s: float) -> None:
   """Polls `ready()` until true; raises DataError after `timeout_s`."""
   deadline = time.monotonic() + timeout_s
   logging.info("Waiting for process 0 to write %s", what)

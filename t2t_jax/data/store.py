@@ -20,8 +20,11 @@ import json
 import os
 import pathlib
 import struct
+from typing import Any
 
+import ml_collections
 import numpy as np
+from numpy.typing import DTypeLike
 
 from t2t_jax.data import config as config_lib
 from t2t_jax.data import sources, tokenized
@@ -46,11 +49,11 @@ FILE_FLAGS = tuple(f"{split}_{side}" for split in SPLITS for side in ("source", 
 _HEADER_BYTES = 128  # a fixed-size .npy header, rewritten once the length is known
 
 
-def store_path(c, workdir: str) -> pathlib.Path:
+def store_path(c: ml_collections.ConfigDict, workdir: str) -> pathlib.Path:
   return pathlib.Path(config_lib.data_root(c, workdir)) / STORE_DIR
 
 
-def read_manifest(path: pathlib.Path) -> dict | None:
+def read_manifest(path: pathlib.Path) -> dict[str, Any] | None:
   """The manifest of the store at `path`, or None while there is no complete store."""
   try:
     return json.loads((path / MANIFEST_FILE).read_text(encoding="utf-8"))
@@ -86,7 +89,7 @@ def _npy_header(dtype: np.dtype, length: int) -> bytes:
 class ArrayWriter:
   """Appends to a 1-D .npy file whose final length is only known at close()."""
 
-  def __init__(self, path: pathlib.Path, dtype):
+  def __init__(self, path: pathlib.Path, dtype: DTypeLike) -> None:
     self.path, self.dtype, self.length = path, np.dtype(dtype), 0
     self._file = open(path, "wb")  # noqa: SIM115 (held across append() calls, closed by close())
     self._file.write(b"\0" * _HEADER_BYTES)
@@ -105,7 +108,9 @@ class ArrayWriter:
 class SplitWriter:
   """Streams one split's tokenized pairs (and, for dev/test, their text) into a directory."""
 
-  def __init__(self, directory: pathlib.Path, split: str, dtype, with_text: bool):
+  def __init__(
+    self, directory: pathlib.Path, split: str, dtype: DTypeLike, with_text: bool
+  ) -> None:
     self._tokens = [ArrayWriter(directory / f"{split}.{side}.npy", dtype) for side in SIDES]
     self._offsets = [
       ArrayWriter(directory / f"{split}.{side}_offsets.npy", np.int64) for side in SIDES
@@ -140,7 +145,7 @@ def file_sizes(directory: pathlib.Path) -> dict[str, int]:
   return {p.name: p.stat().st_size for p in sorted(directory.iterdir()) if p.is_file()}
 
 
-def write_manifest(path: pathlib.Path, manifest: dict) -> None:
+def write_manifest(path: pathlib.Path, manifest: dict[str, Any]) -> None:
   """Last step of a preparation: readers on every host treat the store as complete now."""
   tmp = path / f"{MANIFEST_FILE}.tmp-{os.getpid()}"
   tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
@@ -150,7 +155,7 @@ def write_manifest(path: pathlib.Path, manifest: dict) -> None:
 # ----------------------------------------------------------------------------- checking
 
 
-def _refuse(path, field: str, recorded, current) -> DataError:
+def _refuse(path: pathlib.Path, field: str, recorded: Any, current: Any) -> DataError:
   return DataError(
     f"{path}: prepared for config.data.{field}={recorded!r}, but this run has "
     f"{current!r}; set that value, point config.data.data_dir elsewhere, or delete {path} "
@@ -158,7 +163,9 @@ def _refuse(path, field: str, recorded, current) -> DataError:
   )
 
 
-def check_manifest(path: pathlib.Path, manifest: dict, c) -> None:
+def check_manifest(
+  path: pathlib.Path, manifest: dict[str, Any], c: ml_collections.ConfigDict
+) -> None:
   """Raises DataError naming the first field where the store and config `c` disagree."""
   if manifest.get("format_version") != FORMAT_VERSION:
     raise DataError(
@@ -187,7 +194,9 @@ def check_manifest(path: pathlib.Path, manifest: dict, c) -> None:
   _check_files(path, manifest)
 
 
-def _check_treebank(path, recorded: dict, c) -> None:
+def _check_treebank(
+  path: pathlib.Path, recorded: dict[str, Any], c: ml_collections.ConfigDict
+) -> None:
   """The same split flags and vocabulary threshold, and files of the same content."""
   from t2t_jax.data import treebank
 
@@ -203,13 +212,15 @@ def _check_treebank(path, recorded: dict, c) -> None:
     )
 
 
-def expected_tfds_fields(c) -> dict:
+def expected_tfds_fields(c: ml_collections.ConfigDict) -> dict[str, str]:
   """The direction of a TFDS source as the manifest records it."""
   source_lang, target_lang = sources.languages(c)
   return dict(pair=c.pair, source_lang=source_lang, target_lang=target_lang)
 
 
-def _check_file(path, flag: str, recorded: dict | None, configured: str) -> None:
+def _check_file(
+  path: pathlib.Path, flag: str, recorded: dict[str, Any] | None, configured: str
+) -> None:
   """The configured file must hold the content the store was made from (the same path, size
   and mtime, or else the same size and sha256: a moved or copied corpus is still accepted)."""
   if recorded is None or not configured:
@@ -236,7 +247,7 @@ def _check_file(path, flag: str, recorded: dict | None, configured: str) -> None
     )
 
 
-def _check_files(path: pathlib.Path, manifest: dict) -> None:
+def _check_files(path: pathlib.Path, manifest: dict[str, Any]) -> None:
   for name, size in manifest["files"].items():
     try:
       actual = (path / name).stat().st_size
@@ -249,7 +260,9 @@ def _check_files(path: pathlib.Path, manifest: dict) -> None:
       )
 
 
-def check_vocabulary(path: pathlib.Path, manifest: dict, vocab_file) -> None:
+def check_vocabulary(
+  path: pathlib.Path, manifest: dict[str, Any], vocab_file: str | os.PathLike
+) -> None:
   recorded = manifest["vocabulary"]["sha256"]
   current = sha256_file(vocab_file)
   if current != recorded:
@@ -266,7 +279,7 @@ def check_vocabulary(path: pathlib.Path, manifest: dict, vocab_file) -> None:
 class Store:
   """An opened, checked store: memory-mapped token arrays, dev/test text and the counts."""
 
-  def __init__(self, path: pathlib.Path, manifest: dict):
+  def __init__(self, path: pathlib.Path, manifest: dict[str, Any]) -> None:
     self.path, self.manifest = path, manifest
 
   def has(self, split: str) -> bool:

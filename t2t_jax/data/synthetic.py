@@ -5,12 +5,13 @@ same text pipeline as real corpora, tokenized by a `SymbolTokenizer` over `symbo
 Generation is deterministic from (synthetic_seed, split) and needs no files or downloads.
 """
 
+import ml_collections
 import numpy as np
 
 _SPLIT_STREAMS = {"train": 0, "dev": 1, "test": 2}
 
 
-def symbols(c) -> list[str]:
+def symbols(c: ml_collections.ConfigDict) -> list[str]:
   """The task's alphabet, in vocabulary order."""
   if c.task == "addition":
     return [str(d) for d in range(10)] + ["+"]
@@ -40,7 +41,7 @@ def _random_number(rng: np.random.Generator, digits: int) -> int:
   return int("".join([str(first)] + [str(d) for d in rest]))
 
 
-def pairs(c, split: str) -> list[tuple[str, str]]:
+def pairs(c: ml_collections.ConfigDict, split: str) -> list[tuple[str, str]]:
   """Returns the (source, target) text pairs of `split` ('train' | 'dev' | 'test')."""
   size = c.synthetic_train_size if split == "train" else c.synthetic_eval_size
   rng = np.random.default_rng([c.synthetic_seed, _SPLIT_STREAMS[split]])

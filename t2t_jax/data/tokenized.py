@@ -8,11 +8,20 @@ what was dropped, at a cost of one pass over the corpus at startup.
 import dataclasses
 import itertools
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from t2t_jax.data import textio
+from t2t_jax.data.tokenizer import Tokenizer
 from t2t_jax.tokens import EOS_ID
+
+if TYPE_CHECKING:  # sources imports TFDS
+  from t2t_jax.data.sources import PairSource
+
+# (source ids, target ids) of a chunk of pairs, without EOS.
+_Encoded = tuple[list[list[int]], list[list[int]]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +80,7 @@ def non_empty(pairs: Sequence[tuple[str, str]], counts: SplitCounts) -> list[tup
 
 
 def tokenize_source(
-  source, tokenizer, *, max_len: int | None, chunk: int = 20000
+  source: "PairSource", tokenizer: Tokenizer, *, max_len: int | None, chunk: int = 20000
 ) -> tuple[TokenizedPairs, SplitCounts]:
   """Reads and tokenizes every pair of a PairSource; drops pairs over max_len (None: keep all)."""
   counts = SplitCounts()
@@ -88,7 +97,7 @@ def empty_pairs() -> TokenizedPairs:
   return _concatenate([], np.int32)
 
 
-def tokenize_pairs(pairs, tokenizer) -> TokenizedPairs:
+def tokenize_pairs(pairs: Sequence[tuple[str, str]], tokenizer: Tokenizer) -> TokenizedPairs:
   """Tokenizes already-read, non-empty pairs, keeping them all (dev and test sets)."""
   return _concatenate([encode_pairs(pairs, tokenizer, None, SplitCounts())], np.int32)
 
@@ -106,12 +115,12 @@ def truncate(pairs: TokenizedPairs, max_len: int) -> tuple[TokenizedPairs, int]:
   for i in range(len(pairs)):
     pair = pairs.pair(i)
     for side, key in zip(sides, ("inputs", "targets")):
-      side.append(pair[key][:-1][: max_len - 1].tolist())  # without EOS; _flatten adds it
+      side.append(pair[key][:-1][: max_len - 1].tolist())  # without EOS; flatten adds it
   return _concatenate([sides], np.int32), int(too_long.sum())
 
 
 def encode_pairs(
-  pairs: Sequence[tuple[str, str]], tokenizer, max_len: int | None, counts: SplitCounts
+  pairs: Sequence[tuple[str, str]], tokenizer: Tokenizer, max_len: int | None, counts: SplitCounts
 ) -> tuple[list[list[int]], list[list[int]]]:
   """Token ids (no EOS) of non-empty pairs; pairs with a side of max_len or more tokens
   (max_len counts the EOS to come) are dropped and counted; None keeps all."""
@@ -126,7 +135,7 @@ def encode_pairs(
   return sources, targets
 
 
-def flatten(seqs: list[list[int]], dtype) -> tuple[np.ndarray, np.ndarray]:
+def flatten(seqs: list[list[int]], dtype: DTypeLike) -> tuple[np.ndarray, np.ndarray]:
   """(flat ids with an EOS after each sequence, int64 [len(seqs)] lengths with the EOS)."""
   lengths = np.fromiter((len(s) + 1 for s in seqs), np.int64, len(seqs))
   flat = np.fromiter(
@@ -135,7 +144,7 @@ def flatten(seqs: list[list[int]], dtype) -> tuple[np.ndarray, np.ndarray]:
   return flat, lengths
 
 
-def _concatenate(parts, dtype) -> TokenizedPairs:
+def _concatenate(parts: Sequence[_Encoded], dtype: DTypeLike) -> TokenizedPairs:
   sides = []
   for side in (0, 1):
     flats, lengths = (

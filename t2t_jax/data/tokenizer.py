@@ -13,17 +13,23 @@ experiment is an error rather than something silently retrained over.
 import io
 import logging
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
+import ml_collections
 import numpy as np
 import sentencepiece as spm
 from etils import epath
+from numpy.typing import ArrayLike
 from sentencepiece import sentencepiece_model_pb2
 
 from t2t_jax.data import config as config_lib
 from t2t_jax.data import synthetic
 from t2t_jax.data.errors import DataError
 from t2t_jax.tokens import BOS_ID, EOS_ID, NUM_RESERVED, PAD_ID, UNK_ID
+
+if TYPE_CHECKING:  # sources (and TFDS) load only when a vocabulary is trained
+  from t2t_jax.data.sources import PairSource
 
 SENTENCEPIECE_FILE = "vocab.model"
 SYMBOLS_FILE = "vocab.symbols"
@@ -42,7 +48,7 @@ WORD_CLASSES = (
 )
 
 
-def _strip(ids) -> list[int]:
+def _strip(ids: ArrayLike) -> list[int]:
   """Ids up to the first EOS, without pad and BOS."""
   out = []
   for i in np.asarray(ids).reshape(-1).tolist():
@@ -72,7 +78,7 @@ class SentencePieceTokenizer:
   def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
     return self._sp.encode(list(texts), num_threads=self._threads)
 
-  def decode(self, ids) -> str:
+  def decode(self, ids: ArrayLike) -> str:
     return self._sp.decode(_strip(ids))
 
   def normalize(self, text: str) -> str:
@@ -97,7 +103,7 @@ class SymbolTokenizer:
   def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
     return [self.encode(t) for t in texts]
 
-  def decode(self, ids) -> str:
+  def decode(self, ids: ArrayLike) -> str:
     return " ".join(
       self.symbols[i - NUM_RESERVED] if i >= NUM_RESERVED else "<unk>" for i in _strip(ids)
     )
@@ -126,6 +132,10 @@ class WordTokenizer(SymbolTokenizer):
     return [ids.get(w) or ids.get(word_class(w), UNK_ID) for w in text.split()]
 
 
+# What the pipeline, the trainer and the Translator hold: any kind, same interface.
+Tokenizer = SentencePieceTokenizer | SymbolTokenizer
+
+
 def _check_reserved_ids(sp: spm.SentencePieceProcessor) -> None:
   got = (sp.pad_id(), sp.eos_id(), sp.bos_id(), sp.unk_id())
   if got != (PAD_ID, EOS_ID, BOS_ID, UNK_ID):
@@ -135,14 +145,14 @@ def _check_reserved_ids(sp: spm.SentencePieceProcessor) -> None:
     )
 
 
-def vocab_path(c, workdir: str) -> epath.Path:
+def vocab_path(c: ml_collections.ConfigDict, workdir: str) -> epath.Path:
   if c.vocab_path:
     return epath.Path(c.vocab_path)
   name = {"synthetic": SYMBOLS_FILE, "treebank": WORDS_FILE}.get(c.source, SENTENCEPIECE_FILE)
   return epath.Path(config_lib.data_root(c, workdir)) / name
 
 
-def load_tokenizer(path: str | os.PathLike, num_threads: int = 0):
+def load_tokenizer(path: str | os.PathLike, num_threads: int = 0) -> Tokenizer:
   """Loads a stored vocabulary (`*.symbols` -> SymbolTokenizer, `*.words` -> WordTokenizer,
   else SentencePiece)."""
   path = epath.Path(path)
@@ -153,12 +163,12 @@ def load_tokenizer(path: str | os.PathLike, num_threads: int = 0):
 
 
 def load_or_train_tokenizer(
-  c,
+  c: ml_collections.ConfigDict,
   workdir: str,
   *,
   process_index: int = 0,
   train_sentences: Callable[[], Iterable[str]] | None = None,
-):
+) -> Tokenizer:
   """Returns the experiment's tokenizer, training and storing it first if absent.
 
   Args:
@@ -188,7 +198,7 @@ def load_or_train_tokenizer(
   return tokenizer
 
 
-def _symbols_text(c) -> str | None:
+def _symbols_text(c: ml_collections.ConfigDict) -> str | None:
   """The symbol file a synthetic or treebank config builds (None: SentencePiece is trained)."""
   if c.source == "synthetic":
     symbols = synthetic.symbols(c)
@@ -201,7 +211,11 @@ def _symbols_text(c) -> str | None:
   return "".join(s + "\n" for s in symbols)
 
 
-def _training_sentences(c, workdir, train_sentences):
+def _training_sentences(
+  c: ml_collections.ConfigDict,
+  workdir: str,
+  train_sentences: Callable[[], Iterable[str]] | None,
+) -> Iterable[str]:
   if train_sentences is not None:
     return train_sentences()
   from t2t_jax.data import sources
@@ -211,7 +225,12 @@ def _training_sentences(c, workdir, train_sentences):
   )
 
 
-def _check_matches_config(tokenizer, path, c, expected_symbols) -> None:
+def _check_matches_config(
+  tokenizer: Tokenizer,
+  path: epath.Path,
+  c: ml_collections.ConfigDict,
+  expected_symbols: str | None,
+) -> None:
   if expected_symbols is not None:
     if not isinstance(tokenizer, SymbolTokenizer) or (
       expected_symbols != "".join(s + "\n" for s in tokenizer.symbols)
@@ -247,7 +266,7 @@ def _write_atomic(path: epath.Path, data: bytes) -> None:
   tmp.rename(path)
 
 
-def train_sentencepiece(sentences: Iterable[str], c) -> bytes:
+def train_sentencepiece(sentences: Iterable[str], c: ml_collections.ConfigDict) -> bytes:
   """Trains a shared SentencePiece model on `sentences`; returns the serialized model."""
   model = io.BytesIO()
   logging.info("Training a %s vocabulary of %d pieces", c.vocab_type, c.vocab_size)
@@ -275,7 +294,9 @@ def train_sentencepiece(sentences: Iterable[str], c) -> bytes:
   return model.getvalue()
 
 
-def sample_sentences(train, max_sentences: int, seed: int, chunk: int = 10000):
+def sample_sentences(
+  train: "PairSource", max_sentences: int, seed: int, chunk: int = 10000
+) -> Iterator[str]:
   """Yields both sides of at most max_sentences // 2 training pairs, sampled uniformly."""
   n = len(train)
   k = min(n, max(1, max_sentences // 2))

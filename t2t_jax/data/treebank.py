@@ -16,6 +16,9 @@ import functools
 import hashlib
 import os
 import re
+from typing import Any
+
+import ml_collections
 
 from t2t_jax.data import trees
 from t2t_jax.data.errors import DataError
@@ -42,7 +45,7 @@ def file_numbers(spec: str, flag: str) -> list[int]:
   return numbers
 
 
-def split_files(c) -> dict[str, list[str]]:
+def split_files(c: ml_collections.ConfigDict) -> dict[str, list[str]]:
   """{'train', 'dev', 'test'} -> the .mrg paths of each split (a split may be empty)."""
   directory = c.treebank_dir
   if not directory or not os.path.isdir(directory):
@@ -89,7 +92,7 @@ def read_trees(path: str) -> list[trees.Tree]:
   return out
 
 
-def _read_split(paths: list[str]) -> tuple[tuple[trees.Tree, ...], tuple[tuple[str, str]]]:
+def _read_split(paths: list[str]) -> tuple[tuple[trees.Tree, ...], tuple[tuple[str, str], ...]]:
   """(cleaned trees, pairs) of the files, cached while no file changes (size, mtime)."""
   stamps = []
   for path in paths:
@@ -99,7 +102,9 @@ def _read_split(paths: list[str]) -> tuple[tuple[trees.Tree, ...], tuple[tuple[s
 
 
 @functools.lru_cache(maxsize=16)
-def _read_files(stamps: tuple) -> tuple[tuple[trees.Tree, ...], tuple[tuple[str, str]]]:
+def _read_files(
+  stamps: tuple[tuple[str, int, int], ...],
+) -> tuple[tuple[trees.Tree, ...], tuple[tuple[str, str], ...]]:
   gold, pairs = [], []
   for path, _, _ in stamps:
     for number, tree in enumerate(read_trees(path), start=1):
@@ -112,18 +117,18 @@ def _read_files(stamps: tuple) -> tuple[tuple[trees.Tree, ...], tuple[tuple[str,
   return tuple(gold), tuple(pairs)
 
 
-def split_pairs(c, split: str) -> list[tuple[str, str]]:
+def split_pairs(c: ml_collections.ConfigDict, split: str) -> list[tuple[str, str]]:
   """(words, linearized tree) pairs of one split, in file and sentence order."""
   return list(_read_split(split_files(c)[split])[1])
 
 
-def gold_trees(c, split: str) -> list[trees.Tree]:
+def gold_trees(c: ml_collections.ConfigDict, split: str) -> list[trees.Tree]:
   """The cleaned trees of one split, part-of-speech tags kept (scoring needs them to find
   punctuation); aligned with `split_pairs`."""
   return list(_read_split(split_files(c)[split])[0])
 
 
-def open_splits(c) -> dict[str, ListPairs | None]:
+def open_splits(c: ml_collections.ConfigDict) -> dict[str, ListPairs | None]:
   files = split_files(c)
   return {split: ListPairs(split_pairs(c, split)) if files[split] else None for split in SPLITS}
 
@@ -131,7 +136,7 @@ def open_splits(c) -> dict[str, ListPairs | None]:
 IDENTITY_FIELDS = ("treebank_train", "treebank_dev", "treebank_test", "vocab_min_count")
 
 
-def identity(c) -> dict:
+def identity(c: ml_collections.ConfigDict) -> dict[str, Any]:
   """Names the corpus in a prepared store's manifest: the split flags, the word vocabulary's
   threshold and a digest of the content of every file read (a moved copy still matches)."""
   digest = hashlib.sha256()
@@ -148,7 +153,7 @@ def identity(c) -> dict:
   )
 
 
-def vocabulary_symbols(c) -> list[str]:
+def vocabulary_symbols(c: ml_collections.ConfigDict) -> list[str]:
   """The word vocabulary: every target symbol of the training split (sorted), the word
   classes, then training words seen >= vocab_min_count times (most frequent first)."""
   pairs = split_pairs(c, "train")

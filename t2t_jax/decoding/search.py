@@ -38,17 +38,19 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.typing import ArrayLike
 
 from t2t_jax.tokens import BOS_ID, EOS_ID, PAD_ID
 from t2t_jax.training import losses
 
 Cache = Any
+PyTree = Any  # arrays in nested tuples/lists/dicts/NamedTuples, as jax.tree_util sees them
 TokensToLogits = Callable[[jax.Array, Cache], tuple[jax.Array, Cache]]
 
 NEG_INF = float("-inf")
 
 
-def length_penalty(length, alpha):
+def length_penalty(length: ArrayLike, alpha: float | jax.Array) -> jax.Array:
   """GNMT length penalty lp = ((5 + length) / 6) ** alpha (Wu et al. 2016, eq. 14).
 
   `length` counts generated tokens including EOS; float32, broadcasting.
@@ -59,31 +61,31 @@ def length_penalty(length, alpha):
 # --- beam-dimension helpers (scalar leaves are shared and pass through untouched) -------------
 
 
-def _map_nonscalar(fn, tree):
+def _map_nonscalar(fn: Callable[[jax.Array], jax.Array], tree: PyTree) -> PyTree:
   return jax.tree_util.tree_map(lambda x: x if jnp.ndim(x) == 0 else fn(x), tree)
 
 
-def add_beam_dim(tree, beam_size: int):
+def add_beam_dim(tree: PyTree, beam_size: int) -> PyTree:
   """[batch, ...] -> [batch, beam, ...], each sentence repeated beam_size times."""
 
-  def add(x):
+  def add(x: ArrayLike) -> jax.Array:
     x = jnp.asarray(x)
     return jnp.broadcast_to(x[:, None], (x.shape[0], beam_size) + x.shape[1:])
 
   return _map_nonscalar(add, tree)
 
 
-def flatten_beam_dim(tree):
+def flatten_beam_dim(tree: PyTree) -> PyTree:
   """[batch, beam, ...] -> [batch * beam, ...]: the layout `tokens_to_logits` sees."""
   return _map_nonscalar(lambda x: x.reshape((-1,) + x.shape[2:]), tree)
 
 
-def unflatten_beam_dim(tree, batch_size: int):
+def unflatten_beam_dim(tree: PyTree, batch_size: int) -> PyTree:
   """[batch * beam, ...] -> [batch, beam, ...]."""
   return _map_nonscalar(lambda x: x.reshape((batch_size, -1) + x.shape[1:]), tree)
 
 
-def gather_beams(tree, beam_indices):
+def gather_beams(tree: PyTree, beam_indices: jax.Array) -> PyTree:
   """Picks beams per sentence: leaves [batch, old_beam, ...] -> [batch, new_beam, ...].
 
   `beam_indices` is int [batch, new_beam] into the old beam dimension.
@@ -92,18 +94,20 @@ def gather_beams(tree, beam_indices):
   return _map_nonscalar(lambda x: x[batch_indices, beam_indices], tree)
 
 
-def _write_tokens(seqs, step, tokens):
+def _write_tokens(seqs: jax.Array, step: jax.Array, tokens: jax.Array) -> jax.Array:
   """seqs int32 [batch, beam, max_decode_len] with `tokens` [batch, beam] written at `step`."""
   return lax.dynamic_update_slice_in_dim(seqs, tokens[..., None].astype(seqs.dtype), step, axis=2)
 
 
-def _last_tokens(seqs, step, bos_id):
+def _last_tokens(seqs: jax.Array, step: jax.Array, bos_id: int) -> jax.Array:
   """Input of this step: BOS at step 0, else the token written at step - 1. [...] int32."""
   prev = lax.dynamic_index_in_dim(seqs, jnp.maximum(step - 1, 0), axis=-1, keepdims=False)
   return jnp.where(step == 0, jnp.asarray(bos_id, seqs.dtype), prev)
 
 
-def _at_limit_log_probs(logits, step, max_lengths, eos_id):
+def _at_limit_log_probs(
+  logits: jax.Array, step: jax.Array, max_lengths: jax.Array, eos_id: int
+) -> jax.Array:
   """log-softmax in float32, with the forced end at each sentence's limit.
 
   logits [batch, ...rest, vocab]; max_lengths int32 [batch], already clipped. Every token
@@ -119,7 +123,14 @@ def _at_limit_log_probs(logits, step, max_lengths, eos_id):
   return jnp.where(at_limit & not_eos, NEG_INF, log_probs)
 
 
-def _next_log_probs(tokens_to_logits, ids, cache, step, max_lengths, eos_id):
+def _next_log_probs(
+  tokens_to_logits: TokensToLogits,
+  ids: jax.Array,
+  cache: Cache,
+  step: jax.Array,
+  max_lengths: jax.Array,
+  eos_id: int,
+) -> tuple[jax.Array, Cache]:
   """Calls a per-row model once (ids [batch]) and applies the forced end at the limits.
 
   Returns (log_probs float32 [batch, vocab], new cache).
@@ -128,7 +139,7 @@ def _next_log_probs(tokens_to_logits, ids, cache, step, max_lengths, eos_id):
   return _at_limit_log_probs(logits, step, max_lengths, eos_id), new_cache
 
 
-def _materialized(tree):
+def _materialized(tree: PyTree) -> PyTree:
   """A while loop's initial state, computed once before the loop.
 
   Without the barrier XLA may sink cheap ops on loop-invariant leaves into the loop body
@@ -138,7 +149,7 @@ def _materialized(tree):
   return lax.optimization_barrier(tree)
 
 
-def _check_args(cache, max_lengths, max_decode_len):
+def _check_args(cache: Cache, max_lengths: ArrayLike, max_decode_len: int) -> jax.Array:
   leaves = [x for x in jax.tree_util.tree_leaves(cache) if jnp.ndim(x) > 0]
   batch_size = jnp.shape(max_lengths)[0]
   for x in leaves:
@@ -178,13 +189,13 @@ class BeamSlots(NamedTuple):
       step=jnp.array(0, jnp.int32),
     )
 
-  def _with_current(self):
+  def _with_current(self) -> jax.Array:
     """`slots` with position `step` set to each hypothesis's own slot (what it writes now)."""
     beam_size, length = self.slots.shape[1:]
     now = jnp.arange(length) == self.step
     return jnp.where(now, jnp.arange(beam_size)[:, None], self.slots)
 
-  def attention_mask(self):
+  def attention_mask(self) -> jax.Array:
     """bool [batch, 1, beam, max_decode_len * beam]: the slots each hypothesis reads at this
     step (its history at positions < step and its own entry at `step`)."""
     batch_size, beam_size, length = self.slots.shape
@@ -192,18 +203,20 @@ class BeamSlots(NamedTuple):
     mask = (self._with_current()[..., None] == jnp.arange(beam_size)) & visible
     return mask.reshape(batch_size, 1, beam_size, length * beam_size)
 
-  def reorder(self, parents) -> "BeamSlots":
+  def reorder(self, parents: jax.Array) -> "BeamSlots":
     """After the step: new hypothesis b continues old hypothesis parents[:, b] ([batch, beam])."""
     return BeamSlots(slots=gather_beams(self._with_current(), parents), step=self.step + 1)
 
 
-def _per_row_model(tokens_to_logits, cache, beam_size):
+def _per_row_model(
+  tokens_to_logits: TokensToLogits, cache: Cache, beam_size: int
+) -> tuple[TokensToLogits, Cache, Callable[[Cache, jax.Array], Cache]]:
   """A per-row `tokens_to_logits` as a beam-aware one: (tokens_to_logits, cache, reorder).
 
   The cache is copied to every hypothesis ([batch, beam, ...]) and gathered by parent.
   """
 
-  def beam_tokens_to_logits(ids, cache):
+  def beam_tokens_to_logits(ids: jax.Array, cache: Cache) -> tuple[jax.Array, Cache]:
     logits, new_cache = tokens_to_logits(ids.reshape(-1, 1), flatten_beam_dim(cache))
     logits = logits.reshape(ids.shape + logits.shape[-1:])
     return logits, unflatten_beam_dim(new_cache, ids.shape[0])
@@ -223,7 +236,9 @@ class _BeamState(NamedTuple):
   cache: Cache  # the model's, for beams (see beam_search)
 
 
-def _merge_finished(seqs, scores, new_seqs, new_scores):
+def _merge_finished(
+  seqs: jax.Array, scores: jax.Array, new_seqs: jax.Array, new_scores: jax.Array
+) -> tuple[jax.Array, jax.Array]:
   """Keeps the best beam_size of old and new finished hypotheses, best first.
 
   Old entries come first, so on equal scores `lax.top_k` (lower index first on ties)
@@ -242,7 +257,9 @@ def _chunk_size(vocab: int, near: int = 128) -> int:
   return min(divisors, key=lambda c: abs(c - near)) if divisors else near
 
 
-def _top_tokens(rows, k: int, eos_id: int, chunk: int | None = None):
+def _top_tokens(
+  rows: jax.Array, k: int, eos_id: int, chunk: int | None = None
+) -> tuple[jax.Array, jax.Array, jax.Array]:
   """Each row's k largest logits other than EOS, and the row's maximum (EOS included).
 
   rows float32 [R, vocab] -> (values [R, k], tokens int32 [R, k], row_max [R]); values and
@@ -286,15 +303,22 @@ def _top_tokens(rows, k: int, eos_id: int, chunk: int | None = None):
   return top_values, jnp.take_along_axis(index, top, axis=-1).astype(jnp.int32), row_max
 
 
-def _log_probs_of(logits, row_max, log_normalizer):
+def _log_probs_of(logits: jax.Array, row_max: jax.Array, log_normalizer: jax.Array) -> jax.Array:
   """log-softmax values of some of a row's logits, computed as jax.nn.log_softmax computes
   them: (l - max) - log(sum(exp(l - max))). logits [R, j]; row_max, log_normalizer [R]."""
   return (logits - row_max[:, None]) - log_normalizer[:, None]
 
 
 def _beam_step(
-  state, tokens_to_logits, reorder_cache, max_lengths, alpha, eos_id, bos_id, eos_only_at_limit
-):
+  state: _BeamState,
+  tokens_to_logits: TokensToLogits,
+  reorder_cache: Callable[[Cache, jax.Array], Cache],
+  max_lengths: jax.Array,
+  alpha: float | jax.Array,
+  eos_id: int,
+  bos_id: int,
+  eos_only_at_limit: bool,
+) -> _BeamState:
   """One search step: extends every live hypothesis by one token.
 
   Only what the search keeps is turned into log-probabilities: the EOS logit of every
@@ -345,7 +369,9 @@ def _beam_step(
   )
 
 
-def _beam_search_done(state, max_lengths, alpha):
+def _beam_search_done(
+  state: _BeamState, max_lengths: jax.Array, alpha: float | jax.Array
+) -> jax.Array:
   """[batch] bool: True where no live hypothesis can still change the finished set.
 
   Bound: a live hypothesis with log-prob L <= 0 and length `step` ends with log-prob
@@ -370,17 +396,17 @@ def beam_search(
   tokens_to_logits: TokensToLogits,
   cache: Cache,
   *,
-  max_lengths,
+  max_lengths: ArrayLike,
   max_decode_len: int,
   beam_size: int = 4,
-  alpha=0.6,
+  alpha: float | jax.Array = 0.6,
   eos_id: int = EOS_ID,
   bos_id: int = BOS_ID,
   early_stop: bool = True,
   reorder_cache: Callable[[Cache, jax.Array], Cache] | None = None,
   compact: bool = True,
   eos_only_at_limit: bool = False,
-):
+) -> tuple[jax.Array, jax.Array]:
   """Beam search with the GNMT length penalty, as in tensor2tensor (paper: beam 4, alpha 0.6).
 
   Each step extends the live hypotheses by one token. Each live hypothesis's EOS extension
@@ -450,17 +476,17 @@ def beam_search(
     cache=cache,
   )
 
-  def run(state, lengths, next_rows):
+  def run(state: _BeamState, lengths: jax.Array, next_rows: int) -> _BeamState:
     """Steps until every sentence is done, or only next_rows of them are still running."""
 
-    def cond(state):
+    def cond(state: _BeamState) -> jax.Array:
       running = state.step < max_decode_len
       if not early_stop:
         return running & (state.step < jnp.max(lengths))
       not_done = ~_beam_search_done(state, lengths, alpha)
       return running & (jnp.sum(not_done) > next_rows)
 
-    def body(state):
+    def body(state: _BeamState) -> _BeamState:
       return _beam_step(
         state,
         tokens_to_logits,
@@ -492,7 +518,7 @@ def beam_search(
   return sequences, scores
 
 
-def _batch_sizes(batch_size: int, factor: int = 4, smallest: int = 8):
+def _batch_sizes(batch_size: int, factor: int = 4, smallest: int = 8) -> list[int]:
   """Batch sizes the search steps through as sentences finish: batch, batch / 4, ... >= 8.
 
   Each size compiles its own loop, so quartering keeps compile time down while most of the
@@ -504,7 +530,7 @@ def _batch_sizes(batch_size: int, factor: int = 4, smallest: int = 8):
   return sizes
 
 
-def _beam_outputs(state, alpha):
+def _beam_outputs(state: _BeamState, alpha: float | jax.Array) -> tuple[jax.Array, jax.Array]:
   """(sequences, scores) as beam_search returns them, from a search state."""
   has_finished = state.finished_scores[:, 0] > NEG_INF
   live_scores = state.live_log_probs / length_penalty(state.step, alpha)
@@ -528,11 +554,11 @@ def greedy_search(
   tokens_to_logits: TokensToLogits,
   cache: Cache,
   *,
-  max_lengths,
+  max_lengths: ArrayLike,
   max_decode_len: int,
   eos_id: int = EOS_ID,
   bos_id: int = BOS_ID,
-):
+) -> tuple[jax.Array, jax.Array]:
   """Takes the most probable token at every step until EOS (or the forced EOS at the limit).
 
   Args: as `beam_search`; `cache` leaves have leading dim batch.
@@ -551,10 +577,10 @@ def greedy_search(
     cache=_materialized(cache),
   )
 
-  def cond(state):
+  def cond(state: _GreedyState) -> jax.Array:
     return (state.step < max_decode_len) & ~jnp.all(state.finished)
 
-  def body(state):
+  def body(state: _GreedyState) -> _GreedyState:
     ids = _last_tokens(state.seqs, state.step, bos_id)
     log_probs, cache = _next_log_probs(
       tokens_to_logits, ids, state.cache, state.step, max_lengths, eos_id

@@ -8,15 +8,17 @@ import functools
 import json
 import os
 from collections.abc import Iterable, Iterator, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from absl import logging
+from flax.typing import VariableDict
 
 from t2t_jax import data as data_lib
+from t2t_jax.data.tokenizer import Tokenizer
 from t2t_jax.decoding import search
 from t2t_jax.model import Transformer, TransformerConfig, beam_search_cache
 from t2t_jax.tokens import EOS_ID, PAD_ID
@@ -37,14 +39,14 @@ def load_config(workdir: str) -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict(json.load(f))
 
 
-def _load_tokenizer(config, workdir):
+def _load_tokenizer(config: ml_collections.ConfigDict, workdir: str) -> Tokenizer:
   path = data_lib.vocab_path(config.data, workdir)
   if not os.path.exists(str(path)):
     raise TranslateError(f"{workdir}: vocabulary {path} is missing")
   return data_lib.load_tokenizer(path)
 
 
-def _check_vocabulary(workdir: str, steps: Sequence[int], vocab) -> None:
+def _check_vocabulary(workdir: str, steps: Sequence[int], vocab: str | os.PathLike) -> None:
   """Refuses a vocabulary other than the one the checkpoints were trained with."""
   ckpts = checkpoint.Checkpoints(workdir)
   have = sha256_file(str(vocab))
@@ -62,16 +64,16 @@ def _round_up(n: int, multiple: int) -> int:
 
 
 def decode(
-  params,
-  inputs,
-  max_lengths,
-  alpha,
+  params: VariableDict,
+  inputs: jax.Array,
+  max_lengths: jax.Array,
+  alpha: float | jax.Array,
   *,
-  model,
+  model: Transformer,
   max_decode_len: int,
   beam_size: int,
   suppress_eos: bool = False,
-):
+) -> tuple[jax.Array, jax.Array]:
   """Encodes once, builds the cache, then beam search (beam_size > 1) or greedy decoding.
 
   Beam search runs the decoder on [batch, beam] ids (`Transformer.decode_beam_step`): the
@@ -97,14 +99,14 @@ def decode(
     mutable=["cache"],
   )
 
-  def no_eos(logits):
+  def no_eos(logits: jax.Array) -> jax.Array:
     if not suppress_eos:
       return logits
     return jnp.where(jnp.arange(logits.shape[-1]) == EOS_ID, -1e9, logits)
 
   if beam_size == 1:
 
-    def tokens_to_logits(ids, cache):
+    def tokens_to_logits(ids: jax.Array, cache: VariableDict) -> tuple[jax.Array, VariableDict]:
       logits, new = model.apply(
         {"params": params, "cache": cache}, ids, method=Transformer.decode_step, mutable=["cache"]
       )
@@ -115,7 +117,9 @@ def decode(
     )
     return seqs[:, None], log_probs[:, None]
 
-  def beam_tokens_to_logits(ids, cache):
+  def beam_tokens_to_logits(
+    ids: jax.Array, cache: tuple[VariableDict, search.BeamSlots]
+  ) -> tuple[jax.Array, tuple[VariableDict, search.BeamSlots]]:
     model_cache, slots = cache
     logits, new = model.apply(
       {"params": params, "cache": model_cache},
@@ -126,7 +130,9 @@ def decode(
     )
     return logits, (new["cache"], slots)
 
-  def reorder(cache, parents):
+  def reorder(
+    cache: tuple[VariableDict, search.BeamSlots], parents: jax.Array
+  ) -> tuple[VariableDict, search.BeamSlots]:
     model_cache, slots = cache
     return model_cache, slots.reorder(parents)
 
@@ -150,8 +156,16 @@ def decode(
   jax.jit, static_argnames=("model", "max_decode_len", "beam_size", "suppress_eos")
 )
 def _search(
-  params, inputs, max_lengths, alpha, *, model, max_decode_len, beam_size, suppress_eos=False
-):
+  params: VariableDict,
+  inputs: jax.Array,
+  max_lengths: jax.Array,
+  alpha: float | jax.Array,
+  *,
+  model: Transformer,
+  max_decode_len: int,
+  beam_size: int,
+  suppress_eos: bool = False,
+) -> jax.Array:
   """The best output of `decode` per sentence: int32 [batch, max_decode_len]."""
   seqs, _ = decode(
     params,
@@ -167,7 +181,16 @@ def _search(
 
 
 @functools.partial(jax.jit, static_argnames=("model", "max_decode_len", "beam_size"))
-def _search_nbest(params, inputs, max_lengths, alpha, *, model, max_decode_len, beam_size):
+def _search_nbest(
+  params: VariableDict,
+  inputs: jax.Array,
+  max_lengths: jax.Array,
+  alpha: float | jax.Array,
+  *,
+  model: Transformer,
+  max_decode_len: int,
+  beam_size: int,
+) -> tuple[jax.Array, jax.Array]:
   """Every hypothesis `decode` keeps: (sequences int32 [batch, beam, max_decode_len], scores
   float32 [batch, beam]; beam search: length-normalised, greedy: raw log-probs)."""
   return decode(
@@ -194,7 +217,14 @@ class Hypothesis(NamedTuple):
   log_prob: float
 
 
-def _hypotheses(tokenizer, seqs, scores, beam_size: int, alpha: float, nbest: int) -> list:
+def _hypotheses(
+  tokenizer: Tokenizer,
+  seqs: np.ndarray,
+  scores: np.ndarray,
+  beam_size: int,
+  alpha: float,
+  nbest: int,
+) -> list[Hypothesis]:
   """The `nbest` best of one sentence's search output (seqs [beam, L], scores [beam]), best
   first; empty slots (score -inf: fewer hypotheses of nonzero probability) are left out."""
   out = []
@@ -218,11 +248,11 @@ class Translator:
   def __init__(
     self,
     model: Transformer,
-    params,
-    tokenizer,
+    params: VariableDict,
+    tokenizer: Tokenizer,
     max_output_extra: int = 50,
     batch_tokens: int = 4096,
-  ):
+  ) -> None:
     self.model, self.params, self.tokenizer = model, params, tokenizer
     self.max_output_extra = max_output_extra
     self.batch_tokens = batch_tokens
@@ -230,7 +260,9 @@ class Translator:
     self.target_lang = "de"
 
   @classmethod
-  def from_workdir(cls, workdir: str, checkpoint_spec: str = "latest", **kwargs):
+  def from_workdir(
+    cls, workdir: str, checkpoint_spec: str = "latest", **kwargs: Any
+  ) -> "Translator":
     """Loads config.json, the vocabulary and checkpoint(s) ('latest', 'average:N', 'STEP')."""
     config = load_config(workdir)
     tokenizer = _load_tokenizer(config, workdir)
@@ -323,7 +355,7 @@ class Translator:
     beam_size: int = 4,
     alpha: float = 0.6,
     nbest: int | None = None,
-  ) -> Iterator:
+  ) -> Iterator[str | list[Hypothesis]]:
     """Translates lines one at a time as they arrive, yielding each result (as translate()
     gives it) as soon as it is done.
 
@@ -337,7 +369,7 @@ class Translator:
       shape = self._bucket_shape(len(source))
       yield self._translate_batch([source], beam_size, alpha, nbest, shape)[0]
 
-  def _batches(self, order, sources):
+  def _batches(self, order: Sequence[int], sources: Sequence[Sequence[int]]) -> Iterator[list[int]]:
     batch, longest = [], 0
     for i in order:
       longest = max(longest, len(sources[i]))
@@ -348,7 +380,14 @@ class Translator:
     if batch:
       yield batch
 
-  def _translate_batch(self, sources, beam_size, alpha, nbest=None, shape=None) -> list:
+  def _translate_batch(
+    self,
+    sources: Sequence[Sequence[int]],
+    beam_size: int,
+    alpha: float,
+    nbest: int | None = None,
+    shape: tuple[int, int] | None = None,
+  ) -> list[str] | list[list[Hypothesis]]:
     """Translates sentences (id lists) in one padded batch. `shape` fixes the padded
     (source length, max_decode_len); by default both are rounded up to multiples of 8."""
     max_len = self.model.config.max_len
@@ -386,7 +425,7 @@ class Translator:
       for r in range(len(sources))
     ]
 
-  def attention_weights(self, source: str, target: str) -> dict:
+  def attention_weights(self, source: str, target: str) -> dict[str, np.ndarray | list[str]]:
     """Every layer's and head's attention for one pair, teacher-forced on `target`.
 
     Returns {'encoder_self': [layers, heads, src, src], 'decoder_self': [layers, heads, tgt,
@@ -413,7 +452,7 @@ class Translator:
       target_tokens=self._pieces(tgt),
     )
 
-  def _pieces(self, ids) -> list[str]:
+  def _pieces(self, ids: Sequence[int]) -> list[str]:
     piece = getattr(self.tokenizer, "id_to_piece", None)
     if piece is not None:
       return [piece(i) for i in ids]

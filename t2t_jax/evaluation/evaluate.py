@@ -11,20 +11,30 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import jax
+import ml_collections
 import numpy as np
 from absl import logging
+from flax.typing import VariableDict
 
 from t2t_jax.data import treebank, trees
 from t2t_jax.evaluation import parseval, scoring
 from t2t_jax.training import checkpoint, parallel
 from t2t_jax.training import workdir as workdir_lib
 
+if TYPE_CHECKING:  # the translator's module is loaded by whoever builds one
+  from t2t_jax.decoding.translator import Translator
+
 Pairs = Sequence[tuple[str, str]]
 
 
-def dev_loss(p_eval: Callable, p_params, batches: Iterable[dict]) -> dict[str, float]:
+def dev_loss(
+  p_eval: Callable[..., dict[str, jax.Array]],
+  p_params: VariableDict,
+  batches: Iterable[dict[str, np.ndarray]],
+) -> dict[str, float]:
   """Teacher-forced loss, NLL, accuracy and perplexity per target token over `batches`.
 
   `p_eval` is the pmapped eval step (returns per-device sums); the sums of all devices and
@@ -45,18 +55,22 @@ def dev_loss(p_eval: Callable, p_params, batches: Iterable[dict]) -> dict[str, f
   )
 
 
-def bleu(translator, pairs: Pairs, beam_size: int, alpha: float, source_name: str = "dev") -> float:
+def bleu(
+  translator: "Translator", pairs: Pairs, beam_size: int, alpha: float, source_name: str = "dev"
+) -> float:
   """sacreBLEU of `translator` on (source, reference) pairs (`source_name` labels warnings)."""
   hyps = translator.translate([s for s, _ in pairs], beam_size, alpha, source_name=source_name)
   return scoring.sacrebleu_score(hyps, [r for _, r in pairs]).score
 
 
-def is_parsing(data_config) -> bool:
+def is_parsing(data_config: ml_collections.ConfigDict) -> bool:
   """A treebank experiment is scored by bracket F1 (paper 6.3), not BLEU."""
   return data_config.get("source", "") == "treebank"
 
 
-def gold_trees(data_config, split: str, pairs: Pairs) -> list[trees.Tree]:
+def gold_trees(
+  data_config: ml_collections.ConfigDict, split: str, pairs: Pairs
+) -> list[trees.Tree]:
   """The gold trees (tags kept) of the first len(pairs) pairs of a treebank split; raises if
   their words are not the pairs' sources."""
   golds = treebank.gold_trees(data_config, split)[: len(pairs)]
@@ -67,7 +81,7 @@ def gold_trees(data_config, split: str, pairs: Pairs) -> list[trees.Tree]:
 
 
 def f1(
-  translator,
+  translator: "Translator",
   pairs: Pairs,
   golds: Sequence[trees.Tree],
   beam_size: int,
@@ -80,8 +94,13 @@ def f1(
 
 
 def dev_metrics(
-  translator, pairs: Pairs, beam_size: int, alpha: float, data_config, source_name: str = "dev"
-) -> dict:
+  translator: "Translator",
+  pairs: Pairs,
+  beam_size: int,
+  alpha: float,
+  data_config: ml_collections.ConfigDict,
+  source_name: str = "dev",
+) -> dict[str, float]:
   """{'dev_bleu': sacreBLEU} or, for parsing, {'dev_f1': bracket F1} of `pairs`."""
   if is_parsing(data_config):
     golds = gold_trees(data_config, "dev", pairs)
@@ -108,7 +127,7 @@ def read_gold_trees(path: str) -> list[trees.Tree]:
 
 def parse_report(
   outputs: Sequence[str], sources: Sequence[str], golds: Sequence[trees.Tree]
-) -> tuple[dict, str]:
+) -> tuple[dict[str, float], str]:
   """test_* metrics and the printable F1 line of linearized outputs against gold trees."""
   for i, (source, gold) in enumerate(zip(sources, golds)):
     if source.split() != gold.leaves():
@@ -126,14 +145,14 @@ def parse_report(
 
 
 def parse_test(
-  translator,
+  translator: "Translator",
   pairs: Pairs,
   golds: Sequence[trees.Tree],
   beam_size: int,
   alpha: float,
   workdir: str,
   source_name: str = "test",
-) -> tuple[dict, str]:
+) -> tuple[dict[str, float], str]:
   """Parses the test split; writes <workdir>/test.words (inputs), test.gold (gold trees) and
   test.trees (the outputs rebuilt as trees), one per line (process 0); returns the test_*
   metrics and a printable report with examples."""
@@ -158,7 +177,9 @@ def parse_test(
   return metrics, report
 
 
-def score_report(hyps: Sequence[str], refs: Sequence[str], lang: str) -> tuple[dict, str]:
+def score_report(
+  hyps: Sequence[str], refs: Sequence[str], lang: str
+) -> tuple[dict[str, float], str]:
   """Every score of `scoring.score_all` as test_* metrics, and the labelled text to print."""
   scores = scoring.score_all(hyps, refs, lang)
   metrics = dict(
@@ -192,10 +213,10 @@ def select_checkpoint(
   ckpts: checkpoint.Checkpoints,
   candidates: str,
   pairs: Pairs,
-  translator_for: Callable[[str], object],
+  translator_for: Callable[[str], "Translator"],
   beam_size: int,
   alpha: float,
-  metric: Callable = bleu,
+  metric: Callable[["Translator", Pairs, int, float], float] = bleu,
 ) -> Selection:
   """Scores each candidate of `candidates` ('latest,average:3,...') by dev sacreBLEU (or by
   `metric(translator, pairs, beam_size, alpha)`, higher is better).
@@ -244,14 +265,14 @@ def write_selection(workdir: str, selection: Selection, beam_size: int, alpha: f
 
 
 def translate_test(
-  translator,
+  translator: "Translator",
   pairs: Pairs,
   lang: str,
   beam_size: int,
   alpha: float,
   output: str,
   source_name: str = "test",
-) -> tuple[dict, str]:
+) -> tuple[dict[str, float], str]:
   """Translates the test split, writes the translations to `output` (process 0) and returns
   the test_* metrics with a printable report (examples, exact match, the four scores)."""
   sources, refs = [s for s, _ in pairs], [r for _, r in pairs]

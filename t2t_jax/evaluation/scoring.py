@@ -23,9 +23,10 @@ smooth_method='none', cased), which gives multi-bleu.perl's figure.
 import dataclasses
 import functools
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from sacrebleu.metrics import BLEU, CHRF
+from sacrebleu.metrics.base import Metric
 from sacremoses import MosesTokenizer
 
 COMPOUND_MARK = "##AT##-##AT##"
@@ -62,7 +63,7 @@ def tokenize_for_bleu(text: str, lang: str = "de") -> list[str]:
   return split_compounds(_moses(lang).tokenize(text, escape=True, return_str=True)).split()
 
 
-def _check(hyps: Sequence[str], refs: Sequence[str]):
+def _check(hyps: Sequence[str], refs: Sequence[str]) -> tuple[list[str], list[str]]:
   if isinstance(hyps, str) or isinstance(refs, str):
     raise TypeError("hyps and refs are lists of sentences, not single strings")
   hyps, refs = list(hyps), list(refs)
@@ -74,7 +75,7 @@ def _check(hyps: Sequence[str], refs: Sequence[str]):
   return hyps, refs
 
 
-def _score(metric, label, hyps, refs) -> CorpusScore:
+def _score(metric: Metric, label: str, hyps: list[str], refs: list[str]) -> CorpusScore:
   result = metric.corpus_score(hyps, [refs])
   return CorpusScore(
     label=label,
@@ -97,7 +98,12 @@ def chrf_score(hyps: Sequence[str], refs: Sequence[str]) -> CorpusScore:
 
 
 def _bleu_on_tokens(
-  hyps, refs, label: str, tokenize_line, tok_name: str, lowercase: bool = False
+  hyps: Sequence[str],
+  refs: Sequence[str],
+  label: str,
+  tokenize_line: Callable[[str], str],
+  tok_name: str,
+  lowercase: bool = False,
 ) -> CorpusScore:
   """multi-bleu.perl on our own tokenization: unsmoothed corpus BLEU of space-split tokens,
   with the tokenization named in the signature."""

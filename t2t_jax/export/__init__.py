@@ -11,12 +11,20 @@ when an exporter runs.
 
 import dataclasses
 import os
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from t2t_jax.model import TransformerConfig
 from t2t_jax.tokens import BOS_ID, EOS_ID, NUM_RESERVED, PAD_ID, UNK_ID
+
+if TYPE_CHECKING:  # the data package (TFDS, grain) loads only when a workdir is read
+  from t2t_jax.data.tokenizer import Tokenizer
+
+# One module's parameters (a layer, a stack): names -> numpy arrays or nested trees.
+ParamTree = Mapping[str, Any]
 
 # The reserved ids' tokens, as the SentencePiece models t2t_jax trains name them.
 RESERVED_TOKENS = {PAD_ID: "<pad>", EOS_ID: "</s>", BOS_ID: "<s>", UNK_ID: "<unk>"}
@@ -35,14 +43,15 @@ class Trained:
     params: the parameter tree as numpy float32 arrays (Flax names, see t2t_jax.model).
     tokenizer: the workdir's tokenizer (SentencePiece or symbol list).
     vocabulary: the token string of every id, in id order (ids 0-3 are RESERVED_TOKENS).
-    vocab_file: the vocabulary file in the workdir (vocab.model or vocab.symbols).
+    vocab_file: the vocabulary file (vocab.model, vocab.symbols or vocab.words; in the workdir
+      or config.data.data_dir).
     checkpoint_steps: the checkpoint step(s) the parameters come from (several: averaged).
     source_lang, target_lang: language codes from the data config ('' when unknown).
   """
 
   config: TransformerConfig
-  params: Any
-  tokenizer: Any
+  params: dict[str, Any]
+  tokenizer: "Tokenizer"
   vocabulary: list[str]
   vocab_file: str
   checkpoint_steps: list[int]
@@ -54,7 +63,7 @@ class Trained:
     return not self.vocab_file.endswith(".symbols")
 
 
-def vocabulary_tokens(tokenizer) -> list[str]:
+def vocabulary_tokens(tokenizer: "Tokenizer") -> list[str]:
   """Every id's token string: SentencePiece pieces, or the reserved tokens then the symbols."""
   symbols = getattr(tokenizer, "symbols", None)
   if symbols is not None:
@@ -92,7 +101,7 @@ def load_trained(workdir: str, checkpoint: str = "auto") -> Trained:
   )
 
 
-def _to_numpy(tree):
+def _to_numpy(tree: ParamTree | ArrayLike) -> dict[str, Any] | np.ndarray:
   if isinstance(tree, dict) or hasattr(tree, "items"):
     return {k: _to_numpy(v) for k, v in tree.items()}
   return np.asarray(tree, np.float32)

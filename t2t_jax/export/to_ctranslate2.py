@@ -16,11 +16,16 @@ Beam search in CTranslate2 normalises scores by length^length_penalty, not the G
 """
 
 import os
+from typing import TYPE_CHECKING
 
 import numpy as np
+from numpy.typing import ArrayLike
 
-from t2t_jax.export import ExportError, Trained, check_output_dir
-from t2t_jax.model import positional
+from t2t_jax.export import ExportError, ParamTree, Trained, check_output_dir
+from t2t_jax.model import TransformerConfig, positional
+
+if TYPE_CHECKING:  # ctranslate2 (the `export` extra) is imported when an export runs
+  from ctranslate2.specs import attention_spec, common_spec, transformer_spec
 
 QUANTIZATIONS = (
   "float32",
@@ -35,11 +40,11 @@ QUANTIZATIONS = (
 LAYER_NORM_EPSILON = 1e-6  # t2t_jax.model.layers._layer_norm
 
 
-def _f32(x) -> np.ndarray:
+def _f32(x: ArrayLike) -> np.ndarray:
   return np.ascontiguousarray(np.asarray(x, np.float32))
 
 
-def _projection(dense) -> tuple:
+def _projection(dense: ParamTree) -> tuple[np.ndarray, np.ndarray]:
   """A DenseGeneral from d_model to (heads, d) as CTranslate2's [heads * d, d_model] weight
   and [heads * d] bias (zeros where the layer has none, the key)."""
   kernel = np.asarray(dense["kernel"])
@@ -48,27 +53,29 @@ def _projection(dense) -> tuple:
   return _f32(weight), _f32(bias)
 
 
-def _set_linear(spec, weight, bias) -> None:
+def _set_linear(spec: "common_spec.LinearSpec", weight: ArrayLike, bias: ArrayLike) -> None:
   spec.weight, spec.bias = _f32(weight), _f32(bias)
 
 
-def _set_output(spec, dense) -> None:
+def _set_output(spec: "common_spec.LinearSpec", dense: ParamTree) -> None:
   """The attention output projection: kernel [heads, d_v, d_model] -> [d_model, heads * d_v]."""
   kernel = np.asarray(dense["kernel"])
   _set_linear(spec, kernel.reshape(-1, kernel.shape[-1]).T, dense["bias"])
 
 
-def _set_norm(spec, norm) -> None:
+def _set_norm(spec: "common_spec.LayerNormSpec", norm: ParamTree) -> None:
   spec.gamma, spec.beta = _f32(norm["scale"]), _f32(norm["bias"])
 
 
-def _set_ffn(spec, ffn, norm) -> None:
+def _set_ffn(spec: "transformer_spec.FeedForwardSpec", ffn: ParamTree, norm: ParamTree) -> None:
   _set_norm(spec.layer_norm, norm)
   _set_linear(spec.linear_0, np.asarray(ffn["wi"]["kernel"]).T, ffn["wi"]["bias"])
   _set_linear(spec.linear_1, np.asarray(ffn["wo"]["kernel"]).T, ffn["wo"]["bias"])
 
 
-def _set_self_attention(spec, attention, norm) -> None:
+def _set_self_attention(
+  spec: "attention_spec.MultiHeadAttentionSpec", attention: ParamTree, norm: ParamTree
+) -> None:
   """Self-attention: one fused [Q; K; V] projection, then the output projection."""
   parts = [_projection(attention[name]) for name in ("query", "key", "value")]
   _set_linear(
@@ -78,7 +85,9 @@ def _set_self_attention(spec, attention, norm) -> None:
   _set_norm(spec.layer_norm, norm)
 
 
-def _set_cross_attention(spec, attention, norm) -> None:
+def _set_cross_attention(
+  spec: "attention_spec.MultiHeadAttentionSpec", attention: ParamTree, norm: ParamTree
+) -> None:
   """Encoder-decoder attention: the query, a fused [K; V] projection, the output."""
   _set_linear(spec.linear[0], *_projection(attention["query"]))
   (wk, bk), (wv, bv) = (_projection(attention[name]) for name in ("key", "value"))
@@ -87,13 +96,13 @@ def _set_cross_attention(spec, attention, norm) -> None:
   _set_norm(spec.layer_norm, norm)
 
 
-def _positions(cfg, stack) -> np.ndarray:
+def _positions(cfg: TransformerConfig, stack: ParamTree) -> np.ndarray:
   if cfg.positional == "learned":
     return _f32(stack["positions"]["position_embedding"])
   return _f32(positional.sinusoidal(cfg.max_len, cfg.d_model))
 
 
-def _head_dim(cfg) -> int | None:
+def _head_dim(cfg: TransformerConfig) -> int | None:
   if cfg.key_dim != cfg.value_dim:
     raise ExportError(
       f"d_k={cfg.key_dim} differs from d_v={cfg.value_dim}: CTranslate2 "
@@ -102,7 +111,7 @@ def _head_dim(cfg) -> int | None:
   return None if cfg.key_dim * cfg.num_heads == cfg.d_model else cfg.key_dim
 
 
-def build_spec(trained: Trained):
+def build_spec(trained: Trained) -> "transformer_spec.TransformerSpec":
   """The `ctranslate2.specs.TransformerSpec` of a trained model, every weight set."""
   from ctranslate2.specs import transformer_spec
 
@@ -131,7 +140,12 @@ def build_spec(trained: Trained):
   return spec
 
 
-def _set_encoder(spec, cfg, stack, embedding) -> None:
+def _set_encoder(
+  spec: "transformer_spec.TransformerEncoderSpec",
+  cfg: TransformerConfig,
+  stack: ParamTree,
+  embedding: np.ndarray,
+) -> None:
   spec.embeddings[0].weight = embedding
   spec.position_encodings.encodings = _positions(cfg, stack)
   for i, layer_spec in enumerate(spec.layer):
@@ -142,7 +156,12 @@ def _set_encoder(spec, cfg, stack, embedding) -> None:
     _set_norm(spec.layer_norm, stack["final_norm"])
 
 
-def _set_decoder(spec, cfg, stack, embedding) -> None:
+def _set_decoder(
+  spec: "transformer_spec.TransformerDecoderSpec",
+  cfg: TransformerConfig,
+  stack: ParamTree,
+  embedding: np.ndarray,
+) -> None:
   spec.embeddings.weight = embedding
   spec.position_encodings.encodings = _positions(cfg, stack)
   for i, layer_spec in enumerate(spec.layer):

@@ -23,11 +23,14 @@ other than d_model / h. One difference remains: transformers' Marian layer norms
 import json
 import os
 import shutil
+from typing import Any
 
 import numpy as np
+from flax.typing import VariableDict
+from numpy.typing import ArrayLike
 
-from t2t_jax.export import ExportError, Trained, check_output_dir
-from t2t_jax.model import positional
+from t2t_jax.export import ExportError, ParamTree, Trained, check_output_dir
+from t2t_jax.model import TransformerConfig, positional
 from t2t_jax.tokens import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -37,7 +40,7 @@ def residual_permutation(d_model: int) -> np.ndarray:
   return np.concatenate([np.arange(0, d_model, 2), np.arange(1, d_model, 2)])
 
 
-def check_supported(cfg) -> None:
+def check_supported(cfg: TransformerConfig) -> None:
   """Raises ExportError with the reason when MarianMT cannot express the model."""
   if cfg.norm != "post":
     raise ExportError(
@@ -61,14 +64,14 @@ def check_supported(cfg) -> None:
 class _Weights:
   """Our parameters as a transformers MarianMTModel state dict, residual stream permuted."""
 
-  def __init__(self, cfg):
+  def __init__(self, cfg: TransformerConfig) -> None:
     self.perm = residual_permutation(cfg.d_model)
-    self.tensors = {}
+    self.tensors: dict[str, np.ndarray] = {}
 
-  def put(self, name, value) -> None:
+  def put(self, name: str, value: ArrayLike) -> None:
     self.tensors[name] = np.ascontiguousarray(np.asarray(value, np.float32))
 
-  def reads(self, name, kernel, bias) -> None:
+  def reads(self, name: str, kernel: ArrayLike, bias: ArrayLike | None) -> None:
     """A linear layer reading the residual stream: kernel [d_model, ...] -> weight [out,
     d_model] with permuted input columns."""
     kernel = np.asarray(kernel)
@@ -78,28 +81,28 @@ class _Weights:
       f"{name}.bias", np.zeros(weight.shape[0]) if bias is None else np.asarray(bias).reshape(-1)
     )
 
-  def writes(self, name, kernel, bias) -> None:
+  def writes(self, name: str, kernel: ArrayLike, bias: ArrayLike) -> None:
     """A linear layer writing the residual stream: kernel [..., d_model] -> weight [d_model,
     in] with permuted output rows."""
     kernel = np.asarray(kernel)
     self.put(f"{name}.weight", kernel.reshape(-1, kernel.shape[-1]).T[self.perm])
     self.put(f"{name}.bias", np.asarray(bias)[self.perm])
 
-  def norm(self, name, norm) -> None:
+  def norm(self, name: str, norm: ParamTree) -> None:
     self.put(f"{name}.weight", np.asarray(norm["scale"])[self.perm])
     self.put(f"{name}.bias", np.asarray(norm["bias"])[self.perm])
 
-  def attention(self, name, attention) -> None:
+  def attention(self, name: str, attention: ParamTree) -> None:
     for ours, theirs in (("query", "q_proj"), ("key", "k_proj"), ("value", "v_proj")):
       self.reads(f"{name}.{theirs}", attention[ours]["kernel"], attention[ours].get("bias"))
     self.writes(f"{name}.out_proj", attention["out"]["kernel"], attention["out"]["bias"])
 
-  def ffn(self, name, ffn) -> None:
+  def ffn(self, name: str, ffn: ParamTree) -> None:
     self.reads(f"{name}.fc1", ffn["wi"]["kernel"], ffn["wi"]["bias"])
     self.writes(f"{name}.fc2", ffn["wo"]["kernel"], ffn["wo"]["bias"])
 
 
-def state_dict(cfg, params) -> dict:
+def state_dict(cfg: TransformerConfig, params: VariableDict) -> dict[str, np.ndarray]:
   """MarianMTModel parameter names -> float32 numpy arrays (residual stream permuted)."""
   w = _Weights(cfg)
   table = np.asarray(positional.sinusoidal(cfg.max_len, cfg.d_model))[:, w.perm]
@@ -123,7 +126,7 @@ def state_dict(cfg, params) -> dict:
   return w.tensors
 
 
-def _embeddings(w: _Weights, cfg, params) -> None:
+def _embeddings(w: _Weights, cfg: TransformerConfig, params: VariableDict) -> None:
   """Token embeddings, the pre-softmax layer and its bias (zeros when shared, paper 3.4).
 
   A shared matrix is stored once, as model.shared; transformers ties the encoder's, the
@@ -145,7 +148,7 @@ def _embeddings(w: _Weights, cfg, params) -> None:
   w.put("final_logits_bias", np.asarray(logits["bias"])[None])
 
 
-def marian_config(cfg) -> dict:
+def marian_config(cfg: TransformerConfig) -> dict[str, Any]:
   """The MarianConfig fields of a t2t_jax model (dropout off: an inference export)."""
   return dict(
     architectures=["MarianMTModel"],
@@ -176,7 +179,7 @@ def marian_config(cfg) -> dict:
   )
 
 
-def generation_config(cfg, beam_size: int, alpha: float) -> dict:
+def generation_config(cfg: TransformerConfig, beam_size: int, alpha: float) -> dict[str, Any]:
   """What `generate` and pipeline("translation") use by default: beam 4, alpha 0.6 (HF's
   length penalty is length^alpha, not GNMT's; see docs/export.md), outputs up to max_len."""
   return dict(
@@ -191,7 +194,7 @@ def generation_config(cfg, beam_size: int, alpha: float) -> dict:
   )
 
 
-def _write_json(path: str, value: dict) -> None:
+def _write_json(path: str, value: dict[str, Any]) -> None:
   with open(path, "w", encoding="utf-8") as f:
     json.dump(value, f, indent=2, sort_keys=True)
     f.write("\n")

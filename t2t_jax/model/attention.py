@@ -15,8 +15,14 @@ IMPLEMENTATIONS = ("reference", "xla", "cudnn")
 
 
 def attention_weights(
-  query, key, mask=None, *, dropout_rng=None, dropout_rate: float = 0.0, deterministic: bool = True
-):
+  query: jax.Array,
+  key: jax.Array,
+  mask: jax.Array | None = None,
+  *,
+  dropout_rng: jax.Array | None = None,
+  dropout_rate: float = 0.0,
+  deterministic: bool = True,
+) -> jax.Array:
   """softmax(Q K^T / sqrt(d_k)) with masking, in float32.
 
   Args:
@@ -47,16 +53,16 @@ def attention_weights(
 
 
 def dot_product_attention(
-  query,
-  key,
-  value,
-  mask=None,
+  query: jax.Array,
+  key: jax.Array,
+  value: jax.Array,
+  mask: jax.Array | None = None,
   *,
-  dropout_rng=None,
+  dropout_rng: jax.Array | None = None,
   dropout_rate: float = 0.0,
   deterministic: bool = True,
   implementation: str = "reference",
-):
+) -> jax.Array:
   """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V, per head.
 
   Args:
@@ -92,7 +98,13 @@ def dot_product_attention(
   return _fused_attention(query, key, value, mask, implementation)
 
 
-def _fused_attention(query, key, value, mask: jnp.ndarray | None, implementation: str):
+def _fused_attention(
+  query: jax.Array,
+  key: jax.Array,
+  value: jax.Array,
+  mask: jax.Array | None,
+  implementation: str,
+) -> jax.Array:
   """jax.nn.dot_product_attention, with fully-masked query rows zeroed like the reference."""
   if mask is not None:
     batch, q_len, heads, _ = query.shape

@@ -10,6 +10,7 @@ probability.
 """
 
 import math
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -25,7 +26,7 @@ def threshold(rate: float) -> int:
   return int(round(rate * RESOLUTION))
 
 
-def random_bits16(rng, shape) -> jnp.ndarray:
+def random_bits16(rng: jax.Array, shape: Sequence[int]) -> jax.Array:
   """uint32 array of `shape` holding independent uniform draws from 0..65535.
 
   ceil(n / 2) words from `threefry_2x32` (one hash per two words); element i takes
@@ -47,7 +48,7 @@ def random_bits16(rng, shape) -> jnp.ndarray:
   return bits[:n].reshape(shape)
 
 
-def dropout(rng, x, rate: float):
+def dropout(rng: jax.Array, x: jax.Array, rate: float) -> jax.Array:
   """x with each element dropped (0) at probability `rate`, the rest scaled up to keep the
   expectation (inverted dropout). rate 0 returns x, rate 1 zeros."""
   cut = threshold(rate)

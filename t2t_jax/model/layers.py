@@ -6,19 +6,30 @@ module takes the frozen `t2t_jax.model.TransformerConfig` as `config`.
 
 import functools
 import math
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.typing import DTypeLike
 
 from t2t_jax.model import attention, dropout, masks, positional
+
+if TYPE_CHECKING:  # transformer.py imports this module
+  from t2t_jax.model.transformer import TransformerConfig
 
 Array = jnp.ndarray
 xavier = nn.initializers.xavier_uniform()
 
 
-def flat_dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
+def flat_dot_general(
+  lhs: jax.Array,
+  rhs: jax.Array,
+  dimension_numbers: jax.lax.DotDimensionNumbers,
+  precision: jax.lax.PrecisionLike = None,
+  preferred_element_type: DTypeLike | None = None,
+) -> jax.Array:
   """`lax.dot_general` for Dense layers, as one [tokens, k] x [k, n] matrix product.
 
   For inputs [batch, length, k], JAX's gradient of the kernel contracts batch and length
@@ -50,7 +61,13 @@ def flat_dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_elem
   return out.reshape(lhs.shape[: lhs.ndim - n] + rhs.shape[n:])
 
 
-def _dense(config, features, axis=-1, name=None, use_bias=True):
+def _dense(
+  config: "TransformerConfig",
+  features: int | tuple[int, ...],
+  axis: int | tuple[int, ...] = -1,
+  name: str | None = None,
+  use_bias: bool = True,
+) -> nn.DenseGeneral:
   return nn.DenseGeneral(
     features=features,
     axis=axis,
@@ -76,14 +93,14 @@ class Dropout(nn.Module):
     return dropout.dropout(self.make_rng("dropout"), x, self.rate)
 
 
-def _to_cache_layout(x):
+def _to_cache_layout(x: Array) -> Array:
   """[batch, length, heads, d] -> [batch, heads, d, length], how decode caches keep keys and
   values: the layout XLA's batched attention matmuls read in place (in [batch, length, heads,
   d], XLA would transpose every cache in full at every decode step)."""
   return jnp.transpose(x, (0, 2, 3, 1))
 
 
-def _from_cache_layout(x):
+def _from_cache_layout(x: Array) -> Array:
   """[batch, heads, d, length] -> [batch, length, heads, d] (XLA folds it into the matmul)."""
   return jnp.transpose(x, (0, 3, 1, 2))
 
@@ -146,7 +163,12 @@ class MultiHeadAttention(nn.Module):
       self.sow("intermediates", "attention_weights", attention.attention_weights(query, key, mask))
     return _dense(cfg, cfg.d_model, axis=(-2, -1), name="out")(x)
 
-  def _cross_cache(self, inputs_kv, proj_k, proj_v):
+  def _cross_cache(
+    self,
+    inputs_kv: Array | None,
+    proj_k: Callable[..., nn.DenseGeneral],
+    proj_v: Callable[..., nn.DenseGeneral],
+  ) -> tuple[Array, Array]:
     """Encoder keys/values: projected when the cache is built, read at every step."""
     have_cache = self.has_variable("cache", "cross_key")
     if not have_cache and inputs_kv is None:
@@ -159,7 +181,9 @@ class MultiHeadAttention(nn.Module):
     )
     return _from_cache_layout(key.value), _from_cache_layout(value.value)
 
-  def _self_cache(self, key, value, mask):
+  def _self_cache(
+    self, key: Array, value: Array, mask: Array | None
+  ) -> tuple[Array, Array, Array | None]:
     """Writes this step's key/value at cache_index and attends over the slots written so far.
 
     A step is one target position. Normally it has one query (q_len 1) and writes slot
@@ -214,11 +238,17 @@ class FeedForward(nn.Module):
     return _dense(cfg, cfg.d_model, name="wo")(x)
 
 
-def _layer_norm(cfg, name=None):
+def _layer_norm(cfg: "TransformerConfig", name: str | None = None) -> nn.LayerNorm:
   return nn.LayerNorm(epsilon=1e-6, dtype=cfg.dtype, param_dtype=jnp.float32, name=name)
 
 
-def residual(cfg, x, sublayer, norm, deterministic):
+def residual(
+  cfg: "TransformerConfig",
+  x: Array,
+  sublayer: Callable[[Array], Array],
+  norm: Callable[[Array], Array],
+  deterministic: bool,
+) -> Array:
   """The residual connection around a sub-layer, with dropout on the sub-layer output.
 
   'post' (the paper): LayerNorm(x + Dropout(Sublayer(x))).
@@ -295,7 +325,7 @@ class Embed(nn.Module):
 
   config: Any
 
-  def setup(self):
+  def setup(self) -> None:
     cfg = self.config
     # std d_model^-0.5: after the sqrt(d_model) scaling the inputs have unit variance.
     self.embedding = self.param(

@@ -5,12 +5,14 @@ Every mask is boolean and broadcastable to `[batch, heads, q_len, kv_len]`; True
 `combine_masks`, and `t2t_jax.model.attention` turns them into -inf logits.
 """
 
+import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from t2t_jax.tokens import PAD_ID
 
 
-def padding_mask(q_tokens, kv_tokens, pad_id: int = PAD_ID):
+def padding_mask(q_tokens: ArrayLike, kv_tokens: ArrayLike, pad_id: int = PAD_ID) -> jax.Array:
   """Masks out padded queries and keys.
 
   Args:
@@ -26,13 +28,13 @@ def padding_mask(q_tokens, kv_tokens, pad_id: int = PAD_ID):
   return q_valid[:, None, :, None] & kv_valid[:, None, None, :]
 
 
-def causal_mask(length: int):
+def causal_mask(length: int) -> jax.Array:
   """Lets position i attend to positions <= i (paper 3.2.3): bool [1, 1, length, length]."""
   idx = jnp.arange(length)
   return (idx[:, None] >= idx[None, :])[None, None]
 
 
-def segment_mask(q_segments, kv_segments):
+def segment_mask(q_segments: ArrayLike, kv_segments: ArrayLike) -> jax.Array:
   """Keeps packed sequences apart: a query sees only keys of its own segment.
 
   Args:
@@ -47,7 +49,7 @@ def segment_mask(q_segments, kv_segments):
   return q_segments[:, None, :, None] == kv_segments[:, None, None, :]
 
 
-def combine_masks(*masks: jnp.ndarray | None):
+def combine_masks(*masks: jax.Array | None) -> jax.Array | None:
   """Logical AND of the given masks, skipping None; None when all are None."""
   masks = [m for m in masks if m is not None]
   if not masks:

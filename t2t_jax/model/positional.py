@@ -1,10 +1,11 @@
 """The sinusoidal positional encoding of paper section 3.5 (pure function)."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 
-def sinusoidal(length: int, d_model: int, max_timescale: float = 10000.0):
+def sinusoidal(length: int, d_model: int, max_timescale: float = 10000.0) -> jax.Array:
   """Eq. 5/6, interleaved as the paper writes them.
 
     PE(pos, 2i)   = sin(pos / 10000^(2i / d_model))

@@ -6,11 +6,13 @@ time for search (see `t2t_jax.decoding.search`), with the encoder's keys/values 
 """
 
 import dataclasses
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from flax.core.scope import VariableDict
 
 from t2t_jax.model import masks
 from t2t_jax.model.layers import (
@@ -24,6 +26,9 @@ from t2t_jax.model.layers import (
 from t2t_jax.tokens import BOS_ID, PAD_ID
 
 Array = jnp.ndarray
+# (decoder outputs [batch, tgt_len, d_model], W [vocab, d_model], bias [vocab] or None): the
+# output layer as logits = outputs W^T + bias, for losses.output_loss_sums.
+OutputFeatures = tuple[Array, Array, Array | None]
 NORMS = ("post", "pre")
 POSITIONALS = ("sinusoidal", "learned")
 ATTENTION_IMPLS = ("reference", "xla", "cudnn")
@@ -54,7 +59,7 @@ class TransformerConfig:
   # target tokens, never holding all logits (losses.output_loss_sums); 0: whole logits.
   loss_chunk_tokens: int = 512
 
-  def __post_init__(self):
+  def __post_init__(self) -> None:
     try:
       object.__setattr__(self, "dtype", jnp.dtype(self.dtype))
     except TypeError as e:
@@ -109,11 +114,11 @@ class TransformerConfig:
   def decoder_layers(self) -> int:
     return self.num_decoder_layers or self.num_layers
 
-  def replace(self, **changes) -> "TransformerConfig":
+  def replace(self, **changes: Any) -> "TransformerConfig":
     return dataclasses.replace(self, **changes)
 
   @classmethod
-  def from_dict(cls, fields, **overrides) -> "TransformerConfig":
+  def from_dict(cls, fields: Mapping[str, Any], **overrides: Any) -> "TransformerConfig":
     """Builds a config from a mapping (e.g. an ml_collections `config.model`)."""
     fields = dict(fields, **overrides)
     known = {f.name for f in dataclasses.fields(cls)}
@@ -123,12 +128,12 @@ class TransformerConfig:
     return cls(**fields)
 
 
-def _check_positive(name, value):
+def _check_positive(name: str, value: object) -> None:
   if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
     raise ValueError(f"TransformerConfig.{name}={value!r}: must be a positive integer")
 
 
-def _check_choice(name, value, allowed):
+def _check_choice(name: str, value: object, allowed: Sequence[str]) -> None:
   if value not in allowed:
     raise ValueError(
       f"TransformerConfig.{name}={value!r}: allowed values are "
@@ -136,7 +141,7 @@ def _check_choice(name, value, allowed):
     )
 
 
-def shift_right(targets: Array, segmentation: Array | None = None, bos_id: int = BOS_ID):
+def shift_right(targets: Array, segmentation: Array | None = None, bos_id: int = BOS_ID) -> Array:
   """Decoder inputs: targets moved one position right, BOS at the start of every sequence.
 
   With packing (`segmentation` given) every packed pair starts with BOS rather than the
@@ -157,8 +162,13 @@ class Encoder(nn.Module):
 
   @nn.compact
   def __call__(
-    self, inputs, inputs_segmentation=None, inputs_position=None, *, deterministic: bool = True
-  ):
+    self,
+    inputs: Array,
+    inputs_segmentation: Array | None = None,
+    inputs_position: Array | None = None,
+    *,
+    deterministic: bool = True,
+  ) -> Array:
     """inputs int [batch, src_len] -> [batch, src_len, d_model]."""
     cfg = self.config
     x = AddPositions(cfg, name="positions")(
@@ -179,15 +189,15 @@ class OutputLayer(nn.Module):
 
   config: TransformerConfig
 
-  def setup(self):
+  def setup(self) -> None:
     cfg = self.config
     self.kernel = self.param("kernel", xavier, (cfg.d_model, cfg.vocab_size), jnp.float32)
     self.bias = self.param("bias", nn.initializers.zeros, (cfg.vocab_size,), jnp.float32)
 
-  def __call__(self, y):
+  def __call__(self, y: Array) -> Array:
     return y @ self.kernel.astype(y.dtype) + self.bias.astype(y.dtype)
 
-  def weights(self, y):
+  def weights(self, y: Array) -> OutputFeatures:
     return y, self.kernel.T, self.bias
 
 
@@ -200,16 +210,16 @@ class Decoder(nn.Module):
   @nn.compact
   def __call__(
     self,
-    encoded,
-    decoder_inputs,
-    self_mask,
-    cross_mask,
-    decoder_position=None,
+    encoded: Array | None,
+    decoder_inputs: Array,
+    self_mask: Array | None,
+    cross_mask: Array | None,
+    decoder_position: Array | None = None,
     *,
     deterministic: bool = True,
     decode: bool = False,
     features: bool = False,
-  ):
+  ) -> Array | OutputFeatures:
     """decoder_inputs int [batch, tgt_len] -> float32 logits [batch, tgt_len, vocab]; with
     `features`, (outputs [batch, tgt_len, d_model], W [vocab, d_model], bias or None) such
     that logits = outputs W^T + bias (for losses.output_loss_sums)."""
@@ -232,7 +242,7 @@ class Decoder(nn.Module):
     output = OutputLayer(cfg, name="logits")
     return output.weights(y) if features else output(y).astype(jnp.float32)
 
-  def _cached_cross_mask(self, cross_mask):
+  def _cached_cross_mask(self, cross_mask: Array | None) -> Array:
     """The source padding mask [batch, 1, 1, src_len], stored when the cache is built."""
     if cross_mask is None and not self.has_variable("cache", "cross_mask"):
       raise ValueError("decode step before init_cache: build the cache first")
@@ -244,7 +254,7 @@ class Transformer(nn.Module):
 
   config: TransformerConfig
 
-  def setup(self):
+  def setup(self) -> None:
     cfg = self.config
     if cfg.share_embeddings:
       source_embed = target_embed = Embed(cfg, name="embed")
@@ -255,23 +265,28 @@ class Transformer(nn.Module):
     self.decoder = Decoder(cfg, target_embed)
 
   def encode(
-    self, inputs, inputs_segmentation=None, inputs_position=None, *, deterministic: bool = True
-  ):
+    self,
+    inputs: Array,
+    inputs_segmentation: Array | None = None,
+    inputs_position: Array | None = None,
+    *,
+    deterministic: bool = True,
+  ) -> Array:
     """inputs int [batch, src_len] -> encoder output [batch, src_len, d_model]."""
     return self.encoder(inputs, inputs_segmentation, inputs_position, deterministic=deterministic)
 
   def decode(
     self,
-    encoded,
-    inputs,
-    targets,
-    inputs_segmentation=None,
-    targets_segmentation=None,
-    targets_position=None,
+    encoded: Array,
+    inputs: Array,
+    targets: Array,
+    inputs_segmentation: Array | None = None,
+    targets_segmentation: Array | None = None,
+    targets_position: Array | None = None,
     *,
     deterministic: bool = True,
     features: bool = False,
-  ):
+  ) -> Array | OutputFeatures:
     """Teacher-forced decoder: logits float32 [batch, tgt_len, vocab] for predicting `targets`
     (with `features`: the decoder outputs and output layer, see Decoder)."""
     self_mask = masks.combine_masks(
@@ -298,16 +313,16 @@ class Transformer(nn.Module):
 
   def __call__(
     self,
-    inputs,
-    targets,
-    inputs_segmentation=None,
-    targets_segmentation=None,
-    inputs_position=None,
-    targets_position=None,
+    inputs: Array,
+    targets: Array,
+    inputs_segmentation: Array | None = None,
+    targets_segmentation: Array | None = None,
+    inputs_position: Array | None = None,
+    targets_position: Array | None = None,
     *,
     deterministic: bool = True,
     features: bool = False,
-  ):
+  ) -> Array | OutputFeatures:
     """Teacher-forced forward pass.
 
     Args:
@@ -320,7 +335,8 @@ class Transformer(nn.Module):
       features: return (decoder outputs, W, bias) instead of logits = outputs W^T + bias.
 
     Returns:
-      float32 logits [batch, tgt_len, vocab_size].
+      float32 logits [batch, tgt_len, vocab_size]; with `features`, the triple
+      (outputs [batch, tgt_len, d_model], W [vocab, d_model], bias [vocab] or None).
     """
     if (inputs_segmentation is None) != (targets_segmentation is None):
       raise ValueError("packed batches need both inputs_segmentation and targets_segmentation")
@@ -336,7 +352,7 @@ class Transformer(nn.Module):
       features=features,
     )
 
-  def init_cache(self, encoded, inputs, max_decode_len: int):
+  def init_cache(self, encoded: Array, inputs: Array, max_decode_len: int) -> None:
     """Creates the decoding cache (apply with mutable=['cache']).
 
     Stores the source padding mask, each decoder layer's projected encoder keys/values
@@ -348,7 +364,7 @@ class Transformer(nn.Module):
     dummy = jnp.zeros((inputs.shape[0], max_decode_len), jnp.int32)
     self.decoder(encoded, dummy, None, cross_mask, deterministic=True, decode=True)
 
-  def decode_step(self, ids):
+  def decode_step(self, ids: Array) -> Array:
     """One decoder position: ids int [batch, 1] -> logits float32 [batch, vocab].
 
     Needs a cache from `init_cache` (apply with mutable=['cache']); the encoder output is
@@ -359,7 +375,7 @@ class Transformer(nn.Module):
     logits = self.decoder(None, ids, None, None, deterministic=True, decode=True)
     return logits[:, -1]
 
-  def decode_beam_step(self, ids, self_mask):
+  def decode_beam_step(self, ids: Array, self_mask: Array) -> Array:
     """One position for `beam` hypotheses per sentence: ids int [batch, beam] -> logits
     float32 [batch, beam, vocab].
 
@@ -373,13 +389,13 @@ class Transformer(nn.Module):
     return self.decoder(None, ids, self_mask, None, deterministic=True, decode=True)
 
 
-def beam_search_cache(cache, beam_size: int):
+def beam_search_cache(cache: VariableDict, beam_size: int) -> VariableDict:
   """An `init_cache` cache made ready for `Transformer.decode_beam_step` with beam_size
   hypotheses per sentence: each self-attention cache gets beam_size slots per position
   ([batch, heads, d, max_decode_len * beam_size]); the encoder keys/values, source mask
   and counters are kept as they are ([batch, ...], shared by the hypotheses)."""
 
-  def expand(path, x):
+  def expand(path: jax.tree_util.KeyPath, x: Array) -> Array:
     if getattr(path[-1], "key", None) in ("cached_key", "cached_value"):
       return jnp.zeros(x.shape[:-1] + (x.shape[-1] * beam_size,), x.dtype)
     return x

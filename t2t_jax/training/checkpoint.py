@@ -16,11 +16,15 @@ import json
 import os
 import shutil
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
 from absl import logging
+from flax.typing import VariableDict
+
+from t2t_jax.training.steps import TrainState
 
 STATE, DATA, FINGERPRINT = "state", "data", "fingerprint"
 COMMIT_MARKER = "commit_success.txt"  # written by orbax into every finished step and item
@@ -43,7 +47,7 @@ class CheckpointSaveError(RuntimeError):
   """Writing a checkpoint failed (disk full, permissions); the earlier ones are intact."""
 
 
-def state_tree(state) -> dict:
+def state_tree(state: TrainState) -> dict[str, Any]:
   """The saved part of a TrainState (everything but the optimizer definition)."""
   return dict(
     step=state.step,
@@ -70,18 +74,18 @@ class _CommittedSteps(ocp.path.step.NameFormat):
   is neither resumed from, nor counted among the kept checkpoints, nor pruned."""
 
   standard: ocp.path.step.NameFormat
-  skip: set
+  skip: set[int]
 
   def build_name(self, step: int) -> str:
     return self.standard.build_name(step)
 
-  def _usable(self, metadata) -> bool:
+  def _usable(self, metadata: ocp.path.step.Metadata) -> bool:
     return metadata.step not in self.skip and not missing_commit_markers(str(metadata.path))
 
-  def find_all(self, base_path) -> Iterator:
+  def find_all(self, base_path: str | os.PathLike) -> Iterator[ocp.path.step.Metadata]:
     return (m for m in self.standard.find_all(base_path) if self._usable(m))
 
-  def find_step(self, base_path, step: int):
+  def find_step(self, base_path: str | os.PathLike, step: int) -> ocp.path.step.Metadata:
     metadata = self.standard.find_step(base_path, step)
     if not self._usable(metadata):
       raise ValueError(f"checkpoint step {step} in {base_path} is damaged or unfinished")
@@ -101,7 +105,7 @@ class Checkpoints:
   since they may belong to a live run's save in progress.
   """
 
-  def __init__(self, workdir: str, max_to_keep: int = 5, owner: bool = False):
+  def __init__(self, workdir: str, max_to_keep: int = 5, owner: bool = False) -> None:
     self.directory = os.path.abspath(os.path.join(workdir, "checkpoints"))
     self.skip: set[int] = set()
     self.pending: int | None = None
@@ -137,7 +141,7 @@ class Checkpoints:
   def path(self, step: int) -> str:
     return os.path.join(self.directory, str(step))
 
-  def steps(self) -> list:
+  def steps(self) -> list[int]:
     return sorted(self.manager.all_steps())
 
   def latest_step(self) -> int | None:
@@ -159,7 +163,13 @@ class Checkpoints:
         out.append(f"step {name} at {path}: {self._why.get(int(name), 'does not restore')}")
     return out
 
-  def save(self, step: int, state, data_state: dict | None, fingerprint: dict | None = None):
+  def save(
+    self,
+    step: int,
+    state: TrainState,
+    data_state: dict[str, Any] | None,
+    fingerprint: dict[str, Any] | None = None,
+  ) -> None:
     self.wait()  # orbax waits for the previous save anyway; its error must name its step
     self._move_aside(step)
     self.skip.discard(step)
@@ -204,7 +214,7 @@ class Checkpoints:
     except Exception as e:
       raise self._save_error(e) from e
 
-  def fingerprint(self, step: int) -> dict | None:
+  def fingerprint(self, step: int) -> dict[str, Any] | None:
     """The fingerprint saved with checkpoint `step` (None: saved without one)."""
     if not os.path.isdir(os.path.join(self.path(step), FINGERPRINT)):
       return None
@@ -212,7 +222,7 @@ class Checkpoints:
       step, args=ocp.args.Composite(**{FINGERPRINT: ocp.args.JsonRestore()})
     )[FINGERPRINT]
 
-  def restore(self, step: int, state):
+  def restore(self, step: int, state: TrainState) -> tuple[TrainState, dict[str, Any] | None]:
     """Restores into the structure of `state` (a host TrainState); returns (state, data)."""
     target = state_tree(state)
     self.check_shapes(step, target["params"])
@@ -227,7 +237,9 @@ class Checkpoints:
       )[DATA]
     return state.replace(**restored), data_state
 
-  def restore_newest(self, state, check: Callable[[int, dict | None], None]):
+  def restore_newest(
+    self, state: TrainState, check: Callable[[int, dict | None], None]
+  ) -> tuple[TrainState, dict[str, Any] | None, int | None]:
     """(state, data_state, step) of the newest checkpoint that restores; (state, None, None)
     when the workdir has none. `check(step, fingerprint)` may refuse a checkpoint by raising.
 
@@ -268,7 +280,7 @@ class Checkpoints:
     self.skip.add(step)
     self.manager.reload()
 
-  def restore_params(self, step: int, params_like=None):
+  def restore_params(self, step: int, params_like: VariableDict | None = None) -> VariableDict:
     """The parameters of checkpoint `step` as numpy (shape-checked against `params_like`)."""
     if params_like is not None:
       self.check_shapes(step, params_like)
@@ -277,7 +289,7 @@ class Checkpoints:
     )
     return restored[STATE]["params"]
 
-  def check_shapes(self, step: int, params_like) -> None:
+  def check_shapes(self, step: int, params_like: VariableDict) -> None:
     """Raises CheckpointMismatchError naming the first parameter whose shape differs."""
     meta = self.manager.item_metadata(step)[STATE]
     meta = getattr(meta, "tree", meta)
@@ -304,7 +316,7 @@ class Checkpoints:
     self.manager.close()
 
 
-def _shapes(tree) -> dict:
+def _shapes(tree: VariableDict) -> dict[str, tuple[int, ...]]:
   flat = jax.tree_util.tree_flatten_with_path(tree)[0]
   return {
     jax.tree_util.keystr(path): tuple(np.shape(leaf) if not hasattr(leaf, "shape") else leaf.shape)
@@ -312,7 +324,7 @@ def _shapes(tree) -> dict:
   }
 
 
-def average_params(param_trees: Sequence) -> dict:
+def average_params(param_trees: Sequence[VariableDict]) -> VariableDict:
   """Element-wise mean of parameter trees (accumulated in float64, cast back)."""
   if not param_trees:
     raise ValueError("nothing to average")
@@ -404,7 +416,9 @@ def selected_spec(workdir: str) -> str:
     ) from None
 
 
-def load_params(workdir: str, spec: str, params_like) -> tuple[dict, list[int]]:
+def load_params(
+  workdir: str, spec: str, params_like: VariableDict | None
+) -> tuple[VariableDict, list[int]]:
   """Parameters for a checkpoint spec (see `choose_steps`; also 'selected' and 'auto'), with
   the steps they came from; several steps are averaged (the paper's checkpoint averaging)."""
   if spec == "auto":  # what t2t-train scored the test split with, when it chose on dev

@@ -30,7 +30,7 @@ import os
 import re
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 from absl import flags, logging
 
@@ -58,7 +58,7 @@ class Plan:
   coordinator_address: str | None = None
   num_processes: int | None = None
   process_id: int | None = None
-  local_device_ids: tuple | None = None
+  local_device_ids: tuple[int, ...] | None = None
   reason: str = ""
 
   @property
@@ -85,7 +85,7 @@ class Plan:
 # ----------------------------------------------------------------------------- flags
 
 
-def define_flags(flag_values=flags.FLAGS) -> None:
+def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
   """The multi-process flags of t2t-train (empty / -1 = from the environment or auto)."""
   flags.DEFINE_enum(
     "distributed",
@@ -151,7 +151,9 @@ def define_flags(flag_values=flags.FLAGS) -> None:
   )
 
 
-def setup(flag_values=flags.FLAGS, environ: Mapping[str, str] | None = None) -> Plan:
+def setup(
+  flag_values: flags.FlagValues = flags.FLAGS, environ: Mapping[str, str] | None = None
+) -> Plan:
   """Resolves the plan from flags and environment, joins the other processes if any, and
   quiets INFO logs on processes other than 0. Call before anything touches the devices."""
   f = flag_values
@@ -274,7 +276,7 @@ def slurm_plan(env: Mapping[str, str]) -> Plan | None:
   return Plan("slurm", coordinator, num, int(env["SLURM_PROCID"]), local, reason="srun step")
 
 
-def expand_hostlist(nodelist: str) -> list:
+def expand_hostlist(nodelist: str) -> list[str]:
   """Slurm's compressed host list: 'gpu[01-03,07],login2' -> ['gpu01', ..., 'login2']."""
   hosts = []
   for item in re.findall(r"[^,\[]+(?:\[[^\]]*\])?[^,]*", nodelist):
@@ -328,7 +330,7 @@ def tpu_process_count_from_environment(env: Mapping[str, str]) -> int:
     return 0
 
 
-def _env_int(env, name, flag) -> int | None:
+def _env_int(env: Mapping[str, str], name: str, flag: str) -> int | None:
   value = env.get(name, "").strip()
   if not value:
     return None
@@ -338,7 +340,7 @@ def _env_int(env, name, flag) -> int | None:
     raise DistributedSetupError(f"{name}={value!r} (for {flag}) is not an integer") from None
 
 
-def _parse_ids(text: str) -> tuple | None:
+def _parse_ids(text: str) -> tuple[int, ...] | None:
   text = text.strip()
   if not text:
     return None
@@ -417,12 +419,12 @@ def initialize(
 
 
 @contextlib.contextmanager
-def deadline(seconds: float, message: str, exit_code: int = 1):
+def deadline(seconds: float, message: str, exit_code: int = 1) -> Iterator[None]:
   """Ends the process with `message` (on stderr) and `exit_code` if the block outlives
   `seconds`: for C++ calls that block with the GIL released (JAX's connect, collectives)."""
   done = threading.Event()
 
-  def watch():
+  def watch() -> None:
     if not done.wait(seconds):
       _die(message, exit_code)
 
@@ -435,7 +437,7 @@ def deadline(seconds: float, message: str, exit_code: int = 1):
 
 
 @contextlib.contextmanager
-def fail_fast(plan: Plan):
+def fail_fast(plan: Plan) -> Iterator[None]:
   """In a multi-process run, an exception (or Ctrl-C) ends this process at once with exit
   status 1, skipping JAX's shutdown barrier: the JAX distributed service then tells the other
   processes (within --heartbeat_timeout_s) and they abort instead of waiting in a collective.

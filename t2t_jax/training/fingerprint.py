@@ -9,6 +9,7 @@ checkpoint's parameters, optimizer moments and data position belong to the old v
 """
 
 import json
+from typing import Any
 
 import ml_collections
 
@@ -46,12 +47,12 @@ class FingerprintError(ValueError):
   """A resume or a translation whose config or vocabulary differs from the checkpoint's."""
 
 
-def make(config: ml_collections.ConfigDict, vocab_sha256: str) -> dict:
+def make(config: ml_collections.ConfigDict, vocab_sha256: str) -> dict[str, Any]:
   """{'vocab_sha256': hex, 'config': the resolved config as JSON values}."""
   return dict(vocab_sha256=vocab_sha256, config=json.loads(config.to_json_best_effort()))
 
 
-def flatten(tree: dict, prefix: str = "") -> dict:
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
   """{'model.d_model': 512, ...} for nested dicts."""
   out = {}
   for key, value in tree.items():
@@ -65,7 +66,7 @@ def flatten(tree: dict, prefix: str = "") -> dict:
 _ABSENT = "<absent>"
 
 
-def compare(saved: dict, current: dict, where: str) -> dict:
+def compare(saved: dict[str, Any], current: dict[str, Any], where: str) -> dict[str, list[Any]]:
   """The allowed changes {field: [old, new]}; raises FingerprintError on any other one.
 
   A field absent from the checkpoint (added to the config since) is reported, not refused.

@@ -12,14 +12,18 @@ from jax import lax
 
 from t2t_jax.tokens import PAD_ID
 
+Array = jax.Array
+# {'loss', 'nll', 'correct', 'denominator'}: float32 scalar sums over non-padding tokens.
+Sums = dict[str, Array]
 
-def _weights(targets, weights):
+
+def _weights(targets: Array, weights: Array | None) -> Array:
   if weights is None:
     weights = targets != PAD_ID
   return weights.astype(jnp.float32)
 
 
-def argmax(x, axis: int = -1):
+def argmax(x: Array, axis: int = -1) -> Array:
   """`jnp.argmax` (first index of the maximum; a NaN counts as the maximum) as two plain
   reductions, max then min over matching indices. XLA:CPU lowers jnp.argmax to a variadic
   (value, index) reduce that does not vectorize; greedy decoding takes one per step."""
@@ -30,7 +34,7 @@ def argmax(x, axis: int = -1):
   return jnp.min(jnp.where(hit, index, x.shape[axis]), axis=axis)
 
 
-def _target_and_others(logits, targets):
+def _target_and_others(logits: Array, targets: Array) -> tuple[Array, Array]:
   """(target logit, largest of the other logits), both float32 [...].
 
   The other logits' maximum is one max-reduction over logits with the target's entry pushed
@@ -47,7 +51,7 @@ def _target_and_others(logits, targets):
   return target, others
 
 
-def target_is_top(logits, targets):
+def target_is_top(logits: Array, targets: Array) -> Array:
   """Whether each target's logit is above every other logit: the accuracy statistic.
 
   Equals `argmax(logits) == targets` except on an exact tie for the maximum, which counts
@@ -58,12 +62,14 @@ def target_is_top(logits, targets):
   return _above_others(*_target_and_others(logits, targets))
 
 
-def _above_others(target, others):
+def _above_others(target: Array, others: Array) -> Array:
   """target > others, with +inf taken as FLT_MAX as `_target_and_others` takes it."""
   return jnp.minimum(target, jnp.finfo(jnp.float32).max) > others
 
 
-def token_losses(logits, targets, label_smoothing: float = 0.1):
+def token_losses(
+  logits: Array, targets: Array, label_smoothing: float = 0.1
+) -> tuple[Array, Array]:
   """Per-token label-smoothed loss and plain NLL from one log-softmax.
 
   The smoothed target distribution puts 1 - eps on the reference token and eps / (vocab - 1)
@@ -92,8 +98,8 @@ def token_losses(logits, targets, label_smoothing: float = 0.1):
 
 
 def label_smoothed_cross_entropy(
-  logits, targets, weights: jnp.ndarray | None = None, label_smoothing: float = 0.1
-):
+  logits: Array, targets: Array, weights: Array | None = None, label_smoothing: float = 0.1
+) -> tuple[Array, Array]:
   """Cross-entropy against targets smoothed with eps_ls (paper 5.4), see `token_losses`.
 
   Returns:
@@ -105,7 +111,7 @@ def label_smoothed_cross_entropy(
   return jnp.sum(loss * w), jnp.sum(w)
 
 
-def loss_sums(logits, targets, label_smoothing: float) -> dict:
+def loss_sums(logits: Array, targets: Array, label_smoothing: float) -> Sums:
   """Everything the train and eval steps report, as sums over non-padding tokens."""
   loss, nll = token_losses(logits, targets, label_smoothing)
   w = _weights(targets, None)
@@ -118,12 +124,16 @@ def loss_sums(logits, targets, label_smoothing: float) -> dict:
   )
 
 
-def negative_log_likelihood(logits, targets, weights: jnp.ndarray | None = None):
+def negative_log_likelihood(
+  logits: Array, targets: Array, weights: Array | None = None
+) -> tuple[Array, Array]:
   """Plain cross-entropy -log p(target): (sum over tokens, sum of weights)."""
   return label_smoothed_cross_entropy(logits, targets, weights, label_smoothing=0.0)
 
 
-def token_accuracy(logits, targets, weights: jnp.ndarray | None = None):
+def token_accuracy(
+  logits: Array, targets: Array, weights: Array | None = None
+) -> tuple[Array, Array]:
   """Tokens whose target has the largest logit (`target_is_top`): (correct count, sum of
   weights)."""
   w = _weights(targets, weights)
@@ -131,7 +141,9 @@ def token_accuracy(logits, targets, weights: jnp.ndarray | None = None):
   return jnp.sum(correct * w), jnp.sum(w)
 
 
-def _chunk_logits(x, weights, bias, weight_sum):
+def _chunk_logits(
+  x: Array, weights: Array, bias: Array | None, weight_sum: tuple[Array, Array]
+) -> tuple[Array, Array]:
   """[chunk, d] x [vocab, d] -> float32 [chunk, vocab] (float32 accumulation for bf16 x),
   and the per-token sums of the logits from `weight_sum` = sum_v (W_v, bias_v)."""
   logits = jnp.einsum("cd,vd->cv", x, weights.astype(x.dtype), preferred_element_type=jnp.float32)
@@ -141,14 +153,16 @@ def _chunk_logits(x, weights, bias, weight_sum):
   return logits + bias, sums + weight_sum[1]
 
 
-def _weight_sum(weights, bias):
+def _weight_sum(weights: Array, bias: Array | None) -> tuple[Array, Array]:
   return (
     jnp.sum(weights.astype(jnp.float32), axis=0),
     jnp.zeros((), jnp.float32) if bias is None else jnp.sum(bias),
   )
 
 
-def _chunk_sums(logits, targets, label_smoothing: float, logit_sums):
+def _chunk_sums(
+  logits: Array, targets: Array, label_smoothing: float, logit_sums: Array
+) -> tuple[Sums, Array, Array]:
   """Sums of one chunk (as `loss_sums`) and the softmax probabilities the gradient needs.
 
   `logit_sums` [chunk] is sum_v logits[:, v], which the caller forms as x . sum_v W_v
@@ -176,18 +190,20 @@ def _chunk_sums(logits, targets, label_smoothing: float, logit_sums):
   return sums, jnp.exp(logits - lse[:, None]), w
 
 
-def _zero_sums():
+def _zero_sums() -> Sums:
   zero = jnp.zeros((), jnp.float32)
   return dict(loss=zero, nll=zero, correct=zero, denominator=zero)
 
 
-def _add(a, b):
+def _add(a: Sums, b: Sums) -> Sums:
   return jax.tree.map(jnp.add, a, b)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
-def _chunked_sums(x, weights, bias, targets, label_smoothing):
-  def body(total, chunk):
+def _chunked_sums(
+  x: Array, weights: Array, bias: Array | None, targets: Array, label_smoothing: float
+) -> Sums:
+  def body(total: Sums, chunk: tuple[Array, Array]) -> tuple[Sums, None]:
     logits, logit_sums = _chunk_logits(chunk[0], weights, bias, weight_sum)
     sums, _, _ = _chunk_sums(logits, chunk[1], label_smoothing, logit_sums)
     return _add(total, sums), None
@@ -196,14 +212,18 @@ def _chunked_sums(x, weights, bias, targets, label_smoothing):
   return jax.lax.scan(body, _zero_sums(), (x, targets))[0]
 
 
-def _chunked_sums_fwd(x, weights, bias, targets, label_smoothing):
+def _chunked_sums_fwd(
+  x: Array, weights: Array, bias: Array | None, targets: Array, label_smoothing: float
+) -> tuple[Sums, tuple[Array, Array, Array | None]]:
   """Forward and gradient together, one chunk at a time: d loss / d logits = w (p - q), with
   q the smoothed target distribution, is formed per chunk and contracted at once into the
   gradients of the features, the output matrix and the bias."""
   vocab = weights.shape[0]
   confidence, low = 1.0 - label_smoothing, label_smoothing / (vocab - 1)
 
-  def body(carry, chunk):
+  def body(
+    carry: tuple[Sums, Array, Array | None], chunk: tuple[Array, Array, Array]
+  ) -> tuple[tuple[Sums, Array, Array | None], Array]:
     total, d_weights_t, d_bias = carry
     xc, xc_t, tc = chunk
     logits, logit_sums = _chunk_logits(xc, weights, bias, weight_sum)
@@ -232,7 +252,9 @@ def _chunked_sums_fwd(x, weights, bias, targets, label_smoothing):
   return total, (dx, d_weights_t.T.astype(weights.dtype), d_bias)
 
 
-def _chunked_sums_bwd(label_smoothing, residuals, cotangent):
+def _chunked_sums_bwd(
+  label_smoothing: float, residuals: tuple[Array, Array, Array | None], cotangent: Sums
+) -> tuple[Array, Array, Array | None, None]:
   del label_smoothing
   dx, d_weights, d_bias = residuals
   scale = cotangent["loss"]  # nll, correct and denominator are statistics, not objectives
@@ -244,8 +266,13 @@ _chunked_sums.defvjp(_chunked_sums_fwd, _chunked_sums_bwd)
 
 
 def output_loss_sums(
-  features, weights, bias, targets, label_smoothing: float, chunk_tokens: int = 512
-) -> dict:
+  features: Array,
+  weights: Array,
+  bias: Array | None,
+  targets: Array,
+  label_smoothing: float,
+  chunk_tokens: int = 512,
+) -> Sums:
   """`loss_sums(features @ weights.T + bias, ...)` without the [tokens, vocab] logits.
 
   The pre-softmax layer and the loss run over chunks of `chunk_tokens` target tokens, so the

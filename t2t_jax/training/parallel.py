@@ -8,23 +8,37 @@ this file only.
 import collections
 import copy
 import functools
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 import jax
 import numpy as np
+import optax
 from flax import jax_utils
 
-from t2t_jax.training import steps
+from t2t_jax.model import Transformer
+from t2t_jax.training import losses, steps
 
 AXIS = steps.AXIS
+PyTree = Any  # arrays in nested containers, as jax.tree_util sees them
+Batch = dict[str, np.ndarray]  # a host batch, each leaf [local_devices, rows, length]
+
+
+class StatefulIterator(Protocol):
+  """A batch iterator whose position can be saved and restored (grain's DatasetIterator)."""
+
+  def __next__(self) -> Batch: ...
+
+  def get_state(self) -> dict[str, Any]: ...
+
+  def set_state(self, state: dict[str, Any]) -> None: ...
 
 
 def local_device_count() -> int:
   return jax.local_device_count()
 
 
-def replicate(tree):
+def replicate(tree: PyTree) -> PyTree:
   """Copies a host pytree onto every local device (leading axis = device).
 
   Goes through a pmapped identity so the arrays carry exactly the sharding the pmapped
@@ -36,23 +50,25 @@ def replicate(tree):
 _pmap_identity = jax.pmap(lambda x: x, axis_name=AXIS)
 
 
-def unreplicate(tree):
+def unreplicate(tree: PyTree) -> PyTree:
   """The copy on the first local device, fetched to the host as numpy."""
   return jax.device_get(jax_utils.unreplicate(tree))
 
 
-def _device_sharding():
+def _device_sharding() -> jax.NamedSharding:
   mesh = jax.sharding.Mesh(np.array(jax.local_devices()), (AXIS,))
   return jax.NamedSharding(mesh, jax.P(AXIS))
 
 
-def shard(batch):
+def shard(batch: Batch) -> dict[str, jax.Array]:
   """Puts a [local_devices, ...] host batch onto the devices, one slice each."""
   sharding = _device_sharding()
   return jax.tree.map(lambda x: jax.device_put(x, sharding), batch)
 
 
-def pmap_train_step(model, label_smoothing: float, schedule: Callable):
+def pmap_train_step(
+  model: Transformer, label_smoothing: float, schedule: optax.Schedule
+) -> Callable[..., tuple[steps.TrainState, dict[str, jax.Array]]]:
   return jax.pmap(
     functools.partial(
       steps.train_step, model=model, label_smoothing=label_smoothing, schedule=schedule
@@ -62,7 +78,9 @@ def pmap_train_step(model, label_smoothing: float, schedule: Callable):
   )
 
 
-def pmap_accumulate_step(model, label_smoothing: float):
+def pmap_accumulate_step(
+  model: Transformer, label_smoothing: float
+) -> Callable[..., steps.Accumulator]:
   return jax.pmap(
     functools.partial(steps.accumulate_step, model=model, label_smoothing=label_smoothing),
     axis_name=AXIS,
@@ -71,7 +89,9 @@ def pmap_accumulate_step(model, label_smoothing: float):
   )
 
 
-def pmap_apply_step(schedule: Callable):
+def pmap_apply_step(
+  schedule: optax.Schedule,
+) -> Callable[..., tuple[steps.TrainState, dict[str, jax.Array]]]:
   # Only the state is donated: the new parameters and moments take its buffers, and the
   # summed gradients have no output of their shape left to reuse theirs.
   return jax.pmap(
@@ -79,11 +99,11 @@ def pmap_apply_step(schedule: Callable):
   )
 
 
-def pmap_zero_accumulator():
+def pmap_zero_accumulator() -> Callable[..., steps.Accumulator]:
   return jax.pmap(steps.zero_accumulator)
 
 
-def pmap_eval_step(model, label_smoothing: float):
+def pmap_eval_step(model: Transformer, label_smoothing: float) -> Callable[..., losses.Sums]:
   return jax.pmap(
     functools.partial(steps.eval_step, model=model, label_smoothing=label_smoothing), axis_name=AXIS
   )
@@ -97,21 +117,21 @@ class Prefetcher:
   batches sit in the queue still resume at exactly the right batch.
   """
 
-  def __init__(self, iterator: Iterator, size: int = 2):
+  def __init__(self, iterator: StatefulIterator, size: int = 2) -> None:
     self._iterator = iterator
     self._queue = collections.deque()
     self._size = max(size, 1)
 
-  def _fill(self):
+  def _fill(self) -> None:
     while len(self._queue) < self._size:
       before = copy.deepcopy(self._iterator.get_state())
       self._queue.append((before, shard(next(self._iterator))))
 
-  def __next__(self) -> Any:
+  def __next__(self) -> dict[str, jax.Array]:
     self._fill()
     return self._queue.popleft()[1]
 
-  def state(self):
+  def state(self) -> dict[str, Any]:
     return self._queue[0][0] if self._queue else self._iterator.get_state()
 
 
@@ -124,6 +144,6 @@ def any_host(flag: bool) -> bool:
   return bool(np.any(multihost_utils.process_allgather(np.asarray(flag))))
 
 
-def host_metrics(metrics) -> dict:
+def host_metrics(metrics: Mapping[str, jax.Array]) -> dict[str, float]:
   """Device-0 copy of psum-reduced metrics as python floats (a host sync)."""
   return {k: float(np.asarray(v)) for k, v in unreplicate(metrics).items()}

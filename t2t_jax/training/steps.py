@@ -4,15 +4,21 @@ Every reduction across devices goes through `axis_name`; losses are token sums d
 global token count once, so N devices on a global batch give the update 1 device would.
 """
 
-from collections.abc import Callable
+from collections.abc import Mapping
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import optax
 from flax import struct
+from flax.typing import VariableDict
 
+from t2t_jax.model import Transformer
 from t2t_jax.training import losses
+
+Batch = Mapping[str, jax.Array]  # 'inputs', 'targets' int [rows, length], packing keys
+# (gradient sums shaped like the parameters, metric sums): what microbatches add up.
+Accumulator = tuple[VariableDict, losses.Sums]
 
 AXIS = "batch"
 MODEL_KEYS = (
@@ -36,7 +42,9 @@ class TrainState(struct.PyTreeNode):
   tx: optax.GradientTransformation = struct.field(pytree_node=False)
 
   @classmethod
-  def create(cls, params, tx, rng):
+  def create(
+    cls, params: VariableDict, tx: optax.GradientTransformation, rng: jax.Array
+  ) -> "TrainState":
     return cls(
       step=jnp.array(0, jnp.int32),
       params=params,
@@ -47,11 +55,18 @@ class TrainState(struct.PyTreeNode):
     )
 
 
-def _model_args(batch):
+def _model_args(batch: Batch) -> dict[str, jax.Array]:
   return {k: batch[k] for k in MODEL_KEYS if k in batch}
 
 
-def batch_loss_sums(params, batch, *, model, label_smoothing: float, rngs=None) -> dict:
+def batch_loss_sums(
+  params: VariableDict,
+  batch: Batch,
+  *,
+  model: Transformer,
+  label_smoothing: float,
+  rngs: dict[str, jax.Array] | None = None,
+) -> losses.Sums:
   """losses.loss_sums of the model on `batch` (dropout when `rngs` are given); the output
   layer and loss run chunk by chunk unless the config's loss_chunk_tokens is 0."""
   kw = dict(deterministic=rngs is None, rngs=rngs)
@@ -63,10 +78,17 @@ def batch_loss_sums(params, batch, *, model, label_smoothing: float, rngs=None) 
   return losses.output_loss_sums(y, weights, bias, batch["targets"], label_smoothing, chunk)
 
 
-def loss_and_grads(params, batch, dropout_rng, *, model, label_smoothing: float):
+def loss_and_grads(
+  params: VariableDict,
+  batch: Batch,
+  dropout_rng: jax.Array,
+  *,
+  model: Transformer,
+  label_smoothing: float,
+) -> Accumulator:
   """Summed label-smoothed loss of one (micro)batch and its gradient (not yet normalised)."""
 
-  def loss_fn(p):
+  def loss_fn(p: VariableDict) -> tuple[jax.Array, losses.Sums]:
     sums = batch_loss_sums(
       p, batch, model=model, label_smoothing=label_smoothing, rngs={"dropout": dropout_rng}
     )
@@ -76,14 +98,22 @@ def loss_and_grads(params, batch, dropout_rng, *, model, label_smoothing: float)
   return grads, sums
 
 
-def dropout_key(state: TrainState, micro_index) -> jnp.ndarray:
+def dropout_key(state: TrainState, micro_index: int | jax.Array) -> jax.Array:
   """Depends only on (rng, step, device, microbatch): reproducible and resume-safe."""
   key = jax.random.fold_in(state.rng, state.step)
   key = jax.random.fold_in(key, jax.lax.axis_index(AXIS))
   return jax.random.fold_in(key, micro_index)
 
 
-def accumulate_step(state: TrainState, accum, batch, micro_index, *, model, label_smoothing):
+def accumulate_step(
+  state: TrainState,
+  accum: Accumulator,
+  batch: Batch,
+  micro_index: int | jax.Array,
+  *,
+  model: Transformer,
+  label_smoothing: float,
+) -> Accumulator:
   """Adds one microbatch's gradient and metric sums to `accum` (gradient accumulation)."""
   grads, sums = loss_and_grads(
     state.params,
@@ -95,7 +125,9 @@ def accumulate_step(state: TrainState, accum, batch, micro_index, *, model, labe
   return jax.tree.map(jnp.add, accum, (grads, sums))
 
 
-def apply_step(state: TrainState, accum, *, schedule: Callable):
+def apply_step(
+  state: TrainState, accum: Accumulator, *, schedule: optax.Schedule
+) -> tuple[TrainState, dict[str, jax.Array]]:
   """Sums gradients over devices, normalises by the global token count, updates.
 
   A non-finite loss or gradient leaves the parameters untouched and records the step in
@@ -107,7 +139,7 @@ def apply_step(state: TrainState, accum, *, schedule: Callable):
   grad_norm = optax.tree.norm(grads)
   finite = jnp.isfinite(sums["loss"]) & jnp.isfinite(grad_norm)
 
-  def update(operands):
+  def update(operands: tuple[VariableDict, optax.OptState]) -> tuple[VariableDict, optax.OptState]:
     params, opt_state = operands
     updates, opt_state = state.tx.update(grads, opt_state, params)
     return optax.apply_updates(params, updates), opt_state
@@ -126,7 +158,14 @@ def apply_step(state: TrainState, accum, *, schedule: Callable):
   return new_state, metrics
 
 
-def train_step(state: TrainState, batch, *, model, label_smoothing: float, schedule: Callable):
+def train_step(
+  state: TrainState,
+  batch: Batch,
+  *,
+  model: Transformer,
+  label_smoothing: float,
+  schedule: optax.Schedule,
+) -> tuple[TrainState, dict[str, jax.Array]]:
   """One update from one batch per device (no accumulation): fused in a single program."""
   accum = accumulate_step(
     state, zero_accumulator(state.params), batch, 0, model=model, label_smoothing=label_smoothing
@@ -134,7 +173,7 @@ def train_step(state: TrainState, batch, *, model, label_smoothing: float, sched
   return apply_step(state, accum, schedule=schedule)
 
 
-def zero_accumulator(params):
+def zero_accumulator(params: VariableDict) -> Accumulator:
   zero = jnp.zeros((), jnp.float32)
   return (
     jax.tree.map(jnp.zeros_like, params),
@@ -142,7 +181,9 @@ def zero_accumulator(params):
   )
 
 
-def eval_step(params, batch, *, model, label_smoothing: float):
+def eval_step(
+  params: VariableDict, batch: Batch, *, model: Transformer, label_smoothing: float
+) -> losses.Sums:
   """Teacher-forced dev metrics as sums over all devices: loss, NLL, correct tokens, tokens."""
   return jax.lax.psum(
     batch_loss_sums(params, batch, model=model, label_smoothing=label_smoothing), AXIS

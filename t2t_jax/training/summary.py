@@ -6,6 +6,8 @@ TensorBoard files come from tensorboardX (no TensorFlow needed). Only process 0 
 import json
 import os
 import time
+from collections.abc import Sequence
+from typing import Any
 
 from absl import logging
 
@@ -34,7 +36,7 @@ class MetricsWriter:
       purge = resume_step + 1 if resume_step is not None else None
       self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"), purge_step=purge)
 
-  def write(self, step: int, scalars: dict) -> None:
+  def write(self, step: int, scalars: dict[str, float]) -> None:
     if not self.enabled:
       return
     record = dict(step=int(step), time=time.time(), **{k: float(v) for k, v in scalars.items()})
@@ -71,7 +73,7 @@ def _drop_after(path: str, step: int) -> None:
   )
 
 
-def _parse(path: str) -> tuple[list, bool]:
+def _parse(path: str) -> tuple[list[dict[str, Any]], bool]:
   """(records, whether the last line was complete). A broken last line (a kill mid-write) is
   skipped; a broken line elsewhere is an error naming the file and line."""
   with open(path, encoding="utf-8", errors="replace") as f:
@@ -96,7 +98,7 @@ def _parse(path: str) -> tuple[list, bool]:
   return records, True
 
 
-def read_metrics(workdir: str) -> list:
+def read_metrics(workdir: str) -> list[dict[str, Any]]:
   """All records of a workdir's metrics.jsonl, in order (an incomplete last line, left by a
   kill mid-write, is skipped)."""
   return _parse(os.path.join(workdir, "metrics.jsonl"))[0]
@@ -112,11 +114,11 @@ def format_duration(seconds: float) -> str:
 def progress_line(
   step: int,
   total: int,
-  train: dict,
+  train: dict[str, float],
   steps_per_s: float,
   tokens_per_s: float,
   num_devices: int,
-  eval_metrics: dict | None = None,
+  eval_metrics: dict[str, float] | None = None,
 ) -> str:
   """'step 200/2000 (10%) | loss 2.31 | lr 4.4e-04 | 51.2k tok/s (6.4k/device) | ...'."""
   eta = (total - step) / steps_per_s if steps_per_s > 0 else float("nan")
@@ -139,7 +141,7 @@ def log(line: str) -> None:
   logging.info(line)
 
 
-def run_summary(workdir: str) -> dict:
+def run_summary(workdir: str) -> dict[str, Any]:
   """What a finished run reports: steps, training wall time (from the loop's start to the
   last training record, evaluations included, the final test excluded), the checkpoint
   chosen on dev (selected.json) and the last test scores."""
@@ -160,7 +162,7 @@ def run_summary(workdir: str) -> dict:
   return out
 
 
-def _row(s: dict) -> str:
+def _row(s: dict[str, Any]) -> str:
   pick = s.get("selected", {})
   chosen = f"{pick['checkpoint']} (dev {pick['dev_bleu'][pick['checkpoint']]:.2f})" if pick else "-"
   minutes = f"{s['train_minutes']:.1f}" if "train_minutes" in s else "-"
@@ -171,7 +173,7 @@ def _row(s: dict) -> str:
   return f"| {s['workdir']} | {s['steps']} | {minutes} | {chosen} | {scores} |"
 
 
-def main(argv) -> None:
+def main(argv: Sequence[str]) -> None:
   """python -m t2t_jax.training.summary WORKDIR... : one markdown row per finished run."""
   print(
     "| workdir | steps | training minutes | checkpoint (chosen on dev) | test sacreBLEU | "

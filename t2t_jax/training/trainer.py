@@ -12,12 +12,16 @@ import os
 import signal
 import socket
 import time
+import types
+from collections.abc import Sequence
+from typing import Any, NoReturn
 
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from absl import logging
+from flax.typing import VariableDict
 
 from t2t_jax import data as data_lib
 from t2t_jax.decoding.translator import Translator
@@ -59,12 +63,16 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     raise ConfigError(f"config.bleu_every_steps={config.bleu_every_steps} must be >= 0")
 
 
-def build_model(config: ml_collections.ConfigDict, vocab_size: int):
+def build_model(
+  config: ml_collections.ConfigDict, vocab_size: int
+) -> tuple[Transformer, TransformerConfig]:
   model_cfg = TransformerConfig.from_dict(config.model.to_dict(), vocab_size=vocab_size)
   return Transformer(model_cfg), model_cfg
 
 
-def init_state(model, model_cfg, config) -> steps.TrainState:
+def init_state(
+  model: Transformer, model_cfg: TransformerConfig, config: ml_collections.ConfigDict
+) -> steps.TrainState:
   """Fresh parameters and optimizer state on the host (same on every process: same seed)."""
   dummy = jnp.ones((1, 8), jnp.int32)
   init_key, dropout_key = jax.random.split(jax.random.PRNGKey(config.seed))
@@ -90,7 +98,12 @@ def prepare_workdir(workdir: str) -> str:
 STARTS_FILE = "starts.jsonl"
 
 
-def write_config(config, workdir: str, step: int = 0, changes: dict | None = None) -> None:
+def write_config(
+  config: ml_collections.ConfigDict,
+  workdir: str,
+  step: int = 0,
+  changes: dict[str, list[Any]] | None = None,
+) -> None:
   """config.json: the resolved config (after overrides) of the latest start; starts.jsonl
   beside it: one record per start (time, host, step, the fields changed on resume, config)."""
   text = config.to_json_best_effort(indent=2, sort_keys=True)
@@ -106,7 +119,7 @@ def write_config(config, workdir: str, step: int = 0, changes: dict | None = Non
   summary.append_line(os.path.join(workdir, STARTS_FILE), json.dumps(record, sort_keys=True))
 
 
-def _abort(signum, frame):
+def _abort(signum: int, frame: types.FrameType | None) -> NoReturn:
   del frame
   os.write(2, f"t2t-train: {signal.Signals(signum).name}: aborted without saving\n".encode())
   os._exit(128 + signum)
@@ -115,7 +128,7 @@ def _abort(signum, frame):
 class StopRequest:
   """Turns SIGTERM/SIGINT into a flag the loop checks after each step (save, then exit)."""
 
-  def __init__(self):
+  def __init__(self) -> None:
     self.signal = None
     self._previous = {}
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -123,7 +136,7 @@ class StopRequest:
       with contextlib.suppress(ValueError):
         self._previous[sig] = signal.signal(sig, self._handle)
 
-  def _handle(self, signum, frame):
+  def _handle(self, signum: int, frame: types.FrameType | None) -> None:
     del frame
     name = signal.Signals(signum).name
     if self.signal is None:
@@ -140,7 +153,7 @@ class StopRequest:
     for sig in self._previous:
       signal.signal(sig, _abort)
 
-  def restore(self):
+  def restore(self) -> None:
     for sig, handler in self._previous.items():
       signal.signal(sig, handler)
 
@@ -148,7 +161,16 @@ class StopRequest:
 class Trainer:
   """Owns the pmapped steps and the bookkeeping of one run."""
 
-  def __init__(self, config, workdir, model, data, ckpts, writer, num_steps):
+  def __init__(
+    self,
+    config: ml_collections.ConfigDict,
+    workdir: str,
+    model: Transformer,
+    data: data_lib.Datasets,
+    ckpts: checkpoint.Checkpoints,
+    writer: summary.MetricsWriter,
+    num_steps: int,
+  ) -> None:
     self.config, self.workdir, self.data, self.model = config, workdir, data, model
     self.ckpts, self.writer, self.num_steps = ckpts, writer, num_steps
     schedule = optim.optimizer_schedule(
@@ -166,7 +188,10 @@ class Trainer:
     self.last_saved = None
     self.fingerprint = None
 
-  def train_step(self, p_state, batches):
+  def train_step(
+    self, p_state: steps.TrainState, batches: parallel.Prefetcher
+  ) -> tuple[steps.TrainState, dict[str, jax.Array]]:
+    """One update of the replicated state (`grad_accum_steps` batches from `batches`)."""
     if self.accum_steps == 1:
       return self.p_train(p_state, next(batches))
     accum = self.p_zero(p_state.params)
@@ -174,11 +199,11 @@ class Trainer:
       accum = self.p_accum(p_state, accum, next(batches), i)
     return self.p_apply(p_state, accum)
 
-  def evaluate(self, p_params) -> dict:
+  def evaluate(self, p_params: VariableDict) -> dict[str, float]:
     batches = self.data.eval_batches(max_len=self.model.config.max_len)
     return evaluate.dev_loss(self.p_eval, p_params, batches)
 
-  def translator(self, p_params=None, spec: str | None = None) -> Translator:
+  def translator(self, p_params: VariableDict | None = None, spec: str | None = None) -> Translator:
     """A Translator on the given parameters, or on checkpoint(s) named like t2t-translate's
     --checkpoint ('latest', 'average:N', 'STEP')."""
     if p_params is not None:
@@ -226,7 +251,7 @@ class Trainer:
       return f"average:{n}"
     return None
 
-  def dev_bleu(self, p_params) -> dict:
+  def dev_bleu(self, p_params: VariableDict) -> dict[str, float]:
     """sacreBLEU (parsing: bracket F1) of the first `bleu_num_sentences` dev pairs (beam
     search as configured)."""
     pairs = self.data.dev_pairs[: self.config.bleu_num_sentences]
@@ -237,7 +262,7 @@ class Trainer:
       self.translator(p_params), pairs, c.beam_size, c.alpha, c.data, self.data.split_name("dev")
     )
 
-  def test(self, p_params) -> dict:
+  def test(self, p_params: VariableDict) -> dict[str, float]:
     """Translates the test split: prints examples and scores, logs test_* metrics.
 
     Every process takes part (they restore checkpoints together: orbax synchronises them);
@@ -280,7 +305,7 @@ class Trainer:
     summary.log(report)
     return metrics
 
-  def check_finite(self, p_state) -> None:
+  def check_finite(self, p_state: steps.TrainState) -> None:
     bad = int(np.asarray(jax.device_get(p_state.bad_step[0])))
     if bad >= 0:
       kept = (
@@ -292,7 +317,7 @@ class Trainer:
         f"non-finite loss or gradient at step {bad}: training stopped without saving; {kept}"
       )
 
-  def save(self, p_state, prefetcher) -> None:
+  def save(self, p_state: steps.TrainState, prefetcher: parallel.Prefetcher) -> None:
     self.check_finite(p_state)
     state = parallel.unreplicate(p_state)
     step = int(state.step)
@@ -300,7 +325,7 @@ class Trainer:
     self.last_saved = step
 
 
-def _sum_metrics(pending) -> dict:
+def _sum_metrics(pending: Sequence[dict[str, jax.Array]]) -> dict[str, float]:
   host = [parallel.host_metrics(m) for m in pending]
   total = {k: sum(h[k] for h in host) for k in ("loss", "nll", "correct", "denominator")}
   denom = max(total["denominator"], 1.0)
@@ -314,7 +339,7 @@ def _sum_metrics(pending) -> dict:
   )
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   """Trains `config` in `workdir`, resuming from its latest checkpoint; returns last metrics.
 
   Process 0 holds the workdir lock for the whole run, so that a second run on the same
@@ -331,7 +356,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     lock.release()
 
 
-def _train(config: ml_collections.ConfigDict, workdir: str) -> dict:
+def _train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   data = data_lib.get_datasets(
     config.data,
     workdir,
@@ -374,12 +399,17 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict:
     writer.close()
 
 
-def _resume(ckpts, state, train_iter, current: dict):
+def _resume(
+  ckpts: checkpoint.Checkpoints,
+  state: steps.TrainState,
+  train_iter: parallel.StatefulIterator,
+  current: dict[str, Any],
+) -> tuple[steps.TrainState, dict[str, list[Any]]]:
   """(state, changed config fields) from the newest checkpoint that restores and whose
   fingerprint matches `current`; a fresh state when the workdir has no checkpoint."""
   changes = {}
 
-  def check(step, saved):
+  def check(step: int, saved: dict[str, Any] | None) -> None:
     nonlocal changes
     where = f"checkpoint {ckpts.path(step)}"
     if saved is None:
@@ -399,7 +429,9 @@ def _resume(ckpts, state, train_iter, current: dict):
   return state, changes
 
 
-def _log_sizes(config, state, data):
+def _log_sizes(
+  config: ml_collections.ConfigDict, state: steps.TrainState, data: data_lib.Datasets
+) -> None:
   n_params = sum(int(np.prod(p.shape)) for p in jax.tree.leaves(state.params))
   logging.info(
     "model: %s parameters; %d devices (%d local, %d processes); global batch "
@@ -440,7 +472,11 @@ def _agreed_stop(stop: StopRequest, step: int, every: int) -> str | None:
   return stop.signal or "SIGTERM (on another host)"
 
 
-def _loop(trainer: Trainer, state, train_iter) -> dict:
+def _loop(
+  trainer: Trainer, state: steps.TrainState, train_iter: parallel.StatefulIterator
+) -> tuple[dict[str, Any], steps.TrainState]:
+  """Steps until num_train_steps, a signal or the time limit; returns (the last metrics with
+  'step', 'stopped_by' and 'time_limit_reached', the replicated final state)."""
   config = trainer.config
   step = int(state.step)
   p_state = parallel.replicate(state)

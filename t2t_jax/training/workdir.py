@@ -15,6 +15,7 @@ import os
 import socket
 import time
 from collections.abc import Iterator
+from typing import IO, Any
 
 from absl import logging
 
@@ -26,7 +27,7 @@ class WorkdirLockedError(RuntimeError):
 
 
 @contextlib.contextmanager
-def atomic_open(path: str, mode: str = "w", **kwargs) -> Iterator:
+def atomic_open(path: str, mode: str = "w", **kwargs: Any) -> Iterator[IO[Any]]:
   """A file object for `path` that only replaces `path` when the block ends without error.
 
   The data is fsynced before the rename, so after a crash `path` holds the old or the new
@@ -58,7 +59,7 @@ def sha256_file(path: str) -> str:
   return digest.hexdigest()
 
 
-def _describe(holder: dict) -> str:
+def _describe(holder: dict[str, Any]) -> str:
   if not holder:
     return "a process that has not written its name yet"
   started = datetime.datetime.fromtimestamp(holder.get("start_time", 0)).isoformat(
@@ -74,11 +75,11 @@ class WorkdirLock:
   over with a warning naming the dead holder.
   """
 
-  def __init__(self, workdir: str):
+  def __init__(self, workdir: str) -> None:
     self.path = os.path.join(workdir, LOCK_FILE)
-    self._fd = None
+    self._fd: int | None = None
 
-  def _read(self) -> dict:
+  def _read(self) -> dict[str, Any]:
     try:
       with open(self.path, encoding="utf-8") as f:
         text = f.read()
@@ -121,5 +122,5 @@ class WorkdirLock:
     self.acquire()
     return self
 
-  def __exit__(self, *exc) -> None:
+  def __exit__(self, *exc: object) -> None:
     self.release()

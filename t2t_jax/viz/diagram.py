@@ -11,10 +11,24 @@ given `path`. Needs matplotlib (the `viz` extra).
 import json
 import math
 import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from t2t_jax.training import summary
+
+if TYPE_CHECKING:  # matplotlib is the optional `viz` extra, imported when drawing
+  from matplotlib.axes import Axes
+  from matplotlib.figure import Figure
+
+  from t2t_jax.model import TransformerConfig
+
+# One residual block: its boxes bottom to top, each (text, colour, height, role).
+Block = list[tuple[str, str, float, str]]
+Span = tuple[float, float]  # (bottom, top) of a box
+# A workdir, several (labelled by directory name), or {label: workdir}.
+RunPaths = str | Sequence[str] | dict[str, str]
 
 # Figure 1's colours.
 ATTENTION, ADD_NORM, FEED_FORWARD = "#fbe1bd", "#f4f3bd", "#c6e5f5"
@@ -26,13 +40,13 @@ X_ENC, X_DEC = 4.0, 10.4
 X_MAX = 14.6  # the axes span 0..X_MAX horizontally
 
 
-def _figure(**kw):
+def _figure(**kw: Any) -> "Figure":
   from matplotlib.figure import Figure
 
   return Figure(**kw)
 
 
-def _save(fig, path: str | None):
+def _save(fig: "Figure", path: str | None) -> "Figure":
   if path:
     fig.savefig(path, dpi=130)
   return fig
@@ -41,7 +55,7 @@ def _save(fig, path: str | None):
 # ------------------------------------------------------------------------- Figure 1
 
 
-def _attention_sizes(cfg) -> str:
+def _attention_sizes(cfg: "TransformerConfig") -> str:
   dk, dv = cfg.key_dim, cfg.value_dim
   return (
     f"h = {cfg.num_heads}, d_k = d_v = {dk}"
@@ -50,7 +64,7 @@ def _attention_sizes(cfg) -> str:
   )
 
 
-def _blocks(cfg, decoder: bool) -> list:
+def _blocks(cfg: "TransformerConfig", decoder: bool) -> list[Block]:
   """Residual blocks, each a list of (text, colour, height, role), bottom to top."""
   subs = [(f"Multi-Head Attention\n{_attention_sizes(cfg)}", ATTENTION, "self")]
   if decoder:
@@ -71,7 +85,15 @@ def _blocks(cfg, decoder: bool) -> list:
   return blocks
 
 
-def _box(ax, x, bottom, text, colour, height, fontsize=8.5):
+def _box(
+  ax: "Axes",
+  x: float,
+  bottom: float,
+  text: str,
+  colour: str,
+  height: float,
+  fontsize: float = 8.5,
+) -> float:
   from matplotlib.patches import FancyBboxPatch
 
   ax.add_patch(
@@ -90,7 +112,7 @@ def _box(ax, x, bottom, text, colour, height, fontsize=8.5):
   return bottom + height
 
 
-def _arrow(ax, start, end, **kw):
+def _arrow(ax: "Axes", start: tuple[float, float], end: tuple[float, float], **kw: Any) -> None:
   ax.annotate(
     "",
     xy=end,
@@ -102,17 +124,19 @@ def _arrow(ax, start, end, **kw):
   )
 
 
-def _line(ax, xs, ys):
+def _line(ax: "Axes", xs: Sequence[float], ys: Sequence[float]) -> None:
   ax.plot(xs, ys, color="0.15", lw=1.1, zorder=2, solid_capstyle="butt")
 
 
-def _up(ax, x, y, text, colour, height):
+def _up(ax: "Axes", x: float, y: float, text: str, colour: str, height: float) -> Span:
   """An arrow up from y to a new box; returns (box bottom, box top)."""
   _arrow(ax, (x, y), (x, y + GAP))
   return y + GAP, _box(ax, x, y + GAP, text, colour, height)
 
 
-def _stack(ax, x, y, blocks, side: int) -> tuple:
+def _stack(
+  ax: "Axes", x: float, y: float, blocks: list[Block], side: int
+) -> tuple[float, dict[str, Span]]:
   """Draws the residual blocks upwards from y (the stack's input) with their skip lines on
   `side` (-1 left, +1 right); returns (top, {role: (bottom, top)})."""
   where = {}
@@ -127,7 +151,7 @@ def _stack(ax, x, y, blocks, side: int) -> tuple:
   return y, where
 
 
-def _residual(ax, x, y_from, y_to, side: int):
+def _residual(ax: "Axes", x: float, y_from: float, y_to: float, side: int) -> None:
   edge = x + side * BOX_W / 2
   outer = x + side * (BOX_W / 2 + 0.32)
   _line(ax, [x, outer, outer], [y_from, y_from, y_to])
@@ -135,7 +159,7 @@ def _residual(ax, x, y_from, y_to, side: int):
   ax.plot([x], [y_from], "o", color="0.15", ms=3, zorder=3)
 
 
-def _frame(ax, x, bottom, top, layers: int, side: int):
+def _frame(ax: "Axes", x: float, bottom: float, top: float, layers: int, side: int) -> None:
   """The grey 'N x' frame around the repeated layer, its count outside on `side`."""
   from matplotlib.patches import FancyBboxPatch
 
@@ -163,7 +187,7 @@ def _frame(ax, x, bottom, top, layers: int, side: int):
   )
 
 
-def _positions(ax, cfg, x, y, side: int) -> float:
+def _positions(ax: "Axes", cfg: "TransformerConfig", x: float, y: float, side: int) -> float:
   """The (+) of embeddings and positional encodings, with its label; returns its top."""
   from matplotlib.patches import Circle
 
@@ -204,8 +228,10 @@ def _positions(ax, cfg, x, y, side: int) -> float:
   return cy + r
 
 
-def _column(ax, cfg, x, decoder: bool) -> tuple:
-  """One side (inputs to stack output); returns (top, {role: (bottom, top)}, frame span)."""
+def _column(
+  ax: "Axes", cfg: "TransformerConfig", x: float, decoder: bool
+) -> tuple[float, dict[str, Span]]:
+  """One side (inputs to stack output); returns (top, {role: (bottom, top)})."""
   side = 1 if decoder else -1
   name = "Outputs (shifted right)" if decoder else "Inputs"
   ax.text(x, 0.22, name, ha="center", va="center", fontsize=10)
@@ -227,7 +253,7 @@ def _column(ax, cfg, x, decoder: bool) -> tuple:
   return y, where
 
 
-def _output_layers(ax, cfg, x, y):
+def _output_layers(ax: "Axes", cfg: "TransformerConfig", x: float, y: float) -> float:
   share = "\n(the embedding matrix, shared)" if cfg.share_embeddings else ""
   _, y = _up(ax, x, y, f"Linear {cfg.d_model} → {cfg.vocab_size:,}{share}", LINEAR, TALL)
   _, y = _up(ax, x, y, "Softmax", SOFTMAX, SHORT)
@@ -236,7 +262,7 @@ def _output_layers(ax, cfg, x, y):
   return y + GAP + 0.45
 
 
-def _encoder_to_decoder(ax, enc_top, cross):
+def _encoder_to_decoder(ax: "Axes", enc_top: float, cross: Span) -> None:
   """The encoder output to the decoder's encoder-decoder attention (keys and values)."""
   bottom, top = cross
   y_cross = (bottom + top) / 2
@@ -248,7 +274,7 @@ def _encoder_to_decoder(ax, enc_top, cross):
   ax.text(x_mid - 0.1, rise + 0.08, "encoder output", fontsize=8, ha="right", va="bottom")
 
 
-def _title(cfg) -> str:
+def _title(cfg: "TransformerConfig") -> str:
   layers = (
     f"N = {cfg.encoder_layers}"
     if cfg.encoder_layers == cfg.decoder_layers
@@ -263,7 +289,7 @@ def _title(cfg) -> str:
   )
 
 
-def _footnote(cfg) -> str:
+def _footnote(cfg: "TransformerConfig") -> str:
   notes = []
   if cfg.norm == "post":
     notes.append("Add & Norm = LayerNorm(x + Dropout(Sublayer(x)))")
@@ -281,7 +307,7 @@ def _footnote(cfg) -> str:
   return "\n".join(notes)
 
 
-def architecture_diagram(config, path: str | None = None):
+def architecture_diagram(config: "TransformerConfig", path: str | None = None) -> "Figure":
   """The paper's Figure 1 for a `t2t_jax.model.TransformerConfig`, with its real sizes."""
   fig = _figure()
   ax = fig.add_axes([0.01, 0.06, 0.98, 0.87])
@@ -329,7 +355,7 @@ PAIR_COLOURS = {"en-de": "tab:blue", "en-fr": "tab:orange"}
 PAPER_TEST_SET = "newstest2014"
 
 
-def _test_set(config: dict) -> tuple:
+def _test_set(config: dict[str, Any]) -> tuple[str, str, bool]:
   """(test set name, language pair 'en-de', comparable with Table 2) from config.json."""
   data = config.get("data", {})
   source = data.get("source", "")
@@ -345,7 +371,7 @@ def _test_set(config: dict) -> tuple:
   return "unknown test set", pair, False
 
 
-def read_run(workdir: str, label: str | None = None) -> dict:
+def read_run(workdir: str, label: str | None = None) -> dict[str, Any]:
   """A workdir's BLEU figures: the last test_bleu (sacreBLEU) and the dev_bleu series."""
   records = summary.read_metrics(workdir)
   tests = [r for r in records if "test_bleu" in r]
@@ -368,7 +394,7 @@ def read_run(workdir: str, label: str | None = None) -> dict:
   )
 
 
-def _runs(runs) -> list:
+def _runs(runs: RunPaths) -> list[dict[str, Any]]:
   if isinstance(runs, str):
     runs = [runs]
   if isinstance(runs, dict):
@@ -376,7 +402,7 @@ def _runs(runs) -> list:
   return [read_run(path) for path in runs]
 
 
-def _run_label(run: dict) -> str:
+def _run_label(run: dict[str, Any]) -> str:
   label = f"ours: {run['label']}\n{run['test_set']} ({run['pair']}), sacreBLEU"
   label = label.replace(" (?)", "")
   if not run["comparable"]:
@@ -386,12 +412,20 @@ def _run_label(run: dict) -> str:
   return label
 
 
-def _bar(ax, y, value, colour, height, text=None, **kw):
+def _bar(
+  ax: "Axes",
+  y: float,
+  value: float,
+  colour: str,
+  height: float,
+  text: str | None = None,
+  **kw: Any,
+) -> None:
   ax.barh(y, value, height=height, color=colour, **kw)
   ax.text(value + 0.3, y, text or f"{value:g}", va="center", fontsize=7.5)
 
 
-def _table2_bars(ax, runs):
+def _table2_bars(ax: "Axes", runs: list[dict[str, Any]]) -> None:
   """Horizontal bars: Table 2's rows (EN-DE and EN-FR side by side), ours on top."""
   labels, y = [], 0
   for name, de, fr in TABLE2:
@@ -441,7 +475,7 @@ def _table2_bars(ax, runs):
   ax.grid(True, axis="x", alpha=0.3)
 
 
-def _dev_curves(ax, runs):
+def _dev_curves(ax: "Axes", runs: list[dict[str, Any]]) -> None:
   for run in runs:
     colour = PAIR_COLOURS.get(run["pair"], "tab:gray")
     if run["dev_bleu"]:
@@ -464,7 +498,7 @@ def _dev_curves(ax, runs):
     ax.legend(fontsize=7.5, loc="lower right")
 
 
-def bleu_chart(runs, path: str | None = None):
+def bleu_chart(runs: RunPaths, path: str | None = None) -> "Figure":
   """Table 2 of the paper beside our runs' BLEU (bars) and their dev BLEU curves.
 
   `runs`: a workdir, a list of workdirs (labelled by directory name) or {label: workdir};

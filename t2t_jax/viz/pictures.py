@@ -31,13 +31,27 @@ key of decoder self-attention: position i reads target token i-1 and predicts to
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
+import ml_collections
 import numpy as np
 
 from t2t_jax.model import positional
 from t2t_jax.training import optim, summary
 from t2t_jax.viz import diagram
+
+if TYPE_CHECKING:  # matplotlib is the optional `viz` extra, imported when drawing
+  from matplotlib.axes import Axes
+  from matplotlib.figure import Figure
+  from matplotlib.image import AxesImage
+
+  from t2t_jax.decoding.translator import Translator
+
+# Translator.attention_weights' dict: per kind [layers, heads, queries, keys], and the tokens.
+AttentionWeights = Mapping[str, Any]
+Records = list[dict[str, Any]]  # metrics.jsonl lines
+MetricsSource = str | os.PathLike | Iterable[dict[str, Any]]  # a workdir, or its records
 
 # The paper's Figure 1 from a TransformerConfig, and our BLEU beside its Table 2.
 architecture_diagram = diagram.architecture_diagram
@@ -52,20 +66,22 @@ BOS_LABEL = "<s>"
 DPI = 130
 
 
-def _figure(width: float, height: float):
+def _figure(width: float, height: float) -> "Figure":
   from matplotlib.figure import Figure
 
   return Figure(figsize=(width, height), layout="constrained")
 
 
-def _save(fig, path: str | None):
+def _save(fig: "Figure", path: str | None) -> "Figure":
   if path:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=DPI)
   return fig
 
 
-def _weights(weights, source: str | None, target: str | None) -> dict:
+def _weights(
+  weights: "AttentionWeights | Translator", source: str | None, target: str | None
+) -> AttentionWeights:
   """The attention_weights dict, computing it when given a Translator."""
   if hasattr(weights, "attention_weights"):
     if source is None or target is None:
@@ -79,7 +95,7 @@ def _check_kind(kind: str) -> None:
     raise ValueError(f"attention kind {kind!r}: one of {', '.join(KINDS)}")
 
 
-def tokens(weights: dict, kind: str):
+def tokens(weights: AttentionWeights, kind: str) -> tuple[list[str], list[str]]:
   """(query tokens, key tokens): the row and column labels of a `kind` attention map."""
   _check_kind(kind)
   src, tgt = list(weights["source_tokens"]), list(weights["target_tokens"])
@@ -90,7 +106,7 @@ def tokens(weights: dict, kind: str):
   return tgt, src
 
 
-def _axis_names(kind: str):
+def _axis_names(kind: str) -> tuple[str, str]:
   query = "query: source token" if kind == "encoder_self" else "query: target token predicted"
   key = {
     "encoder_self": "key: source token",
@@ -100,7 +116,9 @@ def _axis_names(kind: str):
   return query, key
 
 
-def _layer(weights: dict, kind: str, layer: int, heads=()) -> np.ndarray:
+def _layer(
+  weights: AttentionWeights, kind: str, layer: int, heads: Sequence[int] = ()
+) -> np.ndarray:
   """[heads, queries, keys] of one layer, with the layer and `heads` indices checked."""
   _check_kind(kind)
   stack = np.asarray(weights[kind])
@@ -112,7 +130,15 @@ def _layer(weights: dict, kind: str, layer: int, heads=()) -> np.ndarray:
   return stack[layer]
 
 
-def _heatmap(ax, matrix, rows, cols, kind, label_rows=True, label_cols=True):
+def _heatmap(
+  ax: "Axes",
+  matrix: np.ndarray,
+  rows: Sequence[str],
+  cols: Sequence[str],
+  kind: str,
+  label_rows: bool = True,
+  label_cols: bool = True,
+) -> "AxesImage":
   image = ax.imshow(
     matrix, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest"
   )
@@ -128,7 +154,7 @@ def _heatmap(ax, matrix, rows, cols, kind, label_rows=True, label_cols=True):
 
 
 def attention_map(
-  weights,
+  weights: "AttentionWeights | Translator",
   kind: str = "cross",
   layer: int = 0,
   head: int = 0,
@@ -136,7 +162,7 @@ def attention_map(
   source: str | None = None,
   target: str | None = None,
   path: str | None = None,
-):
+) -> "Figure":
   """One head's attention as a heatmap: query tokens on rows, key tokens on columns."""
   w = _weights(weights, source, target)
   heads = _layer(w, kind, layer, [head])
@@ -150,7 +176,7 @@ def attention_map(
 
 
 def attention_heads(
-  weights,
+  weights: "AttentionWeights | Translator",
   kind: str = "cross",
   layer: int = 0,
   *,
@@ -158,7 +184,7 @@ def attention_heads(
   source: str | None = None,
   target: str | None = None,
   path: str | None = None,
-):
+) -> "Figure":
   """Every head of one layer side by side, on one colour scale (0 to 1)."""
   w = _weights(weights, source, target)
   heads = _layer(w, kind, layer)
@@ -182,7 +208,7 @@ def attention_heads(
 
 
 def attention_lines(
-  weights,
+  weights: "AttentionWeights | Translator",
   kind: str = "encoder_self",
   layer: int = 0,
   head: int | Sequence[int] | None = 0,
@@ -191,7 +217,7 @@ def attention_lines(
   source: str | None = None,
   target: str | None = None,
   path: str | None = None,
-):
+) -> "Figure":
   """The paper's Figures 3-5: queries on the left, keys on the right, one line per weight.
 
   A line's opacity and width grow with the weight (weights under `threshold` are not
@@ -251,7 +277,7 @@ def positional_encoding(
   dims: Sequence[int] = (6, 24, 25, 48),
   *,
   path: str | None = None,
-):
+) -> "Figure":
   """The sinusoidal table (eq. 5/6) as a heatmap, and a few of its dimensions as curves."""
   table = np.asarray(positional.sinusoidal(length, d_model))
   fig = _figure(12, 4.2)
@@ -273,7 +299,9 @@ def positional_encoding(
   return _save(fig, path)
 
 
-def learning_rate_schedule(config, num_steps: int | None = None, *, path: str | None = None):
+def learning_rate_schedule(
+  config: ml_collections.ConfigDict, num_steps: int | None = None, *, path: str | None = None
+) -> "Figure":
   """The rate of eq. 3 at each training step of an experiment config (warmup marked)."""
   d_model, warmup = config.model.d_model, config.warmup_steps
   factor = config.learning_rate_factor
@@ -297,13 +325,13 @@ def learning_rate_schedule(config, num_steps: int | None = None, *, path: str | 
   return _save(fig, path)
 
 
-def _records(workdir_or_records) -> list:
+def _records(workdir_or_records: MetricsSource) -> Records:
   if isinstance(workdir_or_records, (str, os.PathLike)):
     return summary.read_metrics(os.fspath(workdir_or_records))
   return list(workdir_or_records)
 
 
-def _with_minutes(records: list) -> list:
+def _with_minutes(records: Records) -> Records:
   """Records with 'minutes' since the first record that has a time."""
   times = [r["time"] for r in records if "time" in r]
   if not times:
@@ -311,7 +339,7 @@ def _with_minutes(records: list) -> list:
   return [dict(r, minutes=(r["time"] - times[0]) / 60) for r in records if "time" in r]
 
 
-def _plot(ax, records, x: str, y: str, label: str, **kw) -> int:
+def _plot(ax: "Axes", records: Records, x: str, y: str, label: str | None, **kw: Any) -> int:
   points = [
     (r[x], r[y])
     for r in records
@@ -323,7 +351,7 @@ def _plot(ax, records, x: str, y: str, label: str, **kw) -> int:
   return len(points)
 
 
-def _nothing(ax, what: str) -> None:
+def _nothing(ax: "Axes", what: str) -> None:
   ax.text(
     0.5,
     0.5,
@@ -335,7 +363,9 @@ def _nothing(ax, what: str) -> None:
   )
 
 
-def training_curves(workdir_or_records, *, title: str | None = None, path: str | None = None):
+def training_curves(
+  workdir_or_records: MetricsSource, *, title: str | None = None, path: str | None = None
+) -> "Figure":
   """Training and dev loss vs step, dev BLEU vs step and vs wall-clock minutes."""
   records = _records(workdir_or_records)
   fig = _figure(14, 4.0)
@@ -365,7 +395,12 @@ def training_curves(workdir_or_records, *, title: str | None = None, path: str |
   return _save(fig, path)
 
 
-def learning_curve(runs, *, title: str = "dev BLEU during training", path: str | None = None):
+def learning_curve(
+  runs: MetricsSource | dict[str | None, MetricsSource],
+  *,
+  title: str = "dev BLEU during training",
+  path: str | None = None,
+) -> "Figure":
   """Dev BLEU vs wall-clock minutes: a workdir, a list of records, or {label: either}."""
   if not isinstance(runs, dict):
     runs = {None: runs}

@@ -13,8 +13,13 @@ parser's mistakes stand out.
 """
 
 import os
+from typing import TYPE_CHECKING
 
 from t2t_jax.data import trees
+
+if TYPE_CHECKING:  # matplotlib is the optional `viz` extra, imported when drawing
+  from matplotlib.axes import Axes
+  from matplotlib.figure import Figure
 
 DPI = 130
 MATCH, MISS = "#1f4e79", "#c0392b"
@@ -23,7 +28,7 @@ MATCH, MISS = "#1f4e79", "#c0392b"
 def _spans(tree: trees.Tree) -> set[tuple[int, int, str]]:
   out = set()
 
-  def walk(node, start):
+  def walk(node: trees.Tree, start: int) -> int:
     if node.is_preterminal:
       return start + 1
     end = start
@@ -36,11 +41,12 @@ def _spans(tree: trees.Tree) -> set[tuple[int, int, str]]:
   return out
 
 
-def _layout(tree: trees.Tree):
-  """(x, depth, label, span, children's (x, depth)) of every node, and the leaf words."""
+def _layout(tree: trees.Tree) -> tuple[list[tuple], list[str]]:
+  """(x, depth, label, span, the children's x) of every node, and the leaf words; a
+  preterminal's span is None (its tag is drawn over its word, not as a bracket)."""
   nodes, words = [], []
 
-  def walk(node, depth, start):
+  def walk(node: trees.Tree, depth: int, start: int) -> tuple[float, int]:
     if node.is_preterminal:
       x = float(len(words))
       words.append(node.children[0])
@@ -58,7 +64,7 @@ def _layout(tree: trees.Tree):
   return nodes, words
 
 
-def _draw(ax, tree: trees.Tree, other: set, title: str) -> None:
+def _draw(ax: "Axes", tree: trees.Tree, other: set[tuple[int, int, str]], title: str) -> None:
   nodes, words = _layout(tree)
   bottom = max(depth for _, depth, *_ in nodes) + 1.5
   by_x = {}
@@ -110,7 +116,7 @@ def tree_pair(
   predicted: trees.Tree,
   titles: tuple[str, str] = ("gold", "predicted"),
   path: str | None = None,
-):
+) -> "Figure":
   """The two trees of one sentence side by side (same words); returns the Figure, and writes
   a PNG when given `path`. Constituents missing from the other tree are red."""
   if gold.leaves() != predicted.leaves():
