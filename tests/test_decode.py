@@ -645,3 +645,103 @@ def test_transformer_beam_search_equals_reference():
   # over 4x the slots, masked; queries of 4 hypotheses against one copy of the encoder
   # keys/values), so the scores agree to rounding (max difference 5e-6 here), not bitwise.
   np.testing.assert_allclose(scores, ref_scores, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("share_embeddings", [True, False])
+def test_bfloat16_search_ranks_float32_logits_of_the_bfloat16_features(share_embeddings):
+  """A bfloat16 model's beam and greedy searches score float32 logits: the same searches over
+  logits computed here in float32 from the decoder's bfloat16 features give the same
+  sequences and scores (logits rounded to bfloat16 would not)."""
+  from t2t_jax.decoding import translator as translate
+  from t2t_jax.model import Transformer, TransformerConfig
+
+  cfg = TransformerConfig(
+    vocab_size=50,
+    d_model=32,
+    d_ff=64,
+    num_heads=4,
+    num_layers=2,
+    dropout_rate=0.0,
+    max_len=32,
+    dtype="bfloat16",
+    share_embeddings=share_embeddings,
+  )
+  model = Transformer(cfg)
+  rng = np.random.default_rng(11)
+  inputs = jnp.asarray(rng.integers(4, cfg.vocab_size, size=(4, 7)), jnp.int32)
+  max_lengths = jnp.asarray([6, 8, 5, 8], jnp.int32)
+  params = model.init(jax.random.PRNGKey(11), inputs[:, :4], inputs[:, :4])["params"]
+  max_decode_len = 8
+
+  def features_logits(module, ids, mask):
+    y, weights, bias = module.decoder(
+      None, ids, mask, None, deterministic=True, decode=True, features=True
+    )
+    assert y.dtype == jnp.bfloat16
+    w = weights.astype(jnp.bfloat16).astype(jnp.float32)
+    logits = jnp.einsum("...d,vd->...v", y.astype(jnp.float32), w)
+    return logits if bias is None else logits + bias
+
+  def reference(params, inputs, max_lengths, beam_size):
+    encoded = model.apply({"params": params}, inputs, method=Transformer.encode)
+    _, state = model.apply(
+      {"params": params},
+      encoded,
+      inputs,
+      max_decode_len,
+      method=Transformer.init_cache,
+      mutable=["cache"],
+    )
+    if beam_size == 1:
+
+      def step(ids, cache):
+        logits, new = model.apply(
+          {"params": params, "cache": cache},
+          ids,
+          None,
+          method=features_logits,
+          mutable=["cache"],
+        )
+        return logits[:, -1], new["cache"]
+
+      seqs, log_probs = decode.greedy_search(
+        step, state["cache"], max_lengths=max_lengths, max_decode_len=max_decode_len
+      )
+      return seqs[:, None], log_probs[:, None]
+
+    def beam_step(ids, cache):
+      model_cache, slots = cache
+      logits, new = model.apply(
+        {"params": params, "cache": model_cache},
+        ids,
+        slots.attention_mask(),
+        method=features_logits,
+        mutable=["cache"],
+      )
+      return logits, (new["cache"], slots)
+
+    cache = (
+      translate.beam_search_cache(state["cache"], beam_size),
+      decode.BeamSlots.create(inputs.shape[0], beam_size, max_decode_len),
+    )
+    return decode.beam_search(
+      beam_step,
+      cache,
+      max_lengths=max_lengths,
+      max_decode_len=max_decode_len,
+      beam_size=beam_size,
+      alpha=0.6,
+      reorder_cache=lambda c, parents: (c[0], c[1].reorder(parents)),
+    )
+
+  for beam_size in (3, 1):
+    kw = dict(model=model, max_decode_len=max_decode_len, beam_size=beam_size)
+    seqs, scores = jax.jit(functools.partial(translate.decode, **kw))(
+      params, inputs, max_lengths, 0.6
+    )
+    ref_seqs, ref_scores = jax.jit(reference, static_argnums=3)(
+      params, inputs, max_lengths, beam_size
+    )
+    assert scores.dtype == jnp.float32
+    np.testing.assert_array_equal(seqs, ref_seqs)
+    np.testing.assert_allclose(scores, ref_scores, rtol=1e-6, atol=1e-6)

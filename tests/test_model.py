@@ -268,3 +268,31 @@ def test_too_long_sequence_is_an_error(tiny_setup):
   x = jnp.ones((1, 40), jnp.int32)
   with pytest.raises(ValueError, match="exceeds TransformerConfig.max_len=32"):
     model.apply({"params": params}, x, x)
+
+
+@pytest.mark.parametrize("share_embeddings", [True, False])
+def test_bfloat16_logits_are_accumulated_in_float32(share_embeddings):
+  """With loss_chunk_tokens=0 the loss reads the model's logits: in a bfloat16 model they are
+  the float32 products of the bfloat16 features and weights, not bfloat16-rounded ones."""
+  cfg = TransformerConfig(
+    vocab_size=64,
+    d_model=32,
+    d_ff=64,
+    num_heads=4,
+    num_layers=1,
+    dropout_rate=0.0,
+    max_len=16,
+    dtype="bfloat16",
+    loss_chunk_tokens=0,
+    share_embeddings=share_embeddings,
+  )
+  model = Transformer(cfg)
+  tokens = jnp.asarray(np.random.default_rng(3).integers(4, 64, size=(2, 9)), jnp.int32)
+  params = model.init(jax.random.PRNGKey(3), tokens, tokens)["params"]
+  logits = model.apply({"params": params}, tokens, tokens)
+  y, weights, bias = model.apply({"params": params}, tokens, tokens, features=True)
+  assert logits.dtype == jnp.float32 and y.dtype == jnp.bfloat16
+  w = weights.astype(jnp.bfloat16).astype(jnp.float32)
+  want = jnp.einsum("...d,vd->...v", y.astype(jnp.float32), w)
+  want = want if bias is None else want + bias
+  np.testing.assert_allclose(logits, want, rtol=1e-6, atol=1e-6)

@@ -341,8 +341,12 @@ class Embed(nn.Module):
     return x * jnp.sqrt(cfg.d_model).astype(cfg.dtype)
 
   def attend(self, x: Array) -> Array:
-    """Pre-softmax linear transformation sharing this matrix: [.., d_model] -> [.., vocab]."""
-    return jnp.einsum("...d,vd->...v", x, self.embedding.astype(x.dtype))
+    """Pre-softmax linear transformation sharing this matrix: [.., d_model] -> float32
+    [.., vocab]. Products in the compute dtype, accumulated in float32: the logits that the
+    loss and the searches rank keep float32 precision in a bfloat16 model."""
+    return jnp.einsum(
+      "...d,vd->...v", x, self.embedding.astype(x.dtype), preferred_element_type=jnp.float32
+    )
 
 
 class AddPositions(nn.Module):

@@ -195,7 +195,9 @@ class OutputLayer(nn.Module):
     self.bias = self.param("bias", nn.initializers.zeros, (cfg.vocab_size,), jnp.float32)
 
   def __call__(self, y: Array) -> Array:
-    return y @ self.kernel.astype(y.dtype) + self.bias.astype(y.dtype)
+    """[.., d_model] -> float32 [.., vocab], accumulated in float32 (see Embed.attend)."""
+    logits = jnp.matmul(y, self.kernel.astype(y.dtype), preferred_element_type=jnp.float32)
+    return logits + self.bias
 
   def weights(self, y: Array) -> OutputFeatures:
     return y, self.kernel.T, self.bias
@@ -238,9 +240,9 @@ class Decoder(nn.Module):
     if cfg.share_embeddings:
       if features:
         return y, self.embed.embedding, None
-      return self.embed.attend(y).astype(jnp.float32)
+      return self.embed.attend(y)
     output = OutputLayer(cfg, name="logits")
-    return output.weights(y) if features else output(y).astype(jnp.float32)
+    return output.weights(y) if features else output(y)
 
   def _cached_cross_mask(self, cross_mask: Array | None) -> Array:
     """The source padding mask [batch, 1, 1, src_len], stored when the cache is built."""
