@@ -101,9 +101,12 @@ def _build_decode(name: str, size: str, overrides: dict, bench):
   """[run, None, None, 0]: run() decodes the synthetic sources once (compiled here)."""
   del bench
   model_lib = importlib.import_module(f"{name}.model")
-  # The translator imports the data package only for vocabularies; a second copy of it would
-  # register its TFDS builders twice, which TFDS refuses.
-  sys.modules.setdefault(f"{name}.data", types.ModuleType(f"{name}.data"))
+  # The translator imports the data package only for vocabularies; a second copy of its
+  # __init__ would register the TFDS builders twice, which TFDS refuses. So the package is
+  # entered without its __init__ (its submodules still import).
+  data = types.ModuleType(f"{name}.data")
+  data.__path__ = [os.path.join(importlib.import_module(name).__path__[0], "data")]
+  sys.modules.setdefault(f"{name}.data", data)
   try:
     translator = importlib.import_module(f"{name}.decoding.translator")
   except ModuleNotFoundError:
