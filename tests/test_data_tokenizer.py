@@ -52,6 +52,10 @@ def test_reserved_ids_and_encode_decode(tmp_path):
   # byte fallback: characters never seen in training survive the round trip.
   assert tok.decode(tok.encode("Δ 東京 🙂")) == "Δ 東京 🙂"
   assert (tmp_path / "vocab.model").exists()
+  # Attention-map labels keep SentencePiece's word-start marks.
+  pieces = [tok.id_to_piece(i) for i in ids]
+  assert "".join(pieces).replace("▁", " ").strip() == "the cat sat"
+  assert pieces[0].startswith("▁") and tok.id_to_piece(EOS_ID) == "</s>"
 
 
 def test_trained_once_then_reused(tmp_path, monkeypatch):
@@ -103,6 +107,7 @@ def test_symbol_tokenizer_and_its_stored_vocab(tmp_path):
   assert tok.encode("3 0 15") == [7, 4, 19]
   assert tok.decode([7, 4, 19, EOS_ID, 5]) == "3 0 15"
   assert tok.encode("99") == [UNK_ID]
+  assert [tok.id_to_piece(i) for i in (7, 4, EOS_ID)] == ["3", "0", "</s>"]
   assert (tmp_path / "vocab.symbols").exists()
   c.synthetic_num_symbols = 8
   with pytest.raises(data.DataError, match="does not hold the symbols"):

@@ -85,6 +85,10 @@ class SentencePieceTokenizer:
     """The text as decode(encode(text)) returns it (NFKC, whitespace collapsed and trimmed)."""
     return self._sp.decode(self._sp.encode(text))
 
+  def id_to_piece(self, token_id: int) -> str:
+    """The piece of one id as the model stores it ('▁' marks a word start): for labels."""
+    return self._sp.id_to_piece(int(token_id))
+
 
 class SymbolTokenizer:
   """Whitespace-separated symbols, one id each, after the reserved ids (synthetic tasks)."""
@@ -107,6 +111,13 @@ class SymbolTokenizer:
     return " ".join(
       self.symbols[i - NUM_RESERVED] if i >= NUM_RESERVED else "<unk>" for i in _strip(ids)
     )
+
+  def id_to_piece(self, token_id: int) -> str:
+    """The symbol of one id; the reserved ids as <pad>, </s>, <s>, <unk>."""
+    token_id = int(token_id)
+    if token_id < NUM_RESERVED:
+      return ("<pad>", "</s>", "<s>", "<unk>")[token_id]
+    return self.symbols[token_id - NUM_RESERVED]
 
 
 def word_class(word: str) -> str:
