@@ -359,6 +359,9 @@ def test_time_limit_stops_saves_and_tests(tmp_path):
   out = train.train_and_evaluate(config, str(tmp_path / "w"))
   assert out["step"] == 2 and out["time_limit_reached"] and "test_bleu" in out
   assert "test_lowercased_bleu" in out
+  # The test scores are recorded at the step reached, not at num_train_steps.
+  records = [json.loads(line) for line in (tmp_path / "w" / "metrics.jsonl").open()]
+  assert [r["step"] for r in records if "test_bleu" in r] == [2]
   # The test translations are kept, one line per test pair.
   lines = (tmp_path / "w" / f"test.{data.target_language(config.data)}").read_text().splitlines()
   assert len(lines) == config.data.synthetic_eval_size

@@ -173,6 +173,9 @@ class Trainer:
   ) -> None:
     self.config, self.workdir, self.data, self.model = config, workdir, data, model
     self.ckpts, self.writer, self.num_steps = ckpts, writer, num_steps
+    # The step training ended at (the time limit may stop it before num_steps): where the
+    # selection and test metrics are written.
+    self.step_reached = num_steps
     schedule = optim.optimizer_schedule(
       model.config.d_model, config.warmup_steps, config.learning_rate_factor
     )
@@ -238,7 +241,7 @@ class Trainer:
     summary.log(
       f"checkpoint selection on dev ({len(pairs)} sentences, {name}):\n{selection.table()}"
     )
-    self.writer.write(self.num_steps, dict(selected_dev_bleu=selection.dev_bleu[selection.best]))
+    self.writer.write(self.step_reached, dict(selected_dev_bleu=selection.dev_bleu[selection.best]))
     return selection.best
 
   def test_spec(self) -> str | None:
@@ -288,7 +291,7 @@ class Trainer:
         self.workdir,
         self.data.split_name("test"),
       )
-      self.writer.write(self.num_steps, metrics)
+      self.writer.write(self.step_reached, metrics)
       summary.log(report)
       return metrics
     lang = data_lib.target_language(self.config.data)
@@ -301,7 +304,7 @@ class Trainer:
       os.path.join(self.workdir, f"test.{lang}"),
       self.data.split_name("test"),
     )
-    self.writer.write(self.num_steps, metrics)
+    self.writer.write(self.step_reached, metrics)
     summary.log(report)
     return metrics
 
@@ -383,6 +386,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   try:
     last, p_state = _loop(trainer, state, train_iter)
     if last["stopped_by"] is None and config.get("test_at_end", False):
+      trainer.step_reached = int(last["step"])
       last.update(trainer.test(p_state.params))
     if jax.process_index() == 0:
       summary.log(
