@@ -12,12 +12,15 @@ have one fixed shape, so each process simply packs its own shard of the pairs.
 """
 
 import collections
+import mmap
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator, Sequence
 
 import grain
 import numpy as np
+import numpy.typing as npt
 
 from t2t_jax.data.tokenized import TokenizedPairs
 
@@ -72,10 +75,51 @@ def _host_slice(members: np.ndarray, sharding: Sharding) -> np.ndarray:
   return members[sharding.process_index * per_host : (sharding.process_index + 1) * per_host]
 
 
-def bucket_of(pairs: TokenizedPairs, boundaries: np.ndarray, chunk: int = 1 << 22) -> np.ndarray:
+SCRATCH_MIN_PAIRS = 1 << 20  # corpora this large keep their per-pair plan arrays on disk
+CHUNK_PAIRS = 1 << 18  # pairs per step of the chunked passes (their temporaries are O(chunk))
+
+
+class Scratch:
+  """Allocates the plan's per-pair arrays: on the heap, or in unnamed files under a directory.
+
+  A file-backed array is a shared mapping of a file that has no name (O_TMPFILE, or unlinked at
+  once), so its pages are page cache that the kernel writes back under pressure rather than
+  anonymous memory, and the file disappears when the array is freed or the process ends,
+  however it ends; processes sharing the directory never see each other's files.
+  """
+
+  def __init__(self, directory: str | None = None) -> None:
+    self.directory = directory
+
+  def empty(self, n: int, dtype: npt.DTypeLike) -> np.ndarray:
+    """An uninitialised [n] array of `dtype`."""
+    if self.directory is None:
+      return np.empty(n, dtype)
+    size = max(1, n * np.dtype(dtype).itemsize)
+    with tempfile.TemporaryFile(dir=self.directory) as f:
+      f.truncate(size)
+      buffer = mmap.mmap(f.fileno(), size)  # keeps its own handle on the file
+    return np.frombuffer(buffer, dtype, count=n)
+
+  @staticmethod
+  def release(array: np.ndarray) -> None:
+    """Drops a file-backed array's pages from this process's resident set (the data stays
+    in the file and is read back on access); a heap array is left as it is."""
+    base = array.base
+    if isinstance(base, memoryview) and isinstance(base.obj, mmap.mmap):
+      base.obj.madvise(mmap.MADV_DONTNEED)
+
+
+def bucket_of(
+  pairs: TokenizedPairs,
+  boundaries: np.ndarray,
+  chunk: int = CHUNK_PAIRS,
+  scratch: Scratch | None = None,
+) -> np.ndarray:
   """[pairs] index of each pair's bucket: the first boundary >= its longer side (EOS
   included). Read in chunks, so a memory-mapped corpus is not copied whole."""
-  out = np.empty(len(pairs), np.uint8 if len(boundaries) <= 256 else np.int32)
+  dtype = np.uint8 if len(boundaries) <= 256 else np.int32
+  out = (scratch or Scratch()).empty(len(pairs), dtype)
   for start in range(0, len(pairs), chunk):
     stop = min(start + chunk, len(pairs))
     lengths = np.maximum(
@@ -84,6 +128,64 @@ def bucket_of(pairs: TokenizedPairs, boundaries: np.ndarray, chunk: int = 1 << 2
     )
     out[start:stop] = np.searchsorted(boundaries, lengths)
   return out
+
+
+def bucket_counts(bucket: np.ndarray, num_buckets: int, chunk: int = CHUNK_PAIRS) -> np.ndarray:
+  """int64 [num_buckets] pairs per bucket (bincount in chunks: it widens its input to intp)."""
+  counts = np.zeros(num_buckets, np.int64)
+  for start in range(0, len(bucket), chunk):
+    counts += np.bincount(bucket[start : start + chunk], minlength=num_buckets)
+  return counts
+
+
+def shuffled_range(
+  n: int,
+  seed: int,
+  epoch: int,
+  dtype: npt.DTypeLike,
+  scratch: Scratch,
+  chunk: int = CHUNK_PAIRS,
+) -> np.ndarray:
+  """[n] `np.random.default_rng([seed, epoch]).permutation(n)`, built in place in an array of
+  `dtype` from `scratch`: permutation(n) is Generator.shuffle of arange(n), whose draws do not
+  depend on the element type."""
+  order = scratch.empty(n, dtype)
+  for start in range(0, n, chunk):
+    stop = min(start + chunk, n)
+    order[start:stop] = np.arange(start, stop, dtype=dtype)
+  np.random.default_rng([seed, epoch]).shuffle(order)
+  return order
+
+
+def group_by_bucket(
+  order: np.ndarray,
+  bucket: np.ndarray,
+  counts: np.ndarray,
+  scratch: Scratch,
+  with_positions: bool,
+  chunk: int = CHUNK_PAIRS,
+) -> tuple[np.ndarray, np.ndarray | None]:
+  """(members, positions), each [pairs] like `order`, grouped by bucket: bucket b's pairs in
+  the order they appear in `order`, and those appearances' indices (None unless
+  `with_positions`). A stable counting sort: the bucket sizes are known, so `order` is walked
+  chunk by chunk and each pair goes to its bucket's next free slot; equal to
+  `positions = argsort(bucket[order], kind='stable'); members = order[positions]`."""
+  members = scratch.empty(len(order), order.dtype)
+  positions = scratch.empty(len(order), order.dtype) if with_positions else None
+  free = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)  # next slot per bucket
+  for start in range(0, len(order), chunk):
+    ids = np.asarray(order[start : start + chunk])
+    b = bucket[ids]
+    within = np.argsort(b, kind="stable")
+    sorted_b = b[within]
+    here = np.bincount(b, minlength=len(counts))
+    first = np.cumsum(here) - here  # where each bucket starts in the sorted chunk
+    dest = free[sorted_b] + (np.arange(len(ids)) - first[sorted_b])
+    members[dest] = ids[within]
+    if positions is not None:
+      positions[dest] = start + within
+    free += here
+  return members, positions
 
 
 class BucketPlan:
@@ -96,6 +198,11 @@ class BucketPlan:
   a batch that straddles an epoch end takes its first rows from the old epoch. Everything is
   computed from counts and per-epoch permutations, so any step is random-access and the
   iterator state is just the next step.
+
+  Memory: the per-pair arrays (each pair's bucket, an epoch's order) are computed in chunks
+  of `chunk` pairs and, when the corpus has at least `scratch_min_pairs` pairs, live in
+  unnamed scratch files under `scratch_dir`, so the heap does not grow with the corpus;
+  smaller corpora, or no `scratch_dir`, keep them on the heap. Both give the same batches.
   """
 
   def __init__(
@@ -105,22 +212,35 @@ class BucketPlan:
     budget_per_device: int,
     sharding: Sharding,
     seed: int,
+    scratch_dir: str | None = None,
+    scratch_min_pairs: int = SCRATCH_MIN_PAIRS,
+    chunk: int = CHUNK_PAIRS,
   ) -> None:
     self.pairs = pairs
     self.boundaries = np.asarray(boundaries)
     self.sharding = sharding
     self.seed = seed
-    self.bucket_of = bucket_of(pairs, self.boundaries)  # [pairs], the bucket of each pair
-    self.counts = np.bincount(self.bucket_of, minlength=len(self.boundaries))
+    self.chunk = chunk
+    on_disk = scratch_dir is not None and len(pairs) >= scratch_min_pairs
+    self.scratch = Scratch(scratch_dir if on_disk else None)
+    self.bucket_of = bucket_of(pairs, self.boundaries, chunk, self.scratch)  # [pairs]
+    self.counts = bucket_counts(self.bucket_of, len(self.boundaries), chunk)
+    Scratch.release(self.bucket_of)
     self._starts = np.concatenate([[0], np.cumsum(self.counts)])
     self.rows_per_device = budget_per_device // self.boundaries
     self.global_rows = self.rows_per_device * sharding.num_devices
-    # A pair index per pair and cached epoch: the plan's only memory that grows with the
-    # corpus (4 bytes per pair below 2**31 pairs).
+    # A pair index per pair and cached epoch (4 bytes per pair below 2**31 pairs).
     self._index_dtype = np.int32 if len(pairs) < 2**31 else np.int64
     self._lock = threading.Lock()
     self._orders = collections.OrderedDict()  # epoch -> members, grouped by bucket
     self._plans = collections.OrderedDict()  # epoch -> (bucket, batch number) per step
+
+  def close(self) -> None:
+    """Frees the cached epochs (their scratch files go with them); they are recomputed if
+    the plan is used again."""
+    with self._lock:
+      self._orders.clear()
+      self._plans.clear()
 
   def shapes(self) -> list[tuple[int, int, int]]:
     """The static [devices, rows_per_device, length] shape of each bucket."""
@@ -146,14 +266,16 @@ class BucketPlan:
       epoch -= 1
     return epoch
 
-  def _shuffle(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+  def _shuffle(self, epoch: int, with_positions: bool) -> tuple[np.ndarray, np.ndarray | None]:
     """(members, positions) of epoch `epoch`, each [pairs] and grouped by bucket: bucket b's
     pairs in epoch order, and their positions in the epoch's shuffled stream."""
-    perm = np.random.default_rng([self.seed, epoch]).permutation(len(self.bucket_of))
-    # Stable: within a bucket, stream positions stay ascending (the epoch's order).
-    positions = np.argsort(self.bucket_of[perm], kind="stable")
-    members = perm[positions].astype(self._index_dtype)
-    return members, positions.astype(self._index_dtype)
+    n = len(self.bucket_of)
+    order = shuffled_range(n, self.seed, epoch, self._index_dtype, self.scratch, self.chunk)
+    members, positions = group_by_bucket(
+      order, self.bucket_of, self.counts, self.scratch, with_positions, self.chunk
+    )
+    Scratch.release(members)  # read back a batch at a time
+    return members, positions
 
   def _remember(self, epoch: int, members: np.ndarray) -> None:
     self._orders[epoch] = members
@@ -166,7 +288,7 @@ class BucketPlan:
     while num > 0:
       epoch, rank = divmod(first, count)
       if epoch not in self._orders:
-        self._remember(epoch, self._shuffle(epoch)[0])
+        self._remember(epoch, self._shuffle(epoch, with_positions=False)[0])
       start = self._starts[b] + rank
       take = min(num, count - rank)
       out.append(self._orders[epoch][start : start + take])
@@ -176,7 +298,7 @@ class BucketPlan:
   def _plan_epoch(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
     """(bucket, batch number within the bucket) of each batch completing in `epoch`, in
     completion order."""
-    members, positions = self._shuffle(epoch)
+    members, positions = self._shuffle(epoch, with_positions=True)
     self._remember(epoch, members)
     done, buckets, numbers = [], [], []
     for b in np.flatnonzero(self.counts):

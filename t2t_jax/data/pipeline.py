@@ -17,6 +17,7 @@ import atexit
 import contextlib
 import dataclasses
 import logging
+import os
 import time
 import weakref
 from collections.abc import Iterator, Sequence
@@ -147,7 +148,10 @@ class Datasets:
     test_pairs: Sequence[tuple[str, str]],
     stats: DataStats,
     sharding: batching.Sharding,
+    scratch_dir: str | None = None,
   ) -> None:
+    """`scratch_dir` (a local directory, e.g. the workdir) holds the bucket plan's per-pair
+    arrays of a large corpus as unnamed files, off the heap; None keeps them in memory."""
     self.config = c
     self.tokenizer = tokenizer
     self.train_pairs = train  # tokenized, filtered training pairs (all processes' data)
@@ -160,7 +164,12 @@ class Datasets:
     self.bucket_plan = None
     if c.batching == "bucket":
       self.bucket_plan = batching.BucketPlan(
-        train, self.boundaries, self.budget_per_device, sharding, c.shuffle_seed
+        train,
+        self.boundaries,
+        self.budget_per_device,
+        sharding,
+        c.shuffle_seed,
+        scratch_dir=scratch_dir,
       )
     self._tokenized = {}
     self._warned = set()
@@ -277,7 +286,18 @@ def get_datasets(
   with _timed(stats, "read dev+test"):
     dev_pairs = _read_all(splits["dev"], stats.dev)
     test_pairs = _read_all(splits["test"], stats.test)
-  return _finish(Datasets(c, tokenizer, train, dev_pairs, test_pairs, stats, sharding))
+  return _finish(
+    Datasets(c, tokenizer, train, dev_pairs, test_pairs, stats, sharding, _scratch_dir(workdir))
+  )
+
+
+def _scratch_dir(workdir: str) -> str | None:
+  """The workdir when it is a local directory (created if absent), for the bucket plan's
+  scratch files; None for a remote one (gs://...)."""
+  if not workdir or "://" in workdir:
+    return None
+  os.makedirs(workdir, exist_ok=True)
+  return workdir
 
 
 def _from_store(
@@ -297,6 +317,7 @@ def _from_store(
     store.text_pairs("test"),
     stats,
     sharding,
+    _scratch_dir(workdir),
   )
   data.store_path = store.path
   data._tokenized = {split: store.pairs(split) for split in ("dev", "test")}
