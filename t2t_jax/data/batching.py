@@ -12,7 +12,9 @@ have one fixed shape, so each process simply packs its own shard of the pairs.
 """
 
 import collections
+import logging
 import mmap
+import os
 import sys
 import tempfile
 import threading
@@ -92,12 +94,21 @@ class Scratch:
     self.directory = directory
 
   def empty(self, n: int, dtype: npt.DTypeLike) -> np.ndarray:
-    """An uninitialised [n] array of `dtype`."""
+    """An uninitialised [n] array of `dtype`; on the heap when the directory has no room."""
     if self.directory is None:
       return np.empty(n, dtype)
     size = max(1, n * np.dtype(dtype).itemsize)
     with tempfile.TemporaryFile(dir=self.directory) as f:
-      f.truncate(size)
+      try:  # reserve the blocks: writing a mapped page of a full disk would kill with SIGBUS
+        os.posix_fallocate(f.fileno(), 0, size)
+      except OSError as e:
+        logging.warning(
+          "bucket plan: no room for %d bytes of scratch in %s (%s); kept in memory",
+          size,
+          self.directory,
+          e,
+        )
+        return np.empty(n, dtype)
       buffer = mmap.mmap(f.fileno(), size)  # keeps its own handle on the file
     return np.frombuffer(buffer, dtype, count=n)
 
