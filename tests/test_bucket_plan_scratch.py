@@ -1,11 +1,13 @@
 """The bucket plan's chunked, off-heap computation gives the batches of the whole-array one."""
 
 import gc
+import itertools
 import os
 
 import numpy as np
 import pytest
 
+from t2t_jax import data
 from t2t_jax.data import batching
 from t2t_jax.data.tokenized import TokenizedPairs
 
@@ -216,3 +218,17 @@ def test_a_full_scratch_disk_falls_back_to_the_heap(tmp_path, monkeypatch, caplo
     assert np.array_equal(plan.global_members(step)[1], reference.global_members(step)[1])
   assert "no room" in caplog.text and str(tmp_path) in caplog.text
   assert _scratch_mappings(tmp_path) == [] and os.listdir(tmp_path) == []
+
+
+def test_training_batches_from_scratch_files_equal_those_from_the_heap(tmp_path, monkeypatch):
+  """get_datasets puts a large corpus's plan in the workdir; the batches do not change."""
+  c = data.default_config()  # synthetic 'reverse'
+  c.update(synthetic_train_size=1200, max_len=24, tokens_per_batch=512, prefetch_batches=0)
+  heap = data.get_datasets(c, str(tmp_path / "heap"), num_local_devices=2)
+  monkeypatch.setattr(batching, "SCRATCH_MIN_PAIRS", 100)
+  disk = data.get_datasets(c, str(tmp_path / "disk"), num_local_devices=2)
+  assert heap.bucket_plan.scratch.directory is None
+  assert disk.bucket_plan.scratch.directory == str(tmp_path / "disk")
+  steps = heap.bucket_plan.steps_before(2) + 2
+  for a, b in zip(itertools.islice(heap.train_iter(), steps), disk.train_iter()):
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)

@@ -211,9 +211,10 @@ class BucketPlan:
   iterator state is just the next step.
 
   Memory: the per-pair arrays (each pair's bucket, an epoch's order) are computed in chunks
-  of `chunk` pairs and, when the corpus has at least `scratch_min_pairs` pairs, live in
-  unnamed scratch files under `scratch_dir`, so the heap does not grow with the corpus;
-  smaller corpora, or no `scratch_dir`, keep them on the heap. Both give the same batches.
+  of `chunk` pairs and, when the corpus has at least `scratch_min_pairs` pairs (default
+  SCRATCH_MIN_PAIRS), live in unnamed scratch files under `scratch_dir`, so the heap does
+  not grow with the corpus; smaller corpora, or no `scratch_dir`, keep them on the heap.
+  Both give the same batches.
   """
 
   def __init__(
@@ -224,7 +225,7 @@ class BucketPlan:
     sharding: Sharding,
     seed: int,
     scratch_dir: str | None = None,
-    scratch_min_pairs: int = SCRATCH_MIN_PAIRS,
+    scratch_min_pairs: int | None = None,
     chunk: int = CHUNK_PAIRS,
   ) -> None:
     self.pairs = pairs
@@ -232,6 +233,8 @@ class BucketPlan:
     self.sharding = sharding
     self.seed = seed
     self.chunk = chunk
+    if scratch_min_pairs is None:
+      scratch_min_pairs = SCRATCH_MIN_PAIRS
     on_disk = scratch_dir is not None and len(pairs) >= scratch_min_pairs
     self.scratch = Scratch(scratch_dir if on_disk else None)
     self.bucket_of = bucket_of(pairs, self.boundaries, chunk, self.scratch)  # [pairs]
