@@ -98,6 +98,7 @@ class Scratch:
     if self.directory is None:
       return np.empty(n, dtype)
     size = max(1, n * np.dtype(dtype).itemsize)
+    os.makedirs(self.directory, exist_ok=True)
     with tempfile.TemporaryFile(dir=self.directory) as f:
       try:  # reserve the blocks: writing a mapped page of a full disk would kill with SIGBUS
         os.posix_fallocate(f.fileno(), 0, size)

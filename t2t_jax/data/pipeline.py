@@ -17,7 +17,6 @@ import atexit
 import contextlib
 import dataclasses
 import logging
-import os
 import time
 import weakref
 from collections.abc import Iterator, Sequence
@@ -292,11 +291,10 @@ def get_datasets(
 
 
 def _scratch_dir(workdir: str) -> str | None:
-  """The workdir when it is a local directory (created if absent), for the bucket plan's
-  scratch files; None for a remote one (gs://...)."""
+  """The workdir when it is a local path, for the bucket plan's scratch files; None for a
+  remote one (gs://...)."""
   if not workdir or "://" in workdir:
     return None
-  os.makedirs(workdir, exist_ok=True)
   return workdir
 
 
