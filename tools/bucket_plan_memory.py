@@ -10,9 +10,16 @@ files under --dir, and asks for the first step of epochs 0, 1 and 2. Prints the 
 each stage and the peak growth of the process's anonymous memory over the mapped corpus
 (RssAnon of /proc/self/status sampled every 10 ms, minus its value before the plan), in
 bytes per pair. Checkouts whose BucketPlan takes no scratch directory run it on the heap.
+
+    python tools/bucket_plan_memory.py --experiment=bench.py --data_dir=DIR --dir=/work/bench
+
+instead opens a prepared store (an experiment file and its data_dir, e.g. those that
+tools/prepare_benchmark.py --keep_data leaves) through get_datasets, with a fresh workdir
+under --dir, takes three training batches, and prints RssAnon/RssFile before and after.
 """
 
 import argparse
+import importlib.util
 import inspect
 import json
 import os
@@ -29,9 +36,36 @@ from t2t_jax.data.tokenized import TokenizedPairs
 BOUNDARIES = tuple(range(8, 64, 8)) + tuple(range(64, 257, 16))
 
 
-def _rss_anon_kib() -> int:
+def _rss_kib(field: str = "RssAnon") -> int:
   with open("/proc/self/status", encoding="ascii") as f:
-    return int(re.search(r"^RssAnon:\s+(\d+) kB", f.read(), re.M).group(1))
+    return int(re.search(rf"^{field}:\s+(\d+) kB", f.read(), re.M).group(1))
+
+
+def _rss_anon_kib() -> int:
+  return _rss_kib("RssAnon")
+
+
+def measure_store(experiment: str, data_dir: str, workdir: str, batches: int = 3) -> dict:
+  """RssAnon and RssFile (MiB) before get_datasets, after it, and after `batches` batches."""
+  from t2t_jax.data import pipeline
+
+  spec = importlib.util.spec_from_file_location("experiment", experiment)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  c = module.get_config().data
+  c.data_dir = data_dir
+
+  def now() -> dict:
+    return {f: round(_rss_kib(f) / 1024, 1) for f in ("RssAnon", "RssFile")}
+
+  result = dict(before=now())
+  data = pipeline.get_datasets(c, workdir)
+  result["datasets"] = now()
+  it = data.train_iter()
+  for _ in range(batches):
+    next(it)
+  result[f"{batches}_batches"] = now()
+  return result
 
 
 class PeakAnon:
@@ -99,8 +133,14 @@ def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--pairs", default="2000000,10000000", help="corpus sizes, comma-separated")
   parser.add_argument("--dir", default=".", help="a directory on disk for the files")
+  parser.add_argument("--experiment", default="", help="measure get_datasets on this store")
+  parser.add_argument("--data_dir", default="", help="the store's config.data.data_dir")
   args = parser.parse_args()
   print(f"BucketPlan from {batching.__file__}", flush=True)
+  if args.experiment:
+    with tempfile.TemporaryDirectory(prefix="workdir_", dir=args.dir) as workdir:
+      print(json.dumps(measure_store(args.experiment, args.data_dir, workdir)), flush=True)
+    return
   for n in (int(p) for p in args.pairs.split(",")):
     with tempfile.TemporaryDirectory(prefix="bucket_plan_", dir=args.dir) as directory:
       print(json.dumps(measure(directory, n)), flush=True)
