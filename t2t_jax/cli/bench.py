@@ -24,6 +24,7 @@ Model FLOPs (per training step, on full-length synthetic batches, so every token
 
 import json
 import os
+import pathlib
 import resource
 import statistics
 import time
@@ -229,15 +230,35 @@ def bench_train(
   )
 
 
+def shared_data_dir() -> pathlib.Path:
+  """The offline corpora: $T2T_SHARED_DATA, else `shared/data` beside the repository."""
+  if os.environ.get("T2T_SHARED_DATA"):
+    return pathlib.Path(os.environ["T2T_SHARED_DATA"])
+  return pathlib.Path(__file__).resolve().parents[3] / "shared" / "data"
+
+
+def _multi30k_data_config(
+  directory: pathlib.Path, like: ml_collections.ConfigDict
+) -> ml_collections.ConfigDict:
+  """Multi30k en-de as text files, batched like `like` (the stand-in for WMT's pipeline)."""
+  from t2t_jax import data
+
+  c = data.default_config()
+  c.update(source="textfiles", source_lang="en", target_lang="de", vocab_size=8000)
+  for split, stem in (("train", "train"), ("dev", "val"), ("test", "test2016")):
+    c[f"{split}_source"] = str(directory / f"{stem}.en")
+    c[f"{split}_target"] = str(directory / f"{stem}.de")
+  c.update(max_len=like.max_len, tokens_per_batch=like.tokens_per_batch, batching=like.batching)
+  return c
+
+
 CORPORA = {"multi30k": "multi30k/test2016.en", "newstest2014": "wmt14/newstest2014.en"}
 
 
 def _real_sentences(n: int, corpus: str = ""):
   """English sources from ../shared/data: `corpus` (an error if absent), or the first of
   multi30k test2016 and newstest2014 present, or (None, None)."""
-  from tests import support as testing
-
-  root = str(testing.shared_data_dir())
+  root = str(shared_data_dir())
   for name in [corpus] if corpus else CORPORA:
     path = os.path.join(root, CORPORA[name])
     if os.path.isfile(path):
@@ -379,16 +400,10 @@ def bench_pipeline(config: ml_collections.ConfigDict, num_batches: int) -> dict[
   note = config.data.source
   if data_config.source not in ("synthetic", "textfiles"):
     # WMT needs a download: measure the same pipeline on multi30k instead.
-    root = data.testing.shared_data_dir()
+    root = shared_data_dir()
     if not (root / "multi30k" / "train.en").exists():
       return dict(skipped=f"{data_config.source} needs a download and multi30k is absent")
-    data_config = data.testing.textfiles_config(
-      root / "multi30k",
-      vocab_size=8000,
-      max_len=data_config.max_len,
-      tokens_per_batch=data_config.tokens_per_batch,
-      batching=data_config.batching,
-    )
+    data_config = _multi30k_data_config(root / "multi30k", data_config)
     note = "multi30k (stand-in for WMT)"
   with tempfile.TemporaryDirectory() as workdir:
     t0 = time.perf_counter()
