@@ -214,7 +214,9 @@ def test_sentencepiece_model_tokenizer_and_translation(tmp_path):
   for limit, rows in _greedy_groups(t2t, sources).items():
     theirs = translate_hf([sources[i] for i in rows], num_beams=1, max_new_tokens=limit)
     for i, text in zip(rows, theirs):
-      assert text == ours[i], sources[i]
+      # A translation ending in a lone '▁' piece decodes to a trailing space in
+      # SentencePiece; MarianTokenizer's decode strips it.
+      assert text == ours[i].rstrip(" "), sources[i]
 
 
 def _translation_pipeline(out):
