@@ -647,6 +647,7 @@ def test_transformer_beam_search_equals_reference():
   np.testing.assert_allclose(scores, ref_scores, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("share_embeddings", [True, False])
 def test_bfloat16_search_ranks_float32_logits_of_the_bfloat16_features(share_embeddings):
   """A bfloat16 model's beam and greedy searches score float32 logits: the same searches over

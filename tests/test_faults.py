@@ -54,6 +54,7 @@ def _truncate_arrays(step_dir: str) -> None:
       f.truncate(10)
 
 
+@pytest.mark.slow
 def test_damaged_latest_checkpoints_are_reported_kept_and_skipped(trained, tmp_path, caplog):
   caplog.set_level("INFO")
   workdir = _copy(trained, tmp_path)
@@ -89,6 +90,7 @@ def test_no_restorable_checkpoint_stops_naming_every_path(trained, tmp_path):
 # --- 3. disk full while saving ------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_disk_full_while_saving_stops_naming_step_and_keeps_the_last_checkpoint(
   tmp_path, monkeypatch
 ):
@@ -251,6 +253,7 @@ def test_safe_changes_are_allowed_and_returned():
     fingerprint.compare(_fingerprint(), other_vocab, "here")
 
 
+@pytest.mark.slow
 def test_resume_checks_the_fingerprint_and_records_each_start(trained, tmp_path):
   workdir = _copy(trained, tmp_path)
   with pytest.raises(fingerprint.FingerprintError, match=r"config\.model\.dropout_rate=0\.0"):
@@ -286,6 +289,7 @@ def _corpus(directory, name, lines):
       )
 
 
+@pytest.mark.slow
 def test_dev_and_test_pairs_longer_than_max_len_are_truncated_with_one_warning(tmp_path, caplog):
   caplog.set_level("WARNING")
   corpus = tmp_path / "corpus"
@@ -338,6 +342,7 @@ FIELDS = list(train.POSITIVE_FIELDS)
     "train vocab_size",
   ],
 )
+@pytest.mark.slow
 def test_values_that_make_no_sense_are_refused_in_one_line(case, trained, tmp_path):
   if case.startswith("config."):
     field, value = case[len("config.") :].split("=")

@@ -82,6 +82,7 @@ def test_padding_does_not_leak(tiny_setup):
   assert np.abs(unmasked[0, :3] - logits[0, :3]).max() > 1e-4
 
 
+@pytest.mark.slow
 def test_packed_row_equals_separate_pairs(tiny_setup):
   model, params, _ = tiny_setup
   rng = np.random.default_rng(3)

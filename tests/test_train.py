@@ -66,6 +66,7 @@ def _split(batch, n):
   return {k: v.reshape((n, -1) + v.shape[1:]) for k, v in batch.items()}
 
 
+@pytest.mark.slow
 def test_eight_devices_equal_one_device(small_state):
   assert jax.local_device_count() == 8, "tests run with 8 simulated CPU devices (conftest)"
   model, state = small_state()
@@ -91,6 +92,7 @@ def test_eight_devices_equal_one_device(small_state):
   assert float(np.asarray(m8["denominator"])[0]) == float((batch["targets"] != 0).sum())
 
 
+@pytest.mark.slow
 def test_gradient_accumulation_equals_one_big_batch(small_state):
   model, state = small_state()
   schedule = optim.optimizer_schedule(CFG.d_model, 4)
@@ -152,6 +154,7 @@ def test_resume_is_exact(tmp_path):
     assert json.load(f)["model"]["dropout_rate"] == 0.2
 
 
+@pytest.mark.slow
 def test_checkpoint_of_another_model_is_refused(tmp_path):
   workdir = str(tmp_path / "w")
   train.train_and_evaluate(small_config(num_train_steps=3), workdir)
@@ -301,6 +304,7 @@ def test_no_recompilation_after_the_first_step(small_state):
   assert counter.count == 0
 
 
+@pytest.mark.slow
 def test_test_split_is_scored_on_averaged_checkpoints(tmp_path, caplog):
   caplog.set_level("INFO")
   config = small_config(
@@ -368,6 +372,7 @@ def test_time_limit_stops_saves_and_tests(tmp_path):
   assert checkpoint.Checkpoints(str(tmp_path / "w")).steps() == [2]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("share", [True, False])
 def test_chunked_output_loss_step_equals_whole_logits_step(share, small_state):
   """The fused, chunked pre-softmax layer + loss gives the update of the plain one."""
@@ -384,6 +389,7 @@ def test_chunked_output_loss_step_equals_whole_logits_step(share, small_state):
     np.testing.assert_allclose(m0[key][0], m5[key][0], rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_bad_selection_candidate_names_the_config_field(tmp_path):
   config = small_config(
     num_train_steps=2,

@@ -23,6 +23,7 @@ def workdir(tmp_path_factory):
   return path
 
 
+@pytest.mark.slow
 def test_order_count_empty_and_long_lines(workdir, caplog):
   t = translate.Translator.from_workdir(workdir)
   assert t.checkpoint_steps == [6]
@@ -39,6 +40,7 @@ def test_order_count_empty_and_long_lines(workdir, caplog):
   )
 
 
+@pytest.mark.slow
 def test_average_checkpoints(workdir):
   ckpts = checkpoint.Checkpoints(workdir)
   assert ckpts.steps() == [2, 4, 6]

@@ -37,6 +37,7 @@ def _forced_log_prob(t2t, source: str, target: str) -> float:
   return float(jnp.take_along_axis(log_probs, targets[0][:, None], axis=-1).sum())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("beam_size", [1, 4])
 def test_nbest_first_is_the_plain_output_scores_sorted_and_exact(workdir, beam_size):
   t2t = Translator.from_workdir(workdir)

@@ -24,6 +24,7 @@ def quick_run(tmp_path_factory):
   return str(out), results, figures
 
 
+@pytest.mark.slow
 def test_quick_run_writes_json_and_labelled_pngs(quick_run):
   out, results, figures = quick_run
   for name in ("why_self_attention.json", "time_vs_n.png", "path_length.png"):
@@ -45,6 +46,7 @@ def test_quick_run_writes_json_and_labelled_pngs(quick_run):
   assert "O(n^2 d)" in wsa.table(results) and "O(log_k(n))" in wsa.table(results)
 
 
+@pytest.mark.slow
 def test_path_lengths_match_receptive_fields(quick_run):
   path = quick_run[1]["path"]
   assert path["n"] == list(PATH_NS)
