@@ -71,6 +71,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.max_output_extra = 50
   config.bleu_every_steps = 0  # sacreBLEU on dev sentences every M steps (0 = off)
   config.bleu_num_sentences = 500
+  config.bleu_beam_size = 0  # beam of those dev scores (0 = beam_size; 1 = greedy, cheaper)
   config.test_at_end = False  # translate and score the test split after training
   # Checkpoint selection on dev only: candidates ('latest', 'average:N', 'STEP', comma
   # separated) are scored by dev sacreBLEU and the best one translates the test split;

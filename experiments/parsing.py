@@ -61,9 +61,11 @@ def get_config(size: str = ""):
   config.max_output_extra = 300
   config.num_train_steps = 6000  # the time limit below ends it first on two CPU cores
   config.warmup_steps = 400
-  config.learning_rate_factor = 1.5
+  # Half the paper's rate: at 1.5x (peak 4.7e-3) the decoder settled on one parse shape for
+  # every sentence and never learned to read the source (docs/parsing.md).
+  config.learning_rate_factor = 0.5
   config.log_every_steps = 50
-  config.eval_every_steps = 200
+  config.eval_every_steps = 250
   config.checkpoint_every_steps = 100
   config.keep_checkpoints = 5
   # The last step parses the test split: with a beam of 21 each dev decoding costs minutes on
@@ -71,8 +73,9 @@ def get_config(size: str = ""):
   # chooses by dev F1 where time allows).
   config.average_checkpoints = 1
   config.select_checkpoints = ""
-  config.bleu_every_steps = 500  # dev bracket F1 (the whole dev split) every 500 steps
+  config.bleu_every_steps = 250  # dev bracket F1 (the whole dev split) every 250 steps
   config.bleu_num_sentences = 127
+  config.bleu_beam_size = 1  # greedy: a beam of 21 costs minutes per evaluation here
   config.test_at_end = True
-  config.train_time_limit_minutes = 40.0
+  config.train_time_limit_minutes = 54.0
   return config

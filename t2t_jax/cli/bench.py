@@ -13,6 +13,10 @@ Prints a table and writes JSON with:
             present, else synthetic), with a trained --workdir or random parameters;
   pipeline  the input pipeline's pairs/s and tokens/s.
 
+With --vs=peers, train times the same model and batch in t2t_jax, torch.nn.Transformer, a
+plain flax.linen Transformer and Hugging Face's MarianMTModel, interleaved
+(cli/bench_peers.py; JSON `train_vs`); --vs=ctranslate2 does the same for decode.
+
 Model FLOPs (per training step, on full-length synthetic batches, so every token is real):
   6 * (encoder non-embedding params * source tokens + decoder non-embedding params * target
   tokens)  [forward 2, backward 4 per parameter and token]
@@ -22,6 +26,7 @@ Model FLOPs (per training step, on full-length synthetic batches, so every token
   counted (standard MFU practice).
 """
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -64,9 +69,10 @@ flags.DEFINE_integer("beam_size", 4, "beam width for the decoding figure")
 flags.DEFINE_enum(
   "vs",
   "",
-  ["", "ctranslate2"],
-  "decode: time the same parameters and sources in this engine too, interleaved (random "
-  "parameters: sources of --seq_len tokens, outputs forced to that length)",
+  ["", "ctranslate2", "peers"],
+  "ctranslate2: decode the same parameters and sources in CTranslate2 too, interleaved "
+  "(random parameters: sources of --seq_len tokens, outputs forced to that length); peers: "
+  "train the same model on the same batch in torch, plain flax and Marian too, interleaved",
 )
 flags.DEFINE_integer("repeats", 3, "interleaved repetitions per system for --vs")
 flags.DEFINE_integer("pipeline_batches", 200, "batches drawn from the input pipeline")
@@ -177,6 +183,43 @@ def _peak_memory() -> dict[str, int]:
   return dict(peak_host_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
 
 
+def train_rows(batch_tokens: int, seq_len: int, devices: int) -> int:
+  """Rows of the synthetic batch: batch_tokens / seq_len, a multiple of the devices."""
+  return max(devices, batch_tokens // seq_len // devices * devices)
+
+
+@dataclasses.dataclass
+class TrainSetup:
+  """t2t_jax's training step as bench_train times it, for reuse by the peer comparison."""
+
+  cfg: TransformerConfig
+  params: VariableDict  # the initial parameters (counts, FLOPs); the state holds copies
+  state: steps.TrainState  # replicated on the local devices; donated by `step`
+  step: Callable[..., tuple[steps.TrainState, dict[str, jax.Array]]]
+  host_batch: dict[str, np.ndarray]  # int32 [devices, rows / devices, seq_len]
+  batch: dict[str, jax.Array]  # host_batch on the devices
+  rows: int
+  devices: int
+
+
+def setup_train(
+  cfg: TransformerConfig, warmup_steps: int, label_smoothing: float, rows: int, seq_len: int
+) -> TrainSetup:
+  """Initial parameters, replicated Adam state, the pmapped train step and a synthetic batch
+  of rows x seq_len random ids on both sides (no padding: every token is real)."""
+  model = Transformer(cfg)
+  devices = jax.local_device_count()
+  dummy = jnp.ones((1, 8), jnp.int32)
+  params = jax.jit(model.init)(jax.random.PRNGKey(0), dummy, dummy)["params"]
+  tx = optim.make_optimizer(cfg.d_model, warmup_steps)
+  state = parallel.replicate(steps.TrainState.create(params, tx, jax.random.PRNGKey(1)))
+  schedule = optim.optimizer_schedule(cfg.d_model, warmup_steps)
+  step = parallel.pmap_train_step(model, label_smoothing, schedule)
+  host_batch = _synthetic_batch(rows, seq_len, seq_len, cfg.vocab_size, devices)
+  batch = parallel.shard(host_batch)
+  return TrainSetup(cfg, params, state, step, host_batch, batch, rows, devices)
+
+
 def bench_train(
   config: ml_collections.ConfigDict,
   vocab_size: int,
@@ -186,16 +229,9 @@ def bench_train(
   counter: CompileCounter,
 ) -> dict[str, Any]:
   cfg = TransformerConfig.from_dict(config.model.to_dict(), vocab_size=vocab_size)
-  model = Transformer(cfg)
-  devices = jax.local_device_count()
-  rows = max(devices, batch_tokens // seq_len // devices * devices)
-  dummy = jnp.ones((1, 8), jnp.int32)
-  params = jax.jit(model.init)(jax.random.PRNGKey(0), dummy, dummy)["params"]
-  tx = optim.make_optimizer(cfg.d_model, config.warmup_steps)
-  state = parallel.replicate(steps.TrainState.create(params, tx, jax.random.PRNGKey(1)))
-  schedule = optim.optimizer_schedule(cfg.d_model, config.warmup_steps)
-  step = parallel.pmap_train_step(model, config.label_smoothing, schedule)
-  batch = parallel.shard(_synthetic_batch(rows, seq_len, seq_len, vocab_size, devices))
+  rows = train_rows(batch_tokens, seq_len, jax.local_device_count())
+  setup = setup_train(cfg, config.warmup_steps, config.label_smoothing, rows, seq_len)
+  state, step, batch, params = setup.state, setup.step, setup.batch, setup.params
   t0 = time.perf_counter()
   state, metrics = step(state, batch)
   jax.block_until_ready(metrics)
@@ -212,7 +248,7 @@ def bench_train(
   tgt_tokens = rows * seq_len
   return dict(
     params=sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params)),
-    devices=devices,
+    devices=setup.devices,
     rows=rows,
     seq_len=seq_len,
     target_tokens_per_step=tgt_tokens,
@@ -227,6 +263,30 @@ def bench_train(
     model_flops_per_target_token=flops / tgt_tokens,
     achieved_flops=flops / median,
     **_peak_memory(),
+  )
+
+
+def bench_train_vs(
+  config: ml_collections.ConfigDict,
+  vocab_size: int,
+  batch_tokens: int,
+  seq_len: int,
+  counter: CompileCounter,
+  peak: dict[str, Any] | None,
+) -> dict[str, Any]:
+  """The training step against torch, plain flax and Marian (see cli/bench_peers.py)."""
+  from t2t_jax.cli import bench_peers
+
+  cfg = TransformerConfig.from_dict(config.model.to_dict(), vocab_size=vocab_size)
+  workload = bench_peers.Workload(
+    model=cfg,
+    rows=train_rows(batch_tokens, seq_len, jax.local_device_count()),
+    seq_len=seq_len,
+    label_smoothing=config.label_smoothing,
+    warmup_steps=config.warmup_steps,
+  )
+  return bench_peers.compare(
+    workload, steps=FLAGS.steps, repeats=FLAGS.repeats, peak=peak, counter=counter
   )
 
 
@@ -457,6 +517,10 @@ def _table(results: dict[str, Any]) -> str:
       f"  compile {t['compile_s']:.1f} s, compilations after warm-up: "
       f"{t['compiles_after_warmup']}, peak memory {memory:,.0f} MiB",
     ]
+  if "train_vs" in results:
+    from t2t_jax.cli import bench_peers
+
+    lines.append(bench_peers.table(results["train_vs"]))
   if "decode" in results:
     d = results["decode"]
     lines.append(f"decode ({d['inputs']}; mean source {d['mean_source_tokens']:.1f} tokens):")
@@ -503,12 +567,16 @@ def main(argv: Sequence[str]) -> None:
   )
   if "peak" in FLAGS.parts:
     results["peak"] = measure_peak()
-  if "train" in FLAGS.parts:
-    batch_tokens = FLAGS.batch_tokens or config.data.tokens_per_batch
+  batch_tokens = FLAGS.batch_tokens or config.data.tokens_per_batch
+  if "train" in FLAGS.parts and FLAGS.vs == "peers":
+    results["train_vs"] = bench_train_vs(
+      config, vocab, batch_tokens, FLAGS.seq_len, counter, results.get("peak")
+    )
+  elif "train" in FLAGS.parts:
     results["train"] = bench_train(config, vocab, batch_tokens, FLAGS.seq_len, FLAGS.steps, counter)
     if "peak" in results:
       results["train"]["mfu"] = results["train"]["achieved_flops"] / results["peak"]["peak_flops"]
-  if "decode" in FLAGS.parts and FLAGS.vs:
+  if "decode" in FLAGS.parts and FLAGS.vs == "ctranslate2":
     results["decode_vs"] = bench_decode_vs(config, vocab)
   elif "decode" in FLAGS.parts:
     results["decode"] = bench_decode(config, vocab, FLAGS.decode_sentences, FLAGS.beam_size)
