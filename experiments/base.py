@@ -69,6 +69,9 @@ def get_config() -> ml_collections.ConfigDict:
   config.beam_size = 4
   config.alpha = 0.6
   config.max_output_extra = 50
+  # When beam search stops a sentence: 'exact' (tensor2tensor: no live hypothesis can still
+  # win) or 'heuristic' (none would if it ended now; faster, may differ; decoding/search.py).
+  config.beam_stop = "exact"
   config.bleu_every_steps = 0  # sacreBLEU on dev sentences every M steps (0 = off)
   config.bleu_num_sentences = 500
   config.bleu_beam_size = 0  # beam of those dev scores (0 = beam_size; 1 = greedy, cheaper)

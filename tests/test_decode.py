@@ -55,8 +55,20 @@ def _trie_lm(table, max_decode_len, slope):
   return tokens_to_logits, cache
 
 
-@functools.partial(jax.jit, static_argnames=("beam_size", "max_decode_len", "slope", "early_stop"))
-def _beam(table, max_lengths, alpha, *, beam_size, max_decode_len, slope=SLOPE, early_stop=True):
+@functools.partial(
+  jax.jit, static_argnames=("beam_size", "max_decode_len", "slope", "early_stop", "stop")
+)
+def _beam(
+  table,
+  max_lengths,
+  alpha,
+  *,
+  beam_size,
+  max_decode_len,
+  slope=SLOPE,
+  early_stop=True,
+  stop="exact",
+):
   lm, cache = _trie_lm(table, max_decode_len, slope)
   return decode.beam_search(
     lm,
@@ -66,6 +78,7 @@ def _beam(table, max_lengths, alpha, *, beam_size, max_decode_len, slope=SLOPE, 
     beam_size=beam_size,
     alpha=alpha,
     early_stop=early_stop,
+    stop=stop,
   )
 
 
@@ -324,6 +337,59 @@ def test_length_penalty_flips_the_choice_where_the_formula_says(beam_size):
       np.testing.assert_allclose(scores[0, 1], expected[loser], rtol=1e-6)
 
 
+def test_heuristic_stop_misses_the_long_winner_the_exact_stop_finds():
+  """The length-penalty test's model at alpha* + 1e-3, beam 1: after step 0 the finished
+  set holds EOS (log .6 / lp(1)) and `a` (log .4) is live. Scored as if it ended now, `a`
+  cannot win, so stop="heuristic" ends there; the exact rule sees that a a a EOS, with the
+  larger lp(4), still can, continues, and returns it."""
+  probs = {(): {EOS_ID: 0.6, A: 0.4}, (A,): {A: 1.0}, (A, A): {A: 1.0}}
+  table = _hand_table(probs, max_decode_len=6)
+  max_lengths = np.array([6], np.int32)
+  alpha = math.log(math.log(0.4) / math.log(0.6)) / math.log(1.5) + 1e-3
+  kwargs = dict(beam_size=1, max_decode_len=6, slope=0.0)
+  (seqs, _), steps = _run_counting_steps(_beam, table, max_lengths, alpha, **kwargs)
+  (h_seqs, h_scores), h_steps = _run_counting_steps(
+    _beam, table, max_lengths, alpha, stop="heuristic", **kwargs
+  )
+  assert _strip(seqs[0, 0]) == (A, A, A, EOS_ID) and steps >= 4
+  assert _strip(h_seqs[0, 0]) == (EOS_ID,) and h_steps == 1
+  np.testing.assert_allclose(h_scores[0, 0], math.log(0.6), rtol=1e-6)  # lp(1) = 1
+
+
+def test_heuristic_stop_is_the_exact_stop_without_a_length_reward():
+  """For alpha <= 0 a longer ending never scores better, so both rules stop at the same step
+  with the same outputs; for alpha > 0 the heuristic never runs longer than the exact rule."""
+  max_lengths = np.array([9, 7, 9, 4], np.int32)
+  kwargs = dict(beam_size=3, max_decode_len=9)
+  saved = 0
+  for seed in range(4):
+    table = _random_table(700 + seed, batch=4, max_decode_len=9, eos_bias=2.0)
+    for alpha in [-0.5, 0.0, 0.6, 2.0]:
+      exact, steps = _run_counting_steps(_beam, table, max_lengths, alpha, **kwargs)
+      heuristic, h_steps = _run_counting_steps(
+        _beam, table, max_lengths, alpha, stop="heuristic", **kwargs
+      )
+      assert h_steps <= steps
+      if alpha <= 0:
+        assert h_steps == steps
+        np.testing.assert_array_equal(heuristic[0], exact[0])
+        np.testing.assert_array_equal(heuristic[1], exact[1])
+      saved += steps - h_steps
+  assert saved > 0  # with a length reward it did stop sooner somewhere
+
+
+def test_unknown_stop_rule_is_refused():
+  with pytest.raises(ValueError, match="stop='never'"):
+    _beam(
+      _random_table(1, 1, 3),
+      np.array([3], np.int32),
+      0.6,
+      beam_size=2,
+      max_decode_len=3,
+      stop="never",
+    )
+
+
 def test_each_sentence_keeps_its_own_max_length():
   """Ending is cheap only past each sentence's limit, so outputs must be cut at the limit.
 
@@ -576,10 +642,16 @@ def test_beam_slots_track_each_hypothesis_history():
 
 
 @pytest.mark.slow
-def test_transformer_beam_search_equals_reference():
+@pytest.mark.parametrize("first_segment", [16, 2])
+def test_transformer_beam_search_equals_reference(first_segment, monkeypatch):
   """The Transformer's beam-aware decoding (shared encoder keys/values, in-place slots,
-  compaction) against the reference search over its per-row decode_step."""
+  compaction, and with first_segment 2 a cache grown segment by segment: 2, 4, 8, 16
+  positions) against the reference search over its per-row decode_step."""
+  from t2t_jax.decoding import search as search_lib
   from t2t_jax.decoding import translator as translate
+
+  monkeypatch.setattr(search_lib, "FIRST_SEGMENT", first_segment)
+  assert len(search_lib.segment_bounds(16)) == (1 if first_segment == 16 else 4)
   from t2t_jax.model import Transformer, TransformerConfig
 
   cfg = TransformerConfig(

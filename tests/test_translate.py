@@ -162,3 +162,13 @@ def test_average_command_writes_a_translatable_workdir(workdir, tmp_path):
   for a, b in zip(jax.tree.leaves(t.params), jax.tree.leaves(want)):
     np.testing.assert_array_equal(a, b)
   assert "already holds checkpoints" in run().stderr  # never overwrites
+
+
+def test_beam_stop_comes_from_the_config_and_is_checked(workdir):
+  assert translate.Translator.from_workdir(workdir).beam_stop == "exact"  # base config's
+  t = translate.Translator.from_workdir(workdir, beam_stop="heuristic")
+  assert t.beam_stop == "heuristic"
+  out = t.translate(["1 2 3", "4 5 6 7 1 2"], beam_size=2)
+  assert len(out) == 2 and all(isinstance(o, str) for o in out)
+  with pytest.raises(ValueError, match="beam_stop='never'"):
+    translate.Translator(t.model, t.params, t.tokenizer, beam_stop="never")

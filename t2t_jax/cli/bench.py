@@ -441,6 +441,7 @@ def bench_decode_vs(config: ml_collections.ConfigDict, vocab_size: int) -> dict[
     alpha=alpha,
     forced=forced,
     repeats=FLAGS.repeats,
+    stop=config.get("beam_stop", "exact"),
   )
   result["inputs"] = what
   result["model"] = dict(

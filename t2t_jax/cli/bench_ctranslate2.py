@@ -92,8 +92,10 @@ def t2t_system(
   beam_size: int,
   alpha: float,
   forced: bool,
+  stop: str = "exact",
 ) -> tuple[Callable[[], list[list[int]]], float]:
-  """(run, compile seconds): run() decodes every sentence once and returns int id lists."""
+  """(run, compile seconds): run() decodes every sentence once and returns int id lists;
+  `stop`: beam search's stopping rule (search.beam_search)."""
   model = Transformer(trained.config)
   params = jax.device_put(trained.params)
   inputs, limits = jnp.asarray(_padded(ids)), np.asarray(limits, np.int32)
@@ -109,6 +111,7 @@ def t2t_system(
       max_decode_len=max_decode_len,
       beam_size=beam_size,
       suppress_eos=forced,
+      stop=stop,
     )
     return [[int(t) for t in row if t != 0] for row in np.asarray(seqs)]
 
@@ -201,15 +204,17 @@ def compare(
   repeats: int,
   threads: int | None = None,
   compute_types: Sequence[str] = COMPUTE_TYPES,
+  stop: str = "exact",
 ) -> dict:
   """Times t2t_jax's beam search and CTranslate2's on the same parameters and sources.
 
-  ids: source id lists (EOS last); limits: each output's length limit, EOS included.
+  ids: source id lists (EOS last); limits: each output's length limit, EOS included;
+  stop: t2t_jax's stopping rule (search.beam_search).
   Returns a dict per system (tokens/s, sentences/s, per-repetition seconds, ratio to
   t2t_jax, outputs equal to t2t_jax's) plus the set-up.
   """
   threads = threads or cpu_threads()
-  t2t_run, compile_s = t2t_system(trained, ids, limits, beam_size, alpha, forced)
+  t2t_run, compile_s = t2t_system(trained, ids, limits, beam_size, alpha, forced, stop)
   systems = {"t2t_jax": t2t_run}
   setup = {"t2t_jax": compile_s}
   with tempfile.TemporaryDirectory() as tmp:
@@ -244,6 +249,7 @@ def compare(
     beam_size=beam_size,
     alpha=alpha,
     forced_lengths=forced,
+    beam_stop=stop,
     threads=threads,
     repeats=repeats,
     mean_source_tokens=float(np.mean([len(s) for s in ids])),
@@ -254,7 +260,8 @@ def table(result: dict) -> str:
   """The comparison as lines of text (medians; ratio = t2t_jax tokens/s over the system's)."""
   lines = [
     f"decode vs CTranslate2: {result['sentences']} sentences, beam {result['beam_size']}, "
-    f"alpha {result['alpha']}, {result['threads']} thread(s), "
+    f"alpha {result['alpha']}, t2t_jax stop rule {result.get('beam_stop', 'exact')}, "
+    f"{result['threads']} thread(s), "
     f"{'outputs forced to the source length' if result['forced_lengths'] else 'outputs end at EOS'}"
     f", medians of {result['repeats']} interleaved repetitions",
     "| system | target tokens/s | sentences/s | t2t_jax speed-up | same output as t2t_jax |",

@@ -102,6 +102,14 @@ def _define_flags() -> flags.FlagValues:
     "beam_size", None, "beam width; 1 = greedy decoding (default: the workdir's config.beam_size)"
   )
   flags.DEFINE_float("alpha", None, "length penalty exponent (default: the workdir's config.alpha)")
+  flags.DEFINE_enum(
+    "beam_stop",
+    None,
+    ["exact", "heuristic"],
+    "when beam search stops a sentence: 'exact' (no live hypothesis can still win) or "
+    "'heuristic' (none would if it ended now: faster, may differ) (default: the workdir's "
+    "config.beam_stop, else exact)",
+  )
   flags.DEFINE_string(
     "checkpoint",
     "auto",
@@ -165,7 +173,7 @@ def main(argv: Sequence[str]) -> None:
     parsing = _decoding_defaults(args)
     _check_flags(args, interactive)
     translator = Translator.from_workdir(
-      args.workdir, args.checkpoint, batch_tokens=args.batch_tokens
+      args.workdir, args.checkpoint, batch_tokens=args.batch_tokens, beam_stop=args.beam_stop
     )
     nbest = args.nbest or (1 if args.scores else None)
     if interactive:
@@ -186,6 +194,8 @@ def _decoding_defaults(args: flags.FlagValues) -> bool:
     args.beam_size = config.get("beam_size", 4)
   if args.alpha is None:
     args.alpha = config.get("alpha", 0.6)
+  if args.beam_stop is None:
+    args.beam_stop = config.get("beam_stop", "exact")
   return evaluate.is_parsing(config.data)
 
 

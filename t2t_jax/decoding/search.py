@@ -163,6 +163,27 @@ def _check_args(cache: Cache, max_lengths: ArrayLike, max_decode_len: int) -> ja
   return jnp.clip(jnp.asarray(max_lengths, jnp.int32), 1, max_decode_len)
 
 
+def resize_positions(x: jax.Array, length: int) -> jax.Array:
+  """x with its last axis cut or zero-padded to `length`."""
+  if x.shape[-1] >= length:
+    return x[..., :length]
+  return jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, length - x.shape[-1])])
+
+
+FIRST_SEGMENT = 16  # positions in beam search's first cache segment (see segment_bounds)
+
+
+def segment_bounds(max_decode_len: int) -> list[int]:
+  """Where beam search grows the cache: FIRST_SEGMENT, twice that, ... below max_decode_len,
+  then max_decode_len. Doubling keeps the cache at most twice the positions written while
+  compiling the step only log2(max_decode_len / FIRST_SEGMENT) + 1 times."""
+  bounds, bound = [], FIRST_SEGMENT
+  while bound < max_decode_len:
+    bounds.append(bound)
+    bound *= 2
+  return [*bounds, max_decode_len]
+
+
 # --- caches with one slot per hypothesis and position ------------------------------------------
 
 
@@ -202,6 +223,11 @@ class BeamSlots(NamedTuple):
     visible = (jnp.arange(length) <= self.step)[:, None]
     mask = (self._with_current()[..., None] == jnp.arange(beam_size)) & visible
     return mask.reshape(batch_size, 1, beam_size, length * beam_size)
+
+  def resize(self, length: int) -> "BeamSlots":
+    """The table for a cache of `length` positions (`beam_search`'s resize_cache): cut, or
+    padded with zeros for positions not written yet."""
+    return BeamSlots(slots=resize_positions(self.slots, length), step=self.step)
 
   def reorder(self, parents: jax.Array) -> "BeamSlots":
     """After the step: new hypothesis b continues old hypothesis parents[:, b] ([batch, beam])."""
@@ -369,8 +395,11 @@ def _beam_step(
   )
 
 
+STOP_RULES = ("exact", "heuristic")
+
+
 def _beam_search_done(
-  state: _BeamState, max_lengths: jax.Array, alpha: float | jax.Array
+  state: _BeamState, max_lengths: jax.Array, alpha: float | jax.Array, stop: str = "exact"
 ) -> jax.Array:
   """[batch] bool: True where no live hypothesis can still change the finished set.
 
@@ -382,11 +411,16 @@ def _beam_search_done(
   stops while a live hypothesis could still enter the finished set) for every alpha.
   A sentence is done when that bound for its best live hypothesis is strictly below its
   worst finished score (so the finished set is full) or it has no live hypothesis left.
+
+  stop="heuristic" divides by lp(step + 1) alone: the best live hypothesis is scored as if
+  it ended at the next step (Hugging Face's early_stopping=False rule). For alpha > 0 it
+  stops sooner, since a longer ending's larger divisor is ignored, and may then miss a
+  longer hypothesis that would have scored better; for alpha <= 0 it is the exact rule.
   """
   best_live = state.live_log_probs[:, 0]
-  largest_lp = jnp.maximum(
-    length_penalty(state.step + 1, alpha), length_penalty(max_lengths, alpha)
-  )
+  largest_lp = length_penalty(state.step + 1, alpha)
+  if stop == "exact":
+    largest_lp = jnp.maximum(largest_lp, length_penalty(max_lengths, alpha))
   best_possible = best_live / largest_lp
   worst_finished = state.finished_scores[:, -1]
   return (best_live == NEG_INF) | (best_possible < worst_finished)
@@ -406,6 +440,8 @@ def beam_search(
   reorder_cache: Callable[[Cache, jax.Array], Cache] | None = None,
   compact: bool = True,
   eos_only_at_limit: bool = False,
+  resize_cache: Callable[[Cache, int], Cache] | None = None,
+  stop: str = "exact",
 ) -> tuple[jax.Array, jax.Array]:
   """Beam search with the GNMT length penalty, as in tensor2tensor (paper: beam 4, alpha 0.6).
 
@@ -452,6 +488,17 @@ def beam_search(
     eos_only_at_limit: EOS extensions are offered to the finished set only at each
       sentence's limit, so every output has exactly its limit's length whatever the model
       (benchmarks; CTranslate2's min_decoding_length). EOS stays in the softmax.
+    resize_cache: (cache, n) -> the beam-aware cache cut or zero-padded to n positions.
+      With it the search runs in segments (`segment_bounds`: 16, 32, 64, ...,
+      max_decode_len positions) and the cache holds only the current segment's positions,
+      so self-attention reads at most twice the positions written so far instead of all
+      max_decode_len (one compiled step per segment). Results are the same: the padding is
+      never attended to. Once finished sentences have been dropped (`compact`) the
+      remaining rows run on the full-length cache.
+    stop: when a sentence is done. "exact" (tensor2tensor's rule, the default): when no
+      live hypothesis can still enter the finished set. "heuristic": when none would if it
+      ended at the next step (faster on real text; can return another output, see
+      `_beam_search_done`).
 
   Returns:
     sequences int32 [batch, beam_size, max_decode_len] (no BOS, EOS then PAD) and scores
@@ -461,6 +508,8 @@ def beam_search(
     returns its live hypotheses, scored log p / lp(length).
   """
   max_lengths = _check_args(cache, max_lengths, max_decode_len)
+  if stop not in STOP_RULES:
+    raise ValueError(f"stop={stop!r}: must be one of {', '.join(STOP_RULES)}")
   if reorder_cache is None:
     tokens_to_logits, cache, reorder_cache = _per_row_model(tokens_to_logits, cache, beam_size)
   batch_size = max_lengths.shape[0]
@@ -476,14 +525,27 @@ def beam_search(
     cache=cache,
   )
 
-  def run(state: _BeamState, lengths: jax.Array, next_rows: int) -> _BeamState:
-    """Steps until every sentence is done, or only next_rows of them are still running."""
+  bounds = segment_bounds(max_decode_len) if resize_cache is not None else [max_decode_len]
+  if len(bounds) > 1:
+    state = state._replace(cache=resize_cache(state.cache, bounds[0]))
 
+  def run(state: _BeamState, lengths: jax.Array, next_rows: int) -> _BeamState:
+    """Steps until every sentence is done, or only next_rows of them are still running
+    (segment by segment while the cache is shorter than max_decode_len)."""
+    nonlocal bounds
+    for i, bound in enumerate(bounds):
+      if i:
+        state = state._replace(cache=resize_cache(state.cache, bound))
+      state = run_to(state, lengths, next_rows, bound)
+    bounds = [max_decode_len]  # the cache now has every position
+    return state
+
+  def run_to(state: _BeamState, lengths: jax.Array, next_rows: int, bound: int) -> _BeamState:
     def cond(state: _BeamState) -> jax.Array:
-      running = state.step < max_decode_len
+      running = state.step < bound
       if not early_stop:
         return running & (state.step < jnp.max(lengths))
-      not_done = ~_beam_search_done(state, lengths, alpha)
+      not_done = ~_beam_search_done(state, lengths, alpha, stop)
       return running & (jnp.sum(not_done) > next_rows)
 
     def body(state: _BeamState) -> _BeamState:
@@ -509,7 +571,7 @@ def beam_search(
   sequences, scores = _beam_outputs(state, alpha)
   rows, lengths = jnp.arange(batch_size), max_lengths
   for size, next_size in zip(sizes[1:], sizes[2:] + [0]):
-    keep = jnp.argsort(_beam_search_done(state, lengths, alpha), stable=True)[:size]
+    keep = jnp.argsort(_beam_search_done(state, lengths, alpha, stop), stable=True)[:size]
     state = _map_nonscalar(lambda x, keep=keep: x[keep], state)
     rows, lengths = rows[keep], lengths[keep]
     state = run(state, lengths, next_size)

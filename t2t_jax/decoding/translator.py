@@ -20,7 +20,12 @@ from flax.typing import VariableDict
 from t2t_jax import data as data_lib
 from t2t_jax.data.tokenizer import Tokenizer
 from t2t_jax.decoding import search
-from t2t_jax.model import Transformer, TransformerConfig, beam_search_cache
+from t2t_jax.model import (
+  Transformer,
+  TransformerConfig,
+  beam_search_cache,
+  resize_self_attention_cache,
+)
 from t2t_jax.tokens import EOS_ID, PAD_ID
 from t2t_jax.training import checkpoint
 from t2t_jax.training.workdir import sha256_file
@@ -73,6 +78,7 @@ def decode(
   max_decode_len: int,
   beam_size: int,
   suppress_eos: bool = False,
+  stop: str = "exact",
 ) -> tuple[jax.Array, jax.Array]:
   """Encodes once, builds the cache, then beam search (beam_size > 1) or greedy decoding.
 
@@ -84,6 +90,7 @@ def decode(
   suppress_eos (benchmarks only): EOS is never chosen before the length limit, so every
   output has exactly its max length whatever the parameters (beam search: EOS extensions
   are offered only at the limit, `eos_only_at_limit`; greedy: EOS's logit is set to -1e9).
+  stop: beam search's stopping rule (`search.beam_search`): "exact" or "heuristic".
 
   Returns:
     beam search: `search.beam_search`'s (sequences [batch, beam, max_decode_len], scores
@@ -136,6 +143,12 @@ def decode(
     model_cache, slots = cache
     return model_cache, slots.reorder(parents)
 
+  def resize(
+    cache: tuple[VariableDict, search.BeamSlots], length: int
+  ) -> tuple[VariableDict, search.BeamSlots]:
+    model_cache, slots = cache
+    return resize_self_attention_cache(model_cache, length, beam_size), slots.resize(length)
+
   cache = (
     beam_search_cache(state["cache"], beam_size),
     search.BeamSlots.create(inputs.shape[0], beam_size, max_decode_len),
@@ -149,59 +162,38 @@ def decode(
     alpha=alpha,
     reorder_cache=reorder,
     eos_only_at_limit=suppress_eos,
+    resize_cache=resize,
+    stop=stop,
   )
 
 
-@functools.partial(
-  jax.jit, static_argnames=("model", "max_decode_len", "beam_size", "suppress_eos")
-)
+_STATIC = ("model", "max_decode_len", "beam_size", "suppress_eos", "stop")
+
+
+@functools.partial(jax.jit, static_argnames=_STATIC)
 def _search(
   params: VariableDict,
   inputs: jax.Array,
   max_lengths: jax.Array,
   alpha: float | jax.Array,
-  *,
-  model: Transformer,
-  max_decode_len: int,
-  beam_size: int,
-  suppress_eos: bool = False,
+  **static: Any,
 ) -> jax.Array:
   """The best output of `decode` per sentence: int32 [batch, max_decode_len]."""
-  seqs, _ = decode(
-    params,
-    inputs,
-    max_lengths,
-    alpha,
-    model=model,
-    max_decode_len=max_decode_len,
-    beam_size=beam_size,
-    suppress_eos=suppress_eos,
-  )
+  seqs, _ = decode(params, inputs, max_lengths, alpha, **static)
   return seqs[:, 0]
 
 
-@functools.partial(jax.jit, static_argnames=("model", "max_decode_len", "beam_size"))
+@functools.partial(jax.jit, static_argnames=_STATIC)
 def _search_nbest(
   params: VariableDict,
   inputs: jax.Array,
   max_lengths: jax.Array,
   alpha: float | jax.Array,
-  *,
-  model: Transformer,
-  max_decode_len: int,
-  beam_size: int,
+  **static: Any,
 ) -> tuple[jax.Array, jax.Array]:
   """Every hypothesis `decode` keeps: (sequences int32 [batch, beam, max_decode_len], scores
   float32 [batch, beam]; beam search: length-normalised, greedy: raw log-probs)."""
-  return decode(
-    params,
-    inputs,
-    max_lengths,
-    alpha,
-    model=model,
-    max_decode_len=max_decode_len,
-    beam_size=beam_size,
-  )
+  return decode(params, inputs, max_lengths, alpha, **static)
 
 
 class Hypothesis(NamedTuple):
@@ -252,9 +244,13 @@ class Translator:
     tokenizer: Tokenizer,
     max_output_extra: int = 50,
     batch_tokens: int = 4096,
+    beam_stop: str = "exact",
   ) -> None:
+    if beam_stop not in search.STOP_RULES:
+      raise ValueError(f"beam_stop={beam_stop!r}: must be one of {', '.join(search.STOP_RULES)}")
     self.model, self.params, self.tokenizer = model, params, tokenizer
     self.max_output_extra = max_output_extra
+    self.beam_stop = beam_stop  # beam search's stopping rule (search.beam_search's `stop`)
     self.batch_tokens = batch_tokens
     self.checkpoint_steps: list[int] = []
     self.target_lang = "de"
@@ -273,6 +269,7 @@ class Translator:
     params, steps = checkpoint.load_params(workdir, checkpoint_spec, like)
     _check_vocabulary(workdir, steps, data_lib.vocab_path(config.data, workdir))
     kwargs.setdefault("max_output_extra", config.get("max_output_extra", 50))
+    kwargs.setdefault("beam_stop", config.get("beam_stop", "exact"))
     translator = cls(model, params, tokenizer, **kwargs)
     translator.checkpoint_steps = steps
     translator.target_lang = data_lib.target_language(config.data)
@@ -415,7 +412,9 @@ class Translator:
       jnp.asarray(np.minimum(limits, max_len)),
       jnp.float32(alpha),
     )
-    kw = dict(model=self.model, max_decode_len=max_decode_len, beam_size=beam_size)
+    kw = dict(
+      model=self.model, max_decode_len=max_decode_len, beam_size=beam_size, stop=self.beam_stop
+    )
     if nbest is None:
       seqs = np.asarray(_search(*args, **kw))
       return [self.tokenizer.decode(row) for row in seqs[: len(sources)]]

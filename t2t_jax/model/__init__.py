@@ -11,6 +11,7 @@ from t2t_jax.model.transformer import (
   Transformer,
   TransformerConfig,
   beam_search_cache,
+  resize_self_attention_cache,
   shift_right,
 )
 
@@ -21,5 +22,6 @@ __all__ = [
   "Transformer",
   "TransformerConfig",
   "beam_search_cache",
+  "resize_self_attention_cache",
   "shift_right",
 ]

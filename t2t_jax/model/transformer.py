@@ -403,3 +403,19 @@ def beam_search_cache(cache: VariableDict, beam_size: int) -> VariableDict:
     return x
 
   return jax.tree_util.tree_map_with_path(expand, cache)
+
+
+def resize_self_attention_cache(cache: VariableDict, length: int, beam_size: int) -> VariableDict:
+  """A `beam_search_cache` whose self-attention caches hold `length` positions (beam_size
+  slots each), cut or zero-padded; everything else as it is. Beam search grows the cache
+  segment by segment so that attention reads only positions that can have been written."""
+
+  def resize(path: jax.tree_util.KeyPath, x: Array) -> Array:
+    if getattr(path[-1], "key", None) in ("cached_key", "cached_value"):
+      size = length * beam_size
+      if x.shape[-1] >= size:
+        return x[..., :size]
+      return jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, size - x.shape[-1])])
+    return x
+
+  return jax.tree_util.tree_map_with_path(resize, cache)

@@ -18,6 +18,7 @@ MAY_CHANGE_ON_RESUME = frozenset(
     "alpha",
     "average_checkpoints",
     "beam_size",
+    "beam_stop",
     "bleu_beam_size",
     "bleu_every_steps",
     "bleu_num_sentences",
