@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.typing import DTypeLike
 
 from t2t_jax.model import attention, dropout, masks, positional
@@ -138,14 +137,10 @@ class MultiHeadAttention(nn.Module):
     cfg = self.config
     proj_k = functools.partial(_dense, cfg, (cfg.num_heads, cfg.key_dim))
     proj_v = functools.partial(_dense, cfg, (cfg.num_heads, cfg.value_dim))
-    if decode and not self.cross and self.has_variable("cache", "cached_key"):
-      query, key, value = self._fused_projections(inputs_q)
-      key, value, mask = self._self_cache(key, value, mask)
-    elif decode and self.cross:
-      query = proj_k(name="query")(inputs_q)
+    query = proj_k(name="query")(inputs_q)
+    if decode and self.cross:
       key, value = self._cross_cache(inputs_kv, proj_k, proj_v)
     else:
-      query = proj_k(name="query")(inputs_q)
       key = proj_k(name="key", use_bias=False)(inputs_kv)
       value = proj_v(name="value")(inputs_kv)
       if decode:
@@ -167,26 +162,6 @@ class MultiHeadAttention(nn.Module):
       # For inspection (attention maps): the same function the reference path uses.
       self.sow("intermediates", "attention_weights", attention.attention_weights(query, key, mask))
     return _dense(cfg, cfg.d_model, axis=(-2, -1), name="out")(x)
-
-  def _fused_projections(self, x: Array) -> tuple[Array, Array, Array]:
-    """Self-attention's query, key and value in one [tokens, d_model] x [d_model, 3 h d_k]
-    product: the same parameters as the separate layers, for decode steps, where a few
-    hundred rows make three small products run at about half the rate of one wide one
-    (docs/performance.md). [batch, q_len, d_model] -> 3 x [batch, q_len, heads, d]."""
-    cfg = self.config
-    params = self.variables["params"]
-    names = ("query", "key", "value")
-    kernels = [params[n]["kernel"] for n in names]
-    widths = [k.shape[1] * k.shape[2] for k in kernels]
-    fused = jnp.concatenate([k.reshape(k.shape[0], -1) for k in kernels], axis=1)
-    y = jnp.dot(x.reshape(-1, x.shape[-1]).astype(cfg.dtype), fused.astype(cfg.dtype))
-    outputs = []
-    for name, kernel, part in zip(names, kernels, jnp.split(y, np.cumsum(widths)[:-1], axis=1)):
-      part = part.reshape(x.shape[:-1] + kernel.shape[1:])
-      if "bias" in params[name]:
-        part = part + params[name]["bias"].astype(cfg.dtype)
-      outputs.append(part)
-    return tuple(outputs)
 
   def _cross_cache(
     self,
