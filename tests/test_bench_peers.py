@@ -18,6 +18,7 @@ CFG = TransformerConfig(
 WORKLOAD = peers.Workload(CFG, rows=8, seq_len=8, label_smoothing=0.1, warmup_steps=8)
 
 
+@pytest.mark.slow  # builds and trains four systems
 def test_every_system_trains_the_same_model_size_and_the_table_prints():
   pytest.importorskip("torch")
   pytest.importorskip("transformers")

@@ -642,7 +642,7 @@ def test_beam_slots_track_each_hypothesis_history():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("first_segment", [16, 2])
+@pytest.mark.parametrize("first_segment", [16, pytest.param(2, marks=pytest.mark.slow)])
 def test_transformer_beam_search_equals_reference(first_segment, monkeypatch):
   """The Transformer's beam-aware decoding (shared encoder keys/values, in-place slots,
   compaction, and with first_segment 2 a cache grown segment by segment: 2, 4, 8, 16

@@ -164,6 +164,7 @@ def test_average_command_writes_a_translatable_workdir(workdir, tmp_path):
   assert "already holds checkpoints" in run().stderr  # never overwrites
 
 
+@pytest.mark.slow
 def test_beam_stop_comes_from_the_config_and_is_checked(workdir):
   assert translate.Translator.from_workdir(workdir).beam_stop == "exact"  # base config's
   t = translate.Translator.from_workdir(workdir, beam_stop="heuristic")
