@@ -32,7 +32,7 @@ Conventions of both searches:
   `tokens_to_logits` closed over.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -529,15 +529,15 @@ def beam_search(
   if len(bounds) > 1:
     state = state._replace(cache=resize_cache(state.cache, bounds[0]))
 
-  def run(state: _BeamState, lengths: jax.Array, next_rows: int) -> _BeamState:
-    """Steps until every sentence is done, or only next_rows of them are still running
-    (segment by segment while the cache is shorter than max_decode_len)."""
-    nonlocal bounds
+  def run(
+    state: _BeamState, lengths: jax.Array, next_rows: int, bounds: Sequence[int] = (max_decode_len,)
+  ) -> _BeamState:
+    """Steps until every sentence is done, or only next_rows of them are still running,
+    growing the cache to each of `bounds` in turn (the first is its size already)."""
     for i, bound in enumerate(bounds):
       if i:
         state = state._replace(cache=resize_cache(state.cache, bound))
       state = run_to(state, lengths, next_rows, bound)
-    bounds = [max_decode_len]  # the cache now has every position
     return state
 
   def run_to(state: _BeamState, lengths: jax.Array, next_rows: int, bound: int) -> _BeamState:
@@ -564,10 +564,10 @@ def beam_search(
 
   sizes = _batch_sizes(batch_size) if early_stop and compact else [batch_size]
   if len(sizes) == 1:
-    return _beam_outputs(run(state, max_lengths, 0), alpha)
+    return _beam_outputs(run(state, max_lengths, 0, bounds), alpha)
   # Finished sentences leave the batch: each loop runs until at most the next size is left,
   # then those rows are gathered (padded with finished ones, whose results are final).
-  state = run(state, max_lengths, sizes[1])
+  state = run(state, max_lengths, sizes[1], bounds)  # then the cache has every position
   sequences, scores = _beam_outputs(state, alpha)
   rows, lengths = jnp.arange(batch_size), max_lengths
   for size, next_size in zip(sizes[1:], sizes[2:] + [0]):

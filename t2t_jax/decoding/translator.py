@@ -24,7 +24,7 @@ from t2t_jax.model import (
   Transformer,
   TransformerConfig,
   beam_search_cache,
-  resize_self_attention_cache,
+  map_self_attention_cache,
 )
 from t2t_jax.tokens import EOS_ID, PAD_ID
 from t2t_jax.training import checkpoint
@@ -147,7 +147,10 @@ def decode(
     cache: tuple[VariableDict, search.BeamSlots], length: int
   ) -> tuple[VariableDict, search.BeamSlots]:
     model_cache, slots = cache
-    return resize_self_attention_cache(model_cache, length, beam_size), slots.resize(length)
+    resized = map_self_attention_cache(
+      model_cache, lambda x: search.resize_positions(x, length * beam_size)
+    )
+    return resized, slots.resize(length)
 
   cache = (
     beam_search_cache(state["cache"], beam_size),

@@ -11,7 +11,7 @@ from t2t_jax.model.transformer import (
   Transformer,
   TransformerConfig,
   beam_search_cache,
-  resize_self_attention_cache,
+  map_self_attention_cache,
   shift_right,
 )
 
@@ -22,6 +22,6 @@ __all__ = [
   "Transformer",
   "TransformerConfig",
   "beam_search_cache",
-  "resize_self_attention_cache",
+  "map_self_attention_cache",
   "shift_right",
 ]

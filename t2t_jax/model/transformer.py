@@ -6,7 +6,7 @@ time for search (see `t2t_jax.decoding.search`), with the encoder's keys/values 
 """
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import flax.linen as nn
@@ -391,31 +391,21 @@ class Transformer(nn.Module):
     return self.decoder(None, ids, self_mask, None, deterministic=True, decode=True)
 
 
+def map_self_attention_cache(cache: VariableDict, fn: Callable[[Array], Array]) -> VariableDict:
+  """`cache` with fn applied to every decoder self-attention key/value cache ([batch, heads,
+  d, slots]); the encoder keys/values, source mask and counters are kept as they are."""
+
+  def apply(path: jax.tree_util.KeyPath, x: Array) -> Array:
+    return fn(x) if getattr(path[-1], "key", None) in ("cached_key", "cached_value") else x
+
+  return jax.tree_util.tree_map_with_path(apply, cache)
+
+
 def beam_search_cache(cache: VariableDict, beam_size: int) -> VariableDict:
   """An `init_cache` cache made ready for `Transformer.decode_beam_step` with beam_size
   hypotheses per sentence: each self-attention cache gets beam_size slots per position
   ([batch, heads, d, max_decode_len * beam_size]); the encoder keys/values, source mask
   and counters are kept as they are ([batch, ...], shared by the hypotheses)."""
-
-  def expand(path: jax.tree_util.KeyPath, x: Array) -> Array:
-    if getattr(path[-1], "key", None) in ("cached_key", "cached_value"):
-      return jnp.zeros(x.shape[:-1] + (x.shape[-1] * beam_size,), x.dtype)
-    return x
-
-  return jax.tree_util.tree_map_with_path(expand, cache)
-
-
-def resize_self_attention_cache(cache: VariableDict, length: int, beam_size: int) -> VariableDict:
-  """A `beam_search_cache` whose self-attention caches hold `length` positions (beam_size
-  slots each), cut or zero-padded; everything else as it is. Beam search grows the cache
-  segment by segment so that attention reads only positions that can have been written."""
-
-  def resize(path: jax.tree_util.KeyPath, x: Array) -> Array:
-    if getattr(path[-1], "key", None) in ("cached_key", "cached_value"):
-      size = length * beam_size
-      if x.shape[-1] >= size:
-        return x[..., :size]
-      return jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, size - x.shape[-1])])
-    return x
-
-  return jax.tree_util.tree_map_with_path(resize, cache)
+  return map_self_attention_cache(
+    cache, lambda x: jnp.zeros(x.shape[:-1] + (x.shape[-1] * beam_size,), x.dtype)
+  )
