@@ -5,6 +5,7 @@ import errno
 import glob
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -433,3 +434,18 @@ def test_metrics_reader_skips_an_incomplete_last_line_and_resume_drops_it(tmp_pa
   path.write_text(text.replace('"step": 2', '"step": 2 oops'))
   with pytest.raises(ValueError, match=r"metrics.jsonl:2: not a JSON record"):
     summary.read_metrics(str(tmp_path))
+
+
+@pytest.mark.parametrize(
+  "field, value, expected",
+  [
+    ("beam_stop", "never", "config.beam_stop='never' must be one of exact, heuristic"),
+    ("bleu_beam_size", -1, "config.bleu_beam_size=-1 must be >= 0"),
+    ("bleu_every_steps", -2, "config.bleu_every_steps=-2 must be >= 0"),
+  ],
+)
+def test_decoding_settings_are_checked_before_training(field, value, expected):
+  config = small_config()
+  config[field] = value
+  with pytest.raises(train.ConfigError, match=re.escape(expected)):
+    train.validate_config(config)

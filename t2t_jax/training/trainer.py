@@ -24,6 +24,7 @@ from absl import logging
 from flax.typing import VariableDict
 
 from t2t_jax import data as data_lib
+from t2t_jax.decoding import search
 from t2t_jax.decoding.translator import Translator
 from t2t_jax.evaluation import evaluate
 from t2t_jax.model import Transformer, TransformerConfig
@@ -59,8 +60,13 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
       value = value[part]
     if not isinstance(value, int) or value <= 0:
       raise ConfigError(f"config.{field}={value!r} must be a positive integer")
-  if config.get("bleu_every_steps", 0) < 0:
-    raise ConfigError(f"config.bleu_every_steps={config.bleu_every_steps} must be >= 0")
+  for field in ("bleu_every_steps", "bleu_beam_size"):
+    if config.get(field, 0) < 0:
+      raise ConfigError(f"config.{field}={config[field]} must be >= 0")
+  if config.get("beam_stop", "exact") not in search.STOP_RULES:
+    raise ConfigError(
+      f"config.beam_stop={config.beam_stop!r} must be one of {', '.join(search.STOP_RULES)}"
+    )
 
 
 def build_model(
