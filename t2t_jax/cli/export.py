@@ -45,6 +45,12 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError("--workdir and --output are required")
   if FLAGS.format != "ctranslate2" and FLAGS.quantization != "float32":
     raise app.UsageError(f"--quantization={FLAGS.quantization} is for --format=ctranslate2")
+  for name in ("beam_size", "alpha"):  # a CTranslate2 model stores no decoding defaults
+    if FLAGS.format != "huggingface" and FLAGS[name].present:
+      raise app.UsageError(
+        f"--{name}={FLAGS[name].value} is for --format=huggingface; CTranslate2 takes "
+        "beam_size and length_penalty when it translates"
+      )
   common.quiet_library_logs()
   try:
     writer = _writer(FLAGS.format)

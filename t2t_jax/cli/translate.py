@@ -18,6 +18,7 @@ from 1, score, log-probability, text); --scores prints the 1-best as score, log-
 text. The score is log p / ((5 + length) / 6)^alpha, the number beam search ranks by.
 """
 
+import os
 import sys
 from collections.abc import Iterator, Sequence
 from typing import BinaryIO, TextIO
@@ -151,6 +152,24 @@ def _check_flags(args: flags.FlagValues, interactive: bool) -> None:
     raise TranslateError("--reference needs every line first: not with --interactive")
 
 
+def _check_output(path: str | None) -> None:
+  """Refuses an --output that cannot be written (no such directory, a directory in its
+  place, no permission) before the model loads, so that no translating is thrown away."""
+  if not path:
+    return
+  if os.path.isdir(path):
+    raise TranslateError(f"--output={path}: cannot write (Is a directory)")
+  probe = os.path.join(
+    os.path.dirname(os.path.abspath(path)), f".{os.path.basename(path)}.probe-{os.getpid()}"
+  )
+  try:
+    with open(probe, "w", encoding="utf-8"):
+      pass
+    os.remove(probe)
+  except OSError as e:
+    raise TranslateError(f"--output={path}: cannot write ({e.strerror})") from None
+
+
 def _open_output(path: str | None) -> TextIO:
   if not path:
     return sys.stdout
@@ -172,6 +191,7 @@ def main(argv: Sequence[str]) -> None:
   try:
     parsing = _decoding_defaults(args)
     _check_flags(args, interactive)
+    _check_output(args.output)
     translator = Translator.from_workdir(
       args.workdir, args.checkpoint, batch_tokens=args.batch_tokens, beam_stop=args.beam_stop
     )
@@ -226,7 +246,10 @@ def _all_at_once(
   results = translator.translate(sources, beam_size=args.beam_size, alpha=args.alpha, nbest=nbest)
   text = "".join(format_result(i, r, args.nbest, args.scores) for i, r in enumerate(results))
   if args.output:  # a reader never sees half a file
-    atomic_write_text(args.output, text)
+    try:
+      atomic_write_text(args.output, text)
+    except OSError as e:
+      raise TranslateError(f"--output={args.output}: cannot write ({e.strerror})") from None
   else:
     sys.stdout.write(text)
     sys.stdout.flush()

@@ -1,0 +1,319 @@
+"""Does the quick loop catch a one-token bug in the paper's maths or the training step?
+
+Each mutation below changes one token of the library (a sign, an operator, a constant, a
+name). For each, the script copies the working tree to a scratch directory, applies the
+change there (the checkout is never touched), and runs the quick loop (`pytest -m "not slow"
+-x`) against the copy. A mutation is *caught* when some test fails. To keep a run short, the
+tests most likely to catch a mutation (its `first` files) run first; only if they all pass
+does the whole quick loop run, so a "missed" verdict always means the whole quick loop passed.
+
+    python tools/mutation_check.py                  # every mutation, a table at the end
+    python tools/mutation_check.py --only=adam_b2,causal_mask
+    python tools/mutation_check.py --list           # the mutations, checked to apply
+    python tools/mutation_check.py --markdown=FILE  # also write the table as markdown
+"""
+
+import argparse
+import dataclasses
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+@dataclasses.dataclass(frozen=True)
+class Mutation:
+  name: str
+  what: str  # the concept it breaks
+  path: str  # relative to the repository root
+  old: str  # must occur exactly once in the file
+  new: str
+  first: tuple[str, ...] = ()  # test files to try before the whole quick loop
+
+
+M = Mutation
+MUTATIONS = (
+  M(
+    "attention_scale",
+    "softmax(QK^T / sqrt(d_k)): divide becomes multiply",
+    "t2t_jax/model/attention.py",
+    "query = query / jnp.sqrt(depth)",
+    "query = query * jnp.sqrt(depth)",
+    ("tests/test_functional.py", "tests/test_model_reference.py"),
+  ),
+  M(
+    "causal_mask",
+    "decoder self-attention sees position i itself: >= becomes >",
+    "t2t_jax/model/masks.py",
+    "(idx[:, None] >= idx[None, :])",
+    "(idx[:, None] > idx[None, :])",
+    ("tests/test_functional.py", "tests/test_model_reference.py"),
+  ),
+  M(
+    "padding_mask",
+    "padded keys are attended: != pad becomes >= pad",
+    "t2t_jax/model/masks.py",
+    "kv_valid = jnp.asarray(kv_tokens) != pad_id",
+    "kv_valid = jnp.asarray(kv_tokens) >= pad_id",
+    ("tests/test_functional.py", "tests/test_model_reference.py"),
+  ),
+  M(
+    "positions_sin_cos",
+    "eq. 5/6: sin on even dimensions becomes cos",
+    "t2t_jax/model/positional.py",
+    "table[:, 0::2] = np.sin(angles)",
+    "table[:, 0::2] = np.cos(angles)",
+    ("tests/test_functional.py", "tests/test_model_reference.py"),
+  ),
+  M(
+    "positions_timescale",
+    "eq. 5/6: the 10000 base becomes 1000",
+    "t2t_jax/model/positional.py",
+    "max_timescale: float = 10000.0",
+    "max_timescale: float = 1000.0",
+    ("tests/test_functional.py", "tests/test_model_reference.py"),
+  ),
+  M(
+    "embedding_scale",
+    "3.4: embeddings multiplied by sqrt(d_model) become divided",
+    "t2t_jax/model/layers.py",
+    "return x * jnp.sqrt(cfg.d_model)",
+    "return x / jnp.sqrt(cfg.d_model)",
+    ("tests/test_model_reference.py", "tests/test_model.py"),
+  ),
+  M(
+    "residual_order",
+    "post-norm and pre-norm swapped: == 'pre' becomes != 'pre'",
+    "t2t_jax/model/layers.py",
+    'if cfg.norm == "pre":\n    return x + drop(sublayer(norm(x)))',
+    'if cfg.norm != "pre":\n    return x + drop(sublayer(norm(x)))',
+    ("tests/test_model_reference.py", "tests/test_model.py"),
+  ),
+  M(
+    "activation",
+    "the feed-forward's ReLU becomes GELU",
+    "t2t_jax/model/layers.py",
+    "x = nn.relu(_dense(cfg, cfg.d_ff",
+    "x = nn.gelu(_dense(cfg, cfg.d_ff",
+    ("tests/test_model_reference.py", "tests/test_model.py"),
+  ),
+  M(
+    "label_smoothing",
+    "5.4: eps / (vocab - 1) on the other tokens becomes eps / vocab",
+    "t2t_jax/training/losses.py",
+    "low = label_smoothing / (vocab - 1)",
+    "low = label_smoothing / (vocab + 0)",
+    ("tests/test_losses_optim.py", "tests/test_step_arithmetic.py"),
+  ),
+  M(
+    "schedule_warmup",
+    "eq. 3: step * warmup^-1.5 becomes step * warmup^-1.0",
+    "t2t_jax/training/optim.py",
+    "step * warmup_steps**-1.5",
+    "step * warmup_steps**-1.0",
+    ("tests/test_losses_optim.py", "tests/test_step_arithmetic.py"),
+  ),
+  M(
+    "schedule_offset",
+    "eq. 3: the first update uses step 0 instead of 1",
+    "t2t_jax/training/optim.py",
+    "return lambda count: schedule(count + 1)",
+    "return lambda count: schedule(count + 0)",
+    ("tests/test_losses_optim.py", "tests/test_step_arithmetic.py"),
+  ),
+  M(
+    "adam_b1",
+    "5.3: Adam beta1 0.9 becomes 0.8",
+    "t2t_jax/training/optim.py",
+    "ADAM_B1 = 0.9",
+    "ADAM_B1 = 0.8",
+    ("tests/test_step_arithmetic.py", "tests/test_losses_optim.py"),
+  ),
+  M(
+    "adam_b2",
+    "5.3: Adam beta2 0.98 becomes 0.999",
+    "t2t_jax/training/optim.py",
+    "ADAM_B2 = 0.98",
+    "ADAM_B2 = 0.999",
+    ("tests/test_step_arithmetic.py", "tests/test_losses_optim.py"),
+  ),
+  M(
+    "adam_eps",
+    "5.3: Adam epsilon 1e-9 becomes 1e-8",
+    "t2t_jax/training/optim.py",
+    "ADAM_EPS = 1e-9",
+    "ADAM_EPS = 1e-8",
+    ("tests/test_step_arithmetic.py", "tests/test_losses_optim.py"),
+  ),
+  M(
+    "dropout_rescale",
+    "5.4: inverted dropout's 1 / (1 - p) becomes 1 / (1 + p)",
+    "t2t_jax/model/dropout.py",
+    "RESOLUTION / (RESOLUTION - cut)",
+    "RESOLUTION / (RESOLUTION + cut)",
+    ("tests/test_dropout.py",),
+  ),
+  M(
+    "gradient_normalisation",
+    "gradients divided by the global token count become multiplied",
+    "t2t_jax/training/steps.py",
+    "lambda g: g / denom",
+    "lambda g: g * denom",
+    ("tests/test_step_arithmetic.py", "tests/test_quick_equivalences.py"),
+  ),
+  M(
+    "gradient_psum",
+    "gradients summed over devices become averaged",
+    "t2t_jax/training/steps.py",
+    "grads, sums = jax.lax.psum(accum, AXIS)",
+    "grads, sums = jax.lax.pmean(accum, AXIS)",
+    ("tests/test_step_arithmetic.py", "tests/test_quick_equivalences.py"),
+  ),
+  M(
+    "checkpoint_average",
+    "checkpoint averaging divides by one tree too many",
+    "t2t_jax/training/checkpoint.py",
+    "(a / len(param_trees))",
+    "(a / len(param_trees[1:]))",
+    ("tests/test_train.py",),
+  ),
+  M(
+    "length_penalty",
+    "GNMT length penalty ((5 + |Y|) / 6)^alpha becomes ((5 + |Y|) / 5)^alpha",
+    "t2t_jax/decoding/search.py",
+    "((5.0 + jnp.asarray(length, jnp.float32)) / 6.0) ** alpha",
+    "((5.0 + jnp.asarray(length, jnp.float32)) / 5.0) ** alpha",
+    ("tests/test_decode.py",),
+  ),
+  M(
+    "shift_right",
+    "the decoder's first input is the pad id instead of BOS",
+    "t2t_jax/model/transformer.py",
+    "shifted = jnp.pad(targets, ((0, 0), (1, 0)), constant_values=bos_id)[:, :-1]",
+    "shifted = jnp.pad(targets, ((0, 0), (1, 0)), constant_values=0)[:, :-1]",
+    ("tests/test_model_reference.py", "tests/test_model.py"),
+  ),
+)
+
+
+def _check(m: Mutation) -> str:
+  text = (REPO / m.path).read_text()
+  count = text.count(m.old)
+  if count != 1:
+    raise SystemExit(f"mutation {m.name}: {m.old!r} occurs {count} times in {m.path} (need 1)")
+  return text.replace(m.old, m.new)
+
+
+def _copy_tree(dest: pathlib.Path) -> None:
+  """Tracked and untracked-but-not-ignored files: what the quick loop would see in CI."""
+  listed = subprocess.run(
+    ["git", "ls-files", "-co", "--exclude-standard", "-z"],
+    cwd=REPO,
+    check=True,
+    capture_output=True,
+  ).stdout.split(b"\0")
+  for rel in filter(None, listed):
+    src = REPO / os.fsdecode(rel)
+    if src.is_file():
+      (dest / os.fsdecode(rel)).parent.mkdir(parents=True, exist_ok=True)
+      shutil.copy2(src, dest / os.fsdecode(rel))
+
+
+def _pytest(tree: pathlib.Path, targets: list[str], workers: int) -> tuple[bool, str]:
+  """(some test failed, the first failing test id or the tail of the output)."""
+  env = dict(os.environ, PYTHONPATH=str(tree))
+  cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-m", "not slow", "-p", "no:cacheprovider"]
+  cmd += ["-n", str(workers)] if workers > 1 else []
+  proc = subprocess.run(cmd + targets, cwd=tree, env=env, capture_output=True, text=True)
+  # Exit status 1: tests failed; 5: none collected (a target file absent or all slow).
+  if proc.returncode not in (0, 1, 5):
+    raise SystemExit(f"pytest could not run (status {proc.returncode}):\n{proc.stdout[-3000:]}")
+  failed = [line.split()[1] for line in proc.stdout.splitlines() if line.startswith("FAILED ")]
+  failed += [line.split()[1] for line in proc.stdout.splitlines() if line.startswith("ERROR ")]
+  return proc.returncode == 1, (failed[0] if failed else "")
+
+
+def _verify_import(tree: pathlib.Path) -> None:
+  """The copy, not the editable install, must be what the tests import."""
+  out = subprocess.run(
+    [sys.executable, "-c", "import t2t_jax; print(t2t_jax.__file__)"],
+    cwd=tree,
+    env=dict(os.environ, PYTHONPATH=str(tree)),
+    check=True,
+    capture_output=True,
+    text=True,
+  ).stdout.strip()
+  if not out.startswith(str(tree)):
+    raise SystemExit(f"the scratch copy is not imported (t2t_jax from {out})")
+
+
+def run_one(m: Mutation, workers: int) -> dict:
+  mutated = _check(m)
+  start = time.perf_counter()
+  with tempfile.TemporaryDirectory(prefix=f"mutation-{m.name}-") as tmp:
+    tree = pathlib.Path(tmp)
+    _copy_tree(tree)
+    _verify_import(tree)
+    (tree / m.path).write_text(mutated)
+    first = [f for f in m.first if (tree / f).exists()]
+    caught, by = _pytest(tree, first, workers) if first else (False, "")
+    stage = "targeted"
+    if not caught:
+      caught, by = _pytest(tree, [], workers)
+      stage = "quick loop"
+  return dict(
+    name=m.name, what=m.what, path=m.path, caught=caught, by=by, stage=stage,
+    seconds=time.perf_counter() - start,
+  )  # fmt: skip
+
+
+def _table(rows: list[dict]) -> str:
+  lines = ["| mutation | file | change | caught | first failing test | s |", "|---" * 6 + "|"]
+  for r in rows:
+    verdict = "yes" if r["caught"] else "**MISSED**"
+    lines.append(
+      f"| {r['name']} | {r['path']} | {r['what']} | {verdict} | {r['by'] or '-'} "
+      f"| {r['seconds']:.0f} |"
+    )
+  return "\n".join(lines)
+
+
+def main() -> int:
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument("--only", default="", help="comma-separated mutation names")
+  p.add_argument("--list", action="store_true", help="list the mutations and check they apply")
+  p.add_argument("--workers", type=int, default=2, help="pytest-xdist workers (1: none)")
+  p.add_argument("--markdown", default="", help="also write the table to this file")
+  args = p.parse_args()
+  chosen = MUTATIONS
+  if args.only:
+    names = args.only.split(",")
+    unknown = sorted(set(names) - {m.name for m in MUTATIONS})
+    if unknown:
+      p.error(f"--only: unknown mutation(s) {unknown}; known: {[m.name for m in MUTATIONS]}")
+    chosen = tuple(m for m in MUTATIONS if m.name in names)
+  if args.list:
+    for m in chosen:
+      _check(m)
+      print(f"{m.name:24} {m.path:34} {m.what}")
+    return 0
+  rows = []
+  for m in chosen:
+    rows.append(run_one(m, args.workers))
+    r = rows[-1]
+    verdict = "caught" if r["caught"] else "MISSED"
+    print(f"{r['name']:24} {verdict:7} {r['by']} ({r['seconds']:.0f} s)", flush=True)
+  table = _table(rows)
+  print(table)
+  if args.markdown:
+    pathlib.Path(args.markdown).write_text(table + "\n")
+  return 0 if all(r["caught"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+  sys.exit(main())
