@@ -100,7 +100,9 @@ def pmap_apply_step(
 
 
 def pmap_zero_accumulator() -> Callable[..., steps.Accumulator]:
-  return jax.pmap(steps.zero_accumulator)
+  # The same axis name as the steps: zeros carrying another name would make the first
+  # accumulate step compile a second program for micro-batch 1's accumulator.
+  return jax.pmap(steps.zero_accumulator, axis_name=AXIS)
 
 
 def pmap_eval_step(model: Transformer, label_smoothing: float) -> Callable[..., losses.Sums]:
