@@ -11,6 +11,9 @@ does the whole quick loop run, so a "missed" verdict always means the whole quic
     python tools/mutation_check.py --only=adam_b2,causal_mask
     python tools/mutation_check.py --list           # the mutations, checked to apply
     python tools/mutation_check.py --markdown=FILE  # also write the table as markdown
+
+It first runs the quick loop on the unchanged copy and stops if that fails (--no_baseline
+skips it).
 """
 
 import argparse
@@ -252,6 +255,17 @@ def _verify_import(tree: pathlib.Path) -> None:
     raise SystemExit(f"the scratch copy is not imported (t2t_jax from {out})")
 
 
+def baseline(workers: int) -> None:
+  """The unchanged tree must pass the quick loop, or every mutation would look caught."""
+  with tempfile.TemporaryDirectory(prefix="mutation-baseline-") as tmp:
+    tree = pathlib.Path(tmp)
+    _copy_tree(tree)
+    _verify_import(tree)
+    failed, by = _pytest(tree, [], workers)
+  if failed:
+    raise SystemExit(f"the quick loop fails without any mutation ({by}); fix that first")
+
+
 def run_one(m: Mutation, workers: int) -> dict:
   mutated = _check(m)
   start = time.perf_counter()
@@ -288,6 +302,7 @@ def main() -> int:
   p.add_argument("--only", default="", help="comma-separated mutation names")
   p.add_argument("--list", action="store_true", help="list the mutations and check they apply")
   p.add_argument("--workers", type=int, default=2, help="pytest-xdist workers (1: none)")
+  p.add_argument("--no_baseline", action="store_true", help="skip the unmutated quick loop")
   p.add_argument("--markdown", default="", help="also write the table to this file")
   args = p.parse_args()
   chosen = MUTATIONS
@@ -302,6 +317,8 @@ def main() -> int:
       _check(m)
       print(f"{m.name:24} {m.path:34} {m.what}")
     return 0
+  if not args.no_baseline:
+    baseline(args.workers)
   rows = []
   for m in chosen:
     rows.append(run_one(m, args.workers))
