@@ -233,12 +233,13 @@ def _pytest(tree: pathlib.Path, targets: list[str], workers: int) -> tuple[bool,
   cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-m", "not slow", "-p", "no:cacheprovider"]
   cmd += ["-n", str(workers)] if workers > 1 else []
   proc = subprocess.run(cmd + targets, cwd=tree, env=env, capture_output=True, text=True)
-  # Exit status 1: tests failed; 5: none collected (a target file absent or all slow).
-  if proc.returncode not in (0, 1, 5):
+  lines = proc.stdout.splitlines()
+  failed = [line.split()[1] for line in lines if line.startswith(("FAILED ", "ERROR "))]
+  # Status 1: tests failed; 2: xdist interrupted by -x after a failure; 5: none collected
+  # (every target deselected as slow). Anything else, or 2 without a failure, is no verdict.
+  if proc.returncode not in (0, 1, 2, 5) or (proc.returncode == 2 and not failed):
     raise SystemExit(f"pytest could not run (status {proc.returncode}):\n{proc.stdout[-3000:]}")
-  failed = [line.split()[1] for line in proc.stdout.splitlines() if line.startswith("FAILED ")]
-  failed += [line.split()[1] for line in proc.stdout.splitlines() if line.startswith("ERROR ")]
-  return proc.returncode == 1, (failed[0] if failed else "")
+  return bool(failed), (failed[0] if failed else "")
 
 
 def _verify_import(tree: pathlib.Path) -> None:
