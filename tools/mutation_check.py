@@ -183,11 +183,11 @@ MUTATIONS = (
     "t2t_jax/training/checkpoint.py",
     "(a / len(param_trees))",
     "(a / len(param_trees[1:]))",
-    ("tests/test_train.py",),
+    ("tests/test_averaging.py", "tests/test_train.py"),
   ),
   M(
     "length_penalty",
-    "GNMT length penalty ((5 + |Y|) / 6)^alpha becomes ((5 + |Y|) / 5)^alpha",
+    "GNMT length penalty ((5 + length) / 6)^alpha becomes ((5 + length) / 5)^alpha",
     "t2t_jax/decoding/search.py",
     "((5.0 + jnp.asarray(length, jnp.float32)) / 6.0) ** alpha",
     "((5.0 + jnp.asarray(length, jnp.float32)) / 5.0) ** alpha",
