@@ -1,37 +1,91 @@
-"""Test setup: 8 simulated CPU devices for pmap code (must precede the first jax import), the
-`accelerator` marker's skip, and fixtures for the small model and training state."""
+"""Test setup: the JAX platform (decided before the first jax import), the `accelerator`
+marker's skip, one compilation cache per run, and fixtures for the small model and training state.
+
+Platform rule: tests run on CPUs, with 8 simulated devices for the pmap code
+(JAX_PLATFORMS=cpu, --xla_force_host_platform_device_count=8), unless accelerator tests are
+selected: `-m accelerator`, or T2T_TEST_ACCELERATOR=1. Then JAX_PLATFORMS is left as the
+environment has it (normally unset), so JAX picks a GPU or TPU when there is one. Unmarked
+tests assume the 8 CPU devices: run them without T2T_TEST_ACCELERATOR. A JAX_PLATFORMS set in
+the environment is always kept. Tests marked `accelerator` are skipped, with the reason,
+wherever JAX ends up on CPUs only.
+"""
 
 import os
-
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
+import shutil
+import tempfile
 
 import pytest
 
-from tests import support
+ACCELERATOR_ENV = "T2T_TEST_ACCELERATOR"
+CACHE_ENV = "T2T_TEST_COMPILATION_CACHE"
+
+
+def _platform_left_to_jax(config) -> bool:
+  """`-m accelerator` or T2T_TEST_ACCELERATOR=1: let JAX pick the GPU or TPU."""
+  if os.environ.get(ACCELERATOR_ENV) == "1":
+    return True
+  return (config.getoption("markexpr", "") or "").split() == ["accelerator"]
+
+
+def _share_compilations(config) -> None:
+  """One XLA compilation cache for the whole run. The controller makes an empty directory;
+  xdist workers and the commands tests start (t2t-train, t2t-translate) inherit it through
+  JAX_COMPILATION_CACHE_DIR, so a program several tests build is compiled once. It never
+  outlives the run (removed in pytest_unconfigure), so no run reads another's programs."""
+  if CACHE_ENV not in os.environ:
+    os.environ[CACHE_ENV] = tempfile.mkdtemp(prefix="t2t-test-xla-cache-")
+    config._t2t_cache_owner = True
+  os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.environ[CACHE_ENV])
+  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+
+
+def pytest_configure(config):
+  # Before any test module (or tests.support, which imports t2t_jax and jax) is imported.
+  os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+  if not _platform_left_to_jax(config):
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+  _share_compilations(config)
+
+
+def pytest_unconfigure(config):
+  if getattr(config, "_t2t_cache_owner", False):
+    shutil.rmtree(os.environ.pop(CACHE_ENV), ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):
   """Tests marked `accelerator` run only where JAX sees a GPU or TPU."""
-  del config
-  marked = [item for item in items if "accelerator" in item.keywords]
+  marked = [item for item in items if item.get_closest_marker("accelerator")]
   if not marked:
     return
   import jax
 
-  if jax.default_backend() == "cpu":
-    skip = pytest.mark.skip(reason="needs a GPU or TPU")
-    for item in marked:
-      item.add_marker(skip)
+  if jax.default_backend() != "cpu":
+    return
+  if os.environ.get("JAX_PLATFORMS") == "cpu" and not _platform_left_to_jax(config):
+    reason = (
+      "needs a GPU or TPU: this run keeps JAX on CPUs; select accelerator tests with "
+      f"-m accelerator (or {ACCELERATOR_ENV}=1) to run them on one"
+    )
+  else:
+    platforms = os.environ.get("JAX_PLATFORMS", "")
+    reason = f"needs a GPU or TPU: JAX finds only CPUs here (JAX_PLATFORMS={platforms!r})"
+  skip = pytest.mark.skip(reason=reason)
+  for item in marked:
+    item.add_marker(skip)
 
 
 @pytest.fixture
 def small_model():
   """`support.small_model`: (model, params) of the small test Transformer, with overrides."""
+  from tests import support
+
   return support.small_model
 
 
 @pytest.fixture
 def small_state():
   """`support.small_state`: (model, TrainState) of the small test Transformer."""
+  from tests import support
+
   return support.small_state

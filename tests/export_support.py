@@ -1,9 +1,12 @@
-"""Trained workdirs for the export tests, made once per test process.
+"""What the export tests share, none of it needing an exporter's optional package.
 
+`random_params(cfg)` and `symbol_trained(cfg, params, tmp_path)`: a random-parameter model
+as a `Trained` with a symbol vocabulary.
 `tiny_workdir()`: the `tiny` experiment (symbol vocabulary, reverse task) trained briefly.
 `text_workdir()`: a small model with a SentencePiece vocabulary trained on real text (the
 first Multi30k pairs when /work/shared/data is present, else a generated corpus).
-Both train in a subprocess on one CPU device, as a user runs t2t-train.
+Both workdirs are made once per test process, in a subprocess on one CPU device, as a user
+runs t2t-train.
 """
 
 import atexit
@@ -14,11 +17,33 @@ import subprocess
 import sys
 import tempfile
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
+from t2t_jax.data.tokenizer import SymbolTokenizer
+from t2t_jax.export import Trained, vocabulary_tokens
+from t2t_jax.model import Transformer, TransformerConfig
 from tests import support
 
 ENV = dict(os.environ, XLA_FLAGS="", JAX_PLATFORMS="cpu")
+
+
+def random_params(cfg: TransformerConfig, seed: int = 0):
+  """Initial parameters plus noise, so that biases and layer norms are not 0 and 1."""
+  x = jnp.ones((1, 4), jnp.int32)
+  params = Transformer(cfg).init(jax.random.PRNGKey(seed), x, x)["params"]
+  rng = np.random.default_rng(seed)
+  return jax.tree.map(
+    lambda p: np.asarray(p) + rng.normal(0, 0.2, p.shape).astype(np.float32), params
+  )
+
+
+def symbol_trained(cfg, params, tmp_path) -> Trained:
+  tokenizer = SymbolTokenizer([str(i) for i in range(cfg.vocab_size - 4)])
+  vocab_file = tmp_path / "vocab.symbols"
+  vocab_file.write_text("".join(s + "\n" for s in tokenizer.symbols))
+  return Trained(cfg, params, tokenizer, vocabulary_tokens(tokenizer), str(vocab_file), [0])
 
 
 @functools.cache

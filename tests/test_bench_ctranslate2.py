@@ -2,14 +2,13 @@
 
 import pytest
 
-pytest.importorskip("ctranslate2")
-
 from t2t_jax.cli import bench_ctranslate2 as vs
 from t2t_jax.model import TransformerConfig
 from t2t_jax.tokens import EOS_ID
 
 
 def test_forced_lengths_compare_the_same_decoder_steps():
+  pytest.importorskip("ctranslate2")
   cfg = TransformerConfig(
     vocab_size=300, d_model=32, d_ff=64, num_heads=4, num_layers=1, max_len=64, dropout_rate=0.0
   )

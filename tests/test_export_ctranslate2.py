@@ -16,33 +16,16 @@ import numpy as np
 import pytest
 
 from t2t_jax import data
-from t2t_jax.data.tokenizer import SymbolTokenizer
 from t2t_jax.decoding.translator import Translator, load_config
-from t2t_jax.export import ExportError, Trained, to_ctranslate2, vocabulary_tokens
+from t2t_jax.export import ExportError, to_ctranslate2
 from t2t_jax.model import Transformer, TransformerConfig
 from t2t_jax.tokens import EOS_ID, PAD_ID
 from tests import export_support
+from tests.export_support import random_params, symbol_trained
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 
 TOLERANCE = 1e-4
-
-
-def random_params(cfg: TransformerConfig, seed: int = 0):
-  """Initial parameters plus noise, so that biases and layer norms are not 0 and 1."""
-  x = jnp.ones((1, 4), jnp.int32)
-  params = Transformer(cfg).init(jax.random.PRNGKey(seed), x, x)["params"]
-  rng = np.random.default_rng(seed)
-  return jax.tree.map(
-    lambda p: np.asarray(p) + rng.normal(0, 0.2, p.shape).astype(np.float32), params
-  )
-
-
-def symbol_trained(cfg, params, tmp_path) -> Trained:
-  tokenizer = SymbolTokenizer([str(i) for i in range(cfg.vocab_size - 4)])
-  vocab_file = tmp_path / "vocab.symbols"
-  vocab_file.write_text("".join(s + "\n" for s in tokenizer.symbols))
-  return Trained(cfg, params, tokenizer, vocabulary_tokens(tokenizer), str(vocab_file), [0])
 
 
 def t2t_log_probs(model, params, sources, targets):

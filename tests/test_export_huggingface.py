@@ -8,6 +8,7 @@ t2t-translate's greedy translations
 (or, with transformers >= 5, which removed that pipeline, tokenizer + generate).
 """
 
+import importlib
 import os
 import subprocess
 import sys
@@ -22,15 +23,33 @@ from t2t_jax.export import ExportError, to_huggingface
 from t2t_jax.model import Transformer, TransformerConfig, positional
 from t2t_jax.tokens import BOS_ID, EOS_ID, PAD_ID
 from tests import export_support
-from tests.test_export_ctranslate2 import random_params, symbol_trained
+from tests.export_support import random_params, symbol_trained
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
-pytest.importorskip("safetensors")
+
+def _installed(name):
+  """The package, or None where it is not installed (the optional 'export' extra)."""
+  try:
+    return importlib.import_module(name)
+  except ImportError:
+    return None
+
+
+torch, transformers = _installed("torch"), _installed("transformers")
+safetensors = _installed("safetensors")
+# Each test skips on what it uses: the exporter writes model.safetensors; MarianMTModel runs
+# on torch and transformers, whose model code loads safetensors too.
+needs_safetensors = pytest.mark.skipif(
+  safetensors is None, reason="the export writes model.safetensors"
+)
+needs_marian = pytest.mark.skipif(
+  None in (torch, transformers, safetensors),
+  reason="MarianMTModel needs torch, transformers and safetensors",
+)
 
 TOLERANCE = 1e-4
 
 
+@needs_marian
 def test_permutation_turns_our_table_into_marians():
   from transformers.models.marian.modeling_marian import MarianSinusoidalPositionalEmbedding
 
@@ -81,6 +100,8 @@ def assert_logits_match(cfg, params, out, seed=1, strict=True):
   np.testing.assert_allclose(theirs[real], ours[real], atol=TOLERANCE, rtol=0)
 
 
+@needs_marian
+@needs_safetensors
 @pytest.mark.parametrize("share_embeddings", [True, False])
 def test_random_models_give_the_same_logits(share_embeddings, tmp_path):
   cfg = TransformerConfig(
@@ -108,6 +129,8 @@ def _drop_position_tables(out):
   save_file(tensors, path, metadata={"format": "pt"})
 
 
+@needs_marian
+@needs_safetensors
 def test_marians_own_table_needs_the_permutation(tmp_path, monkeypatch):
   cfg = TransformerConfig(vocab_size=24, d_model=16, d_ff=32, num_heads=2, num_layers=2, max_len=32)
   params = random_params(cfg)
@@ -122,6 +145,7 @@ def test_marians_own_table_needs_the_permutation(tmp_path, monkeypatch):
     assert_logits_match(cfg, params, out, strict=False)
 
 
+@needs_safetensors
 @pytest.mark.parametrize(
   "change, reason",
   [
@@ -164,6 +188,8 @@ def _test_pairs(workdir):
   return data.get_datasets(load_config(workdir).data, workdir).test_pairs
 
 
+@needs_marian
+@needs_safetensors
 @pytest.mark.slow
 def test_tiny_model_greedy_outputs_and_logits_match(tmp_path):
   workdir, out = export_support.tiny_workdir(), str(tmp_path / "hf")
@@ -193,6 +219,8 @@ def test_tiny_model_greedy_outputs_and_logits_match(tmp_path):
       assert t2t.tokenizer.decode(row[1:]) == ours[i], (sources[i], row)
 
 
+@needs_marian
+@needs_safetensors
 @pytest.mark.slow
 def test_sentencepiece_model_tokenizer_and_translation(tmp_path):
   workdir, out = export_support.text_workdir(), str(tmp_path / "hf")

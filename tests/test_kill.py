@@ -10,6 +10,7 @@ run; the newest checkpoint complete before each kill must be the one the rerun r
 import os
 import random
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -120,8 +121,11 @@ def _kill_once(workdir, log, cache, kind, rng) -> dict | None:
   evaluating = _evaluating(workdir, log)
   proc.kill()
   proc.wait()
-  if not reached and proc.returncode == 0:
+  if not reached:  # it ended before the moment came: finished, not crashed
+    assert proc.returncode == 0, _read(log)
     return None
+  # Killed here, or finished in the instant between the check and the kill.
+  assert proc.returncode in (-signal.SIGKILL, 0), (proc.returncode, _read(log))
   return dict(
     kind=kind, complete=complete, unfinished=unfinished, evaluating=evaluating, log=_read(log)
   )

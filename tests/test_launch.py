@@ -202,7 +202,7 @@ def test_tpu_vm_dry_run_prints_gcloud_commands_and_runs_none(stubs):
     ("stop", "+ gcloud compute tpus tpu-vm stop t2t-pod --zone=us-central2-b"),
   ]:
     out = _run("tpu_vm.sh", command, env=dict(env, DRY_RUN="1"))
-    assert out.stdout.strip() == expected, out.stderr
+    assert out.returncode == 0 and out.stdout.strip() == expected, out.stderr
   assert not calls.exists()
   missing = _run("tpu_vm.sh", "--dry-run", "create", env=dict(env, TPU_NAME=""))
   assert missing.returncode != 0 and "TPU_NAME" in missing.stderr
@@ -256,6 +256,7 @@ def test_slurm_dry_run(stubs):
     "--workdir=/w",
     env=dict(env, DRY_RUN="1", PROCESS_PER="gpu", SLURM_GPUS_ON_NODE="4", COORDINATOR_PORT="1234"),
   )
+  assert per_gpu.returncode == 0, per_gpu.stderr
   assert per_gpu.stdout.splitlines() == [
     "+ srun --kill-on-bad-exit=1 --nodes=2 --ntasks=8 --ntasks-per-node=4 t2t-train "
     "--workdir=/w --coordinator_address=gpu07:1234 --num_processes=8"
@@ -269,6 +270,7 @@ def test_slurm_dry_run(stubs):
     "--workdir=/w",
     env=dict(env, SLURM_JOB_NODELIST="n[3-4,9],login", PATH="/usr/bin:/bin"),
   )
+  assert no_scontrol.returncode == 0, no_scontrol.stderr
   assert "--coordinator_address=n3:61441" in no_scontrol.stdout, no_scontrol.stderr
   outside = _run("gpu_slurm.sbatch", "--dry-run", "--workdir=/w", env=stubs[0])
   assert outside.returncode == 2 and "not inside a Slurm allocation" in outside.stderr

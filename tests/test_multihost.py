@@ -313,6 +313,8 @@ def test_one_process_failing_stops_the_other(tmp_path, failure):
   assert (
     "Terminating process because the JAX distributed service detected fatal errors" in survivor
   ), survivor[-3000:]
+  if failure == "kill":
+    assert codes[1] == -signal.SIGKILL, codes
   if failure == "raise":
     failed = _log(out, 1)
     assert codes[1] == 1, failed[-3000:]

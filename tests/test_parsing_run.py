@@ -1,5 +1,6 @@
 """The parsing experiment end to end on a handful of trees: t2t-train reports dev and test F1,
-and t2t-translate --reference on the files it wrote reports the same test F1."""
+and t2t-translate --reference on the files it wrote reports the same test F1 (a nonzero one:
+the model is trained until its greedy parses match some gold brackets)."""
 
 import os
 import re
@@ -8,6 +9,8 @@ import sys
 
 import pytest
 
+from t2t_jax.data import trees
+from t2t_jax.evaluation import evaluate, parseval
 from t2t_jax.experiments import parsing
 from t2t_jax.training import summary
 from t2t_jax.training import trainer as train
@@ -25,6 +28,28 @@ def test_config_carries_the_paper_decoding_settings():
     parsing.get_config("huge")
 
 
+def _f1(matched, gold, test):
+  """Bracket F1 in percent from the counts, as EVALB defines it."""
+  precision, recall = matched / test, matched / gold
+  return 200 * precision * recall / (precision + recall)
+
+
+def _relabel_first_phrase(tree):
+  """`tree` with the label of its first phrase below the root changed to one no tree has."""
+  done = False
+
+  def walk(node, depth):
+    nonlocal done
+    if node.is_preterminal:
+      return node
+    label = node.label
+    if depth > 0 and not done:
+      label, done = "XP", True
+    return trees.Tree(label, tuple(walk(child, depth + 1) for child in node.children))
+
+  return walk(tree, 0)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not PTB.is_dir(), reason="no ../shared/data/ptb_sample")
 def test_parsing_trains_and_reports_f1(tmp_path):
@@ -39,23 +64,41 @@ def test_parsing_trains_and_reports_f1(tmp_path):
     bucket_min=96,
   )
   config.model.update(d_model=32, d_ff=64, num_heads=2, num_layers=1, max_len=128)
+  # 60 steps at a high rate: greedy parses then open an S over the sentence (repaired into
+  # nested S brackets), enough to match some gold brackets; an untrained model emits flat
+  # trees, which score 0 whatever the reference.
   config.update(
-    num_train_steps=4,
-    eval_every_steps=2,
-    bleu_every_steps=2,
-    checkpoint_every_steps=2,
-    log_every_steps=2,
-    beam_size=3,
+    num_train_steps=60,
+    warmup_steps=20,
+    learning_rate_factor=2.0,
+    eval_every_steps=30,
+    bleu_every_steps=30,
+    checkpoint_every_steps=30,
+    log_every_steps=30,
+    beam_size=1,
     max_output_extra=20,
   )
   workdir = str(tmp_path / "w")
   last = train.train_and_evaluate(config, workdir)
-  assert "dev_f1" in last and "test_f1" in last and last["step"] == 4
+  assert "dev_f1" in last and last["step"] == 60
+  assert 0 < last["test_f1"] < 100 and min(last["test_precision"], last["test_recall"]) > 0
   records = summary.read_metrics(workdir)
   assert sum("dev_f1" in r for r in records) == 2
   for name in ("words", "gold", "trees"):
     lines = (tmp_path / "w" / f"test.{name}").read_text().splitlines()
     assert len(lines) == 5  # wsj_0190 holds 5 trees
+  # The files written are the ones scored: the parses against the gold trees give the
+  # reported F1, which is 2PR / (P + R) of their bracket counts; the gold trees score 100
+  # against themselves, and 100 (G - 1) / G with one of their G brackets relabelled.
+  golds = evaluate.read_gold_trees(f"{workdir}/test.gold")
+  parses = evaluate.read_gold_trees(f"{workdir}/test.trees")
+  score = parseval.corpus_score(parses, golds)
+  counts = (score.matched, score.gold_brackets, score.test_brackets)
+  assert score.f1 == pytest.approx(last["test_f1"]) == _f1(*counts)
+  assert parseval.corpus_score(golds, golds).f1 == 100.0
+  changed = [_relabel_first_phrase(golds[0])] + golds[1:]
+  g = score.gold_brackets
+  assert parseval.corpus_score(changed, golds).f1 == pytest.approx(100 * (g - 1) / g)
 
   env = dict(os.environ, XLA_FLAGS="", JAX_PLATFORMS="cpu")
   proc = subprocess.run(
@@ -74,9 +117,13 @@ def test_parsing_trains_and_reports_f1(tmp_path):
     timeout=600,
   )
   assert proc.returncode == 0, proc.stderr[-3000:]
-  assert "beam 3, alpha 0.3" in proc.stderr  # the workdir's settings
+  assert "beam 1, alpha 0.3" in proc.stderr  # the workdir's settings
   f1 = float(re.search(r"bracket F1 ([\d.]+)", proc.stderr).group(1))
   assert f1 == pytest.approx(last["test_f1"], abs=0.006)  # printed with 2 decimals
+  printed = re.search(r"(\d+) of (\d+) gold / (\d+) test brackets matched", proc.stderr)
+  assert tuple(map(int, printed.groups())) == counts
+  outputs = (tmp_path / "out").read_text().splitlines()
+  assert parseval.score_outputs(outputs, golds).f1 == pytest.approx(last["test_f1"])
 
   (tmp_path / "bad").write_text("(S (NN a)\n")
   proc = subprocess.run(

@@ -17,7 +17,7 @@ import pytest
 from t2t_jax import data
 from t2t_jax.cli import common as cli
 from t2t_jax.experiments import tiny
-from t2t_jax.model import TransformerConfig
+from t2t_jax.model import Transformer, TransformerConfig
 from t2t_jax.training import checkpoint, fingerprint, optim, parallel, steps, summary
 from t2t_jax.training import trainer as train
 from tests import support
@@ -113,6 +113,19 @@ def test_gradient_accumulation_equals_one_big_batch(small_state):
     np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5)
 
 
+def _host_copy(tree):
+  return jax.tree.map(lambda x: np.array(x, copy=True), jax.device_get(tree))
+
+
+def _assert_same_bits(got, want):
+  """Equal dtype, shape and bytes leaf by leaf (NaNs included, which == cannot compare)."""
+  got_leaves, want_leaves = jax.tree.leaves(got), jax.tree.leaves(want)
+  assert jax.tree.structure(got) == jax.tree.structure(want)
+  for a, b in zip(got_leaves, want_leaves, strict=True):
+    a, b = np.asarray(a), np.asarray(b)
+    assert (a.dtype, a.shape) == (b.dtype, b.shape) and a.tobytes() == b.tobytes()
+
+
 def test_non_finite_loss_skips_update_and_names_step(small_state):
   model, state = small_state()
   schedule = optim.optimizer_schedule(CFG.d_model, 4)
@@ -123,15 +136,28 @@ def test_non_finite_loss_skips_update_and_names_step(small_state):
       )
     )
   )
+  before = _host_copy((p_state.params, p_state.opt_state))  # the step donates its input
   batch = parallel.shard(_split(_random_global_batch(), 8))
-  new, _ = parallel.pmap_train_step(model, 0.1, schedule)(p_state, batch)
-  assert int(np.asarray(new.bad_step)[0]) == 1
+  step = parallel.pmap_train_step(model, 0.1, schedule)
+  new, metrics = step(p_state, batch)
+  assert not np.isfinite(np.asarray(metrics["loss"])[0])
+  # Neither the parameters nor Adam's moments and update count moved, on any device.
+  _assert_same_bits(_host_copy((new.params, new.opt_state)), before)
+  # The step counter still advances with the batches (the host loop counts the same steps,
+  # and the dropout keys fold it in); bad_step names the first bad step, counted from 1.
+  np.testing.assert_array_equal(np.asarray(new.step), np.full(8, 1))
+  np.testing.assert_array_equal(np.asarray(new.bad_step), np.full(8, 1))
+  assert float(np.asarray(metrics["learning_rate"])[0]) == float(schedule(0))
+  again, _ = step(new, batch)
+  _assert_same_bits(_host_copy((again.params, again.opt_state)), before)
+  np.testing.assert_array_equal(np.asarray(again.step), np.full(8, 2))
+  np.testing.assert_array_equal(np.asarray(again.bad_step), np.full(8, 1))  # the first one
   trainer = train.Trainer.__new__(train.Trainer)
   trainer.last_saved, trainer.ckpts = 3, type("C", (), {"directory": "/w/checkpoints"})()
   with pytest.raises(
     train.NonFiniteLossError, match=r"non-finite loss or gradient at step 1.*step 3\) is kept"
   ):
-    trainer.check_finite(new)
+    trainer.check_finite(again)
 
 
 @pytest.mark.slow
@@ -175,21 +201,29 @@ def test_unwritable_workdir_fails_before_training(tmp_path):
     train.train_and_evaluate(small_config(), str(blocker / "sub"))
 
 
+SMALL_EXPERIMENT_MODEL = dict(
+  d_model=16,
+  d_ff=32,
+  num_heads=2,
+  num_layers=1,
+  num_encoder_layers=0,
+  num_decoder_layers=0,
+  max_len=16,
+  dtype="float32",
+  attention_impl="reference",
+)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", cli.available_experiments())
-def test_every_experiment_builds_and_steps(name, tmp_path):
+def test_every_experiment_builds_and_steps(name, tmp_path, monkeypatch):
+  """One step of each experiment, made small: the trainer builds the model, loss and
+  schedule the experiment file asks for (its dropout, norm, positions, sharing, d_k/d_v,
+  label smoothing, warmup and rate factor), the first loss is an untrained model's, and the
+  metrics, config and checkpoint are written."""
+  experiment = main_config(name)
   config = main_config(name)
-  config.model.update(
-    d_model=16,
-    d_ff=32,
-    num_heads=2,
-    num_layers=1,
-    num_encoder_layers=0,
-    num_decoder_layers=0,
-    max_len=16,
-    dtype="float32",
-    attention_impl="reference",
-  )
+  config.model.update(SMALL_EXPERIMENT_MODEL)
   config.data.update(
     source="synthetic",
     synthetic_train_size=200,
@@ -201,8 +235,60 @@ def test_every_experiment_builds_and_steps(name, tmp_path):
     bucket_boundaries=(8, 16),
   )
   config.update(num_train_steps=1, checkpoint_every_steps=1, eval_every_steps=1, grad_accum_steps=1)
-  out = train.train_and_evaluate(config, str(tmp_path / name))
+  built, initial, train_steps = [], [], []
+  build_model, init_state = train.build_model, train.init_state
+  pmap_train_step = parallel.pmap_train_step
+  monkeypatch.setattr(train, "build_model", lambda *a: built.append(build_model(*a)) or built[-1])
+  monkeypatch.setattr(train, "init_state", lambda *a: initial.append(init_state(*a)) or initial[-1])
+  monkeypatch.setattr(
+    parallel,
+    "pmap_train_step",
+    lambda *a: train_steps.append(a) or pmap_train_step(*a),
+  )
+  workdir = str(tmp_path / name)
+  out = train.train_and_evaluate(config, workdir)
   assert out["step"] == 1 and np.isfinite(out["loss"])
+
+  ((model, cfg),) = built
+  assert model.config is cfg
+  want = dict(experiment.model.to_dict(), **SMALL_EXPERIMENT_MODEL)
+  for field, value in want.items():
+    got = getattr(cfg, field)
+    assert got == (jnp.dtype(value) if field == "dtype" else value), (field, got, value)
+  ((step_model, label_smoothing, schedule),) = train_steps
+  assert step_model is model and label_smoothing == experiment.label_smoothing
+  # Eq. 3 at step 1, written out: factor * d_model^-0.5 * min(1, 1 * warmup^-1.5), the rate
+  # logged and the one Adam applied: its first update is lr * g / (|g| + eps), so parameters
+  # that start at 0 (biases) move by lr where their gradient is well above eps = 1e-9.
+  rate = experiment.learning_rate_factor * 16**-0.5 * experiment.warmup_steps**-1.5
+  assert out["learning_rate"] == pytest.approx(rate, rel=1e-6)
+  assert float(schedule(0)) == pytest.approx(rate, rel=1e-6)
+  saved = checkpoint.Checkpoints(workdir).restore_params(1)
+  before_step = jax.device_get(initial[0].params)
+  moved = max(
+    float(np.max(np.abs(np.asarray(after) - before)))
+    for after, before in zip(jax.tree.leaves(saved), jax.tree.leaves(before_step), strict=True)
+    if not np.any(before)
+  )
+  assert moved == pytest.approx(rate, rel=1e-3)
+  # Before its first update the model guesses: per-token NLL near log(vocabulary size).
+  assert abs(out["nll"] - np.log(cfg.vocab_size)) < 1.0, (out["nll"], cfg.vocab_size)
+  assert 0 < out["tokens"] <= config.data.tokens_per_batch
+
+  records = summary.read_metrics(workdir)
+  logged = [r for r in records if "loss" in r]
+  assert [r["step"] for r in logged] == [1]
+  assert logged[0]["loss"] == pytest.approx(out["loss"]) and "eval_loss" in logged[0]
+  assert np.isfinite(logged[0]["eval_loss"])
+  with open(os.path.join(workdir, "config.json")) as f:
+    assert json.load(f)["model"]["dropout_rate"] == experiment.model.dropout_rate
+  # The checkpoint holds the parameters of that model: the tree and every shape.
+  expected = Transformer(TransformerConfig(**want, vocab_size=cfg.vocab_size))
+  dummy = jnp.ones((1, 8), jnp.int32)
+  shapes = jax.eval_shape(lambda: expected.init(jax.random.PRNGKey(0), dummy, dummy)["params"])
+  assert jax.tree.map(lambda x: (x.shape, x.dtype), saved) == jax.tree.map(
+    lambda x: (x.shape, x.dtype), shapes
+  )
 
 
 def main_config(name):
@@ -244,15 +330,17 @@ def _cli(*args, **kw):
 
 @pytest.mark.slow
 def test_cli_bad_experiment_and_override(tmp_path):
-  out, _ = _cli("--experiment=nope", f"--workdir={tmp_path}").communicate(timeout=120)
+  proc = _cli("--experiment=nope", f"--workdir={tmp_path}")
+  out, _ = proc.communicate(timeout=120)
+  assert proc.returncode == 1, out
   assert "--experiment=nope: unknown experiment; available:" in out and "tiny" in out
-  out, _ = _cli(
-    "--experiment=tiny", f"--workdir={tmp_path}", "--config.model.d_modle=8"
-  ).communicate(timeout=120)
-  assert "d_modle" in out
+  proc = _cli("--experiment=tiny", f"--workdir={tmp_path}", "--config.model.d_modle=8")
+  out, _ = proc.communicate(timeout=120)
+  assert proc.returncode == 1 and "d_modle" in out, out
   proc = _cli("--experiment=tiny", f"--workdir={tmp_path}", "--config.num_train_steps=abc")
   out, _ = proc.communicate(timeout=120)
-  assert proc.returncode != 0 and "num_train_steps" in out
+  assert proc.returncode == 1 and "num_train_steps" in out, out
+  assert os.listdir(tmp_path) == []  # refused before touching the workdir
 
 
 @pytest.mark.slow

@@ -4,13 +4,16 @@ import os
 import subprocess
 import sys
 
+import flax.linen as nn
 import jax
 import numpy as np
 import pytest
 
 from t2t_jax.decoding import translator as translate
+from t2t_jax.model import layers
 from t2t_jax.training import checkpoint
 from t2t_jax.training import trainer as train
+from tests import numpy_reference
 from tests.test_train import small_config
 
 
@@ -63,15 +66,51 @@ def test_average_checkpoints(workdir):
     translate.Translator.from_workdir(workdir, "selected")
 
 
+def _attention_inputs(run):
+  """run()'s result, plus (inputs_q, inputs_kv, output) of each attention module's call in
+  it, by module path."""
+  calls = {}
+
+  def interceptor(next_fun, args, kwargs, context):
+    out = next_fun(*args, **kwargs)
+    if isinstance(context.module, layers.MultiHeadAttention) and context.method_name == "__call__":
+      calls[context.module.path] = tuple(np.asarray(x[0], np.float64) for x in (*args[:2], out))
+    return out
+
+  with nn.intercept_methods(interceptor):
+    result = run()
+  return result, calls
+
+
 def test_attention_weights_match_forward_and_sum_to_one(workdir):
+  """The trained model's weights are an independent float64 softmax(Q K^T / sqrt(d_k)) of the
+  queries and keys the forward pass projects (causal in the decoder), and the module
+  outputs are those weights x V x W^O."""
   t = translate.Translator.from_workdir(workdir)
-  w = t.attention_weights("1 2 3 4", "4 3 2 1")
+  w, calls = _attention_inputs(lambda: t.attention_weights("1 2 3 4", "4 3 2 1"))
   assert w["encoder_self"].shape == (1, 4, 5, 5)
   assert w["decoder_self"].shape == (1, 4, 5, 5) and w["cross"].shape == (1, 4, 5, 5)
-  for name in ("encoder_self", "decoder_self", "cross"):
-    np.testing.assert_allclose(w[name].sum(-1), 1.0, rtol=1e-5)
-  assert np.all(np.triu(w["decoder_self"][0, 0], k=1) == 0)  # causal
   assert len(w["source_tokens"]) == 5 and w["source_tokens"][-1] == "</s>"
+  f64 = lambda x: np.asarray(x, np.float64)
+  dense = lambda p, x: np.einsum("ld,dhe->lhe", x, f64(p["kernel"])) + f64(p.get("bias", 0.0))
+  modules = dict(
+    encoder_self=("encoder", "self_attention", None),
+    decoder_self=("decoder", "self_attention", np.tril(np.ones((5, 5), bool))),
+    cross=("decoder", "cross_attention", None),
+  )
+  for kind, (part, name, mask) in modules.items():
+    for layer in range(len(w[kind])):
+      inputs_q, inputs_kv, out = calls[(part, f"layer_{layer}", name)]
+      p = t.params[part][f"layer_{layer}"][name]
+      q, k, v = (
+        dense(p[n], x) for n, x in zip(("query", "key", "value"), (inputs_q,) + 2 * (inputs_kv,))
+      )
+      heads, want = numpy_reference.attention(q[None], k[None], v[None], mask)
+      np.testing.assert_allclose(w[kind][layer], want[0], atol=1e-5, err_msg=kind)
+      output = np.einsum("qhe,hem->qm", heads[0], f64(p["out"]["kernel"])) + f64(p["out"]["bias"])
+      np.testing.assert_allclose(output, out, atol=2e-5, err_msg=kind)
+    np.testing.assert_allclose(w[kind].sum(-1), 1.0, rtol=1e-5)
+  assert np.all(np.triu(w["decoder_self"][0, 0], k=1) == 0)  # causal
 
 
 def _cli(*args, stdin=None):
@@ -83,6 +122,14 @@ def _cli(*args, stdin=None):
     capture_output=True,
     timeout=300,
   )
+
+
+def _refused(*args):
+  """stderr of a t2t-translate run that must fail with a one-line error (exit status 1)."""
+  proc = _cli(*args)
+  err = proc.stderr.decode()
+  assert proc.returncode == 1 and "Traceback" not in err, err
+  return err
 
 
 @pytest.mark.slow
@@ -111,27 +158,27 @@ def test_cli_bad_input(workdir, tmp_path):
   src.write_text("1 2\n3 4\n")
   ref.write_text("1\n")
   bad.write_bytes(b"1 2\n3 \xff 4\n")
-  err = _cli(f"--workdir={workdir}", f"--input={src}", f"--reference={ref}").stderr.decode()
+  err = _refused(f"--workdir={workdir}", f"--input={src}", f"--reference={ref}")
   assert f"--reference={ref} has 1 lines but --input={src} has 2" in err
-  err = _cli(f"--workdir={workdir}", f"--input={bad}").stderr.decode()
+  err = _refused(f"--workdir={workdir}", f"--input={bad}")
   assert f"{bad}:2: not UTF-8" in err
   empty = tmp_path / "empty_workdir"
   empty.mkdir()
-  err = _cli(f"--workdir={empty}", f"--input={src}").stderr.decode()
+  err = _refused(f"--workdir={empty}", f"--input={src}")
   assert "no config.json" in err
-  err = _cli(f"--workdir={workdir}", f"--input={src}", "--checkpoint=average:9").stderr.decode()
+  err = _refused(f"--workdir={workdir}", f"--input={src}", "--checkpoint=average:9")
   assert "fewer than 9" in err
   untrained = tmp_path / "untrained"
   untrained.mkdir()
   (untrained / "config.json").write_text(open(os.path.join(workdir, "config.json")).read())
-  err = _cli(f"--workdir={untrained}", f"--input={src}").stderr.decode()
+  err = _refused(f"--workdir={untrained}", f"--input={src}")
   assert f"{untrained}: vocabulary" in err and "is missing" in err
   for name in os.listdir(workdir):
     if name.startswith("vocab."):
       (untrained / name).write_bytes(open(os.path.join(workdir, name), "rb").read())
-  err = _cli(f"--workdir={untrained}", f"--input={src}").stderr.decode()
+  err = _refused(f"--workdir={untrained}", f"--input={src}")
   assert f"{untrained}/checkpoints: no checkpoint to translate with" in err
-  err = _cli(f"--workdir={workdir}", f"--input={tmp_path / 'nope'}").stderr.decode()
+  err = _refused(f"--workdir={workdir}", f"--input={tmp_path / 'nope'}")
   assert f"{tmp_path / 'nope'}: cannot read" in err
 
 
@@ -161,7 +208,8 @@ def test_average_command_writes_a_translatable_workdir(workdir, tmp_path):
   t = translate.Translator.from_workdir(str(out))
   for a, b in zip(jax.tree.leaves(t.params), jax.tree.leaves(want)):
     np.testing.assert_array_equal(a, b)
-  assert "already holds checkpoints" in run().stderr  # never overwrites
+  again = run()  # never overwrites
+  assert again.returncode != 0 and "already holds checkpoints" in again.stderr, again.stderr
 
 
 @pytest.mark.slow

@@ -3,8 +3,8 @@
 The weights returned for plotting are checked against the forward pass itself: every
 attention module's call is intercepted during `Translator.attention_weights`, and its output
 must equal (returned weights) x (its V projection) x W^O; the weights must also equal an
-independent float64 softmax(Q K^T / sqrt(d_k)) with the masks. tests/test_translate.py
-checks shapes, row sums and causality on a trained workdir; this file checks the values.
+independent float64 softmax(Q K^T / sqrt(d_k)) with the masks, for one sentence and for a
+padded batch. Only the tests that draw need matplotlib (the `viz` extra).
 """
 
 import json
@@ -15,10 +15,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-pytest.importorskip("matplotlib")
-
-from matplotlib.figure import Figure
-
 from t2t_jax import viz
 from t2t_jax.data.tokenizer import SymbolTokenizer
 from t2t_jax.experiments import tiny
@@ -28,11 +24,19 @@ from t2t_jax.model import (
 )
 from t2t_jax.training import optim
 from t2t_jax.translate import Translator
-from tests import support
+from tests import numpy_reference, support
 
 SYMBOLS = [str(i) for i in range(12)]
 SOURCE, TARGET = "1 2 3 4 5 6", "6 5 4 3 2 1"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture
+def needs_matplotlib():
+  pytest.importorskip("matplotlib", reason="drawing needs matplotlib (the 'viz' extra)")
+
+
+draws = pytest.mark.usefixtures("needs_matplotlib")
 
 
 def _translator(impl="reference", seed=0):
@@ -56,8 +60,8 @@ def weights(translator):
   return translator.attention_weights(SOURCE, TARGET)
 
 
-def _attention_calls(translator, source, target):
-  """Translator.attention_weights, plus each attention module's (inputs, output) in that pass."""
+def _intercepted(run):
+  """run()'s result, plus each attention module's (inputs, output) during it, by module path."""
   calls = {}
 
   def interceptor(next_fun, args, kwargs, context):
@@ -67,8 +71,13 @@ def _attention_calls(translator, source, target):
     return out
 
   with nn.intercept_methods(interceptor):
-    w = translator.attention_weights(source, target)
-  return w, calls
+    result = run()
+  return result, calls
+
+
+def _attention_calls(translator, source, target):
+  """Translator.attention_weights, plus each attention module's (inputs, output) in that pass."""
+  return _intercepted(lambda: translator.attention_weights(source, target))
 
 
 def _f64(x):
@@ -76,8 +85,8 @@ def _f64(x):
 
 
 def _dense(p, x):
-  """DenseGeneral [len, d_model] -> [len, heads, dim] in float64."""
-  out = np.einsum("ld,dhe->lhe", _f64(x), _f64(p["kernel"]))
+  """DenseGeneral [..., d_model] -> [..., heads, dim] in float64."""
+  out = np.einsum("...d,dhe->...he", _f64(x), _f64(p["kernel"]))
   return out + _f64(p["bias"]) if "bias" in p else out
 
 
@@ -144,30 +153,46 @@ def test_the_output_check_catches_wrong_weights():
   assert np.abs(_output_from_weights(p, right, kv[0]) - _f64(out[0])).max() < 2e-5
 
 
-def test_padded_batch_rows_sum_to_one_over_unmasked_keys(translator):
-  """In a padded batch (as training sees), pad keys get exactly 0 and rows sum to 1."""
+def test_padded_batch_weights_are_the_masked_softmax(translator):
+  """In a padded batch (as training sees), each module's weights are an independent float64
+  softmax(Q K^T / sqrt(d_k)) over the keys allowed by masks built here from the token ids
+  (padded queries and keys out, and future positions in the decoder), and its output is
+  those weights x V x W^O; pad keys get exactly 0 and real rows sum to 1."""
   inputs = jnp.array([[5, 6, 7, 8, 1, 0, 0], [5, 6, 1, 0, 0, 0, 0]])
   targets = jnp.array([[8, 7, 6, 5, 1, 0], [6, 5, 1, 0, 0, 0]])
-  _, state = translator.model.apply(
-    {"params": translator.params}, inputs, targets, mutable=["intermediates"]
+  (_, state), calls = _intercepted(
+    lambda: translator.model.apply(
+      {"params": translator.params}, inputs, targets, mutable=["intermediates"]
+    )
   )
   inter = state["intermediates"]
   src_ok, tgt_ok = np.asarray(inputs) > 0, np.asarray(targets) > 0
-  causal = np.tril(np.ones((6, 6), bool))
-  for layer in range(2):
-    get = lambda part, name, layer=layer: np.asarray(
-      inter[part][f"layer_{layer}"][name]["attention_weights"][0]
-    )  # [batch, h, q, k]
-    checks = [
-      (get("encoder", "self_attention"), src_ok[:, None, :], src_ok),
-      (get("decoder", "self_attention"), tgt_ok[:, None, :] & causal, tgt_ok),
-      (get("decoder", "cross_attention"), src_ok[:, None, :], tgt_ok),
-    ]
-    for w, allowed, real_rows in checks:
-      allowed = np.broadcast_to(allowed[:, None], w.shape)
-      assert np.all(w[~allowed] == 0)
-      sums = w.sum(-1)  # [batch, h, q]
-      np.testing.assert_allclose(sums[real_rows[:, None, :].repeat(4, 1)], 1.0, rtol=1e-5)
+  pair = lambda q_ok, k_ok: q_ok[:, None, :, None] & k_ok[:, None, None, :]  # [batch, 1, q, k]
+  allowed = {
+    "encoder_self": pair(src_ok, src_ok),
+    "decoder_self": pair(tgt_ok, tgt_ok) & np.tril(np.ones((6, 6), bool)),
+    "cross": pair(tgt_ok, src_ok),
+  }
+  for kind, (part, name) in MODULES.items():
+    for layer in range(2):
+      where = f"{kind} layer {layer}"
+      (inputs_q, inputs_kv, _), out = calls[(part, f"layer_{layer}", name)]
+      p = translator.params[part][f"layer_{layer}"][name]
+      q, k, v = (
+        _dense(p["query"], inputs_q),
+        _dense(p["key"], inputs_kv),
+        _dense(p["value"], inputs_kv),
+      )
+      heads, want = numpy_reference.attention(q, k, v, allowed[kind])
+      got = np.asarray(inter[part][f"layer_{layer}"][name]["attention_weights"][0])
+      np.testing.assert_allclose(got, want, atol=1e-5, err_msg=where)
+      mask = np.broadcast_to(allowed[kind], got.shape)
+      assert np.all(got[~mask] == 0), where
+      real_rows = mask.any(-1)
+      np.testing.assert_allclose(got.sum(-1)[real_rows], 1.0, rtol=1e-5, err_msg=where)
+      assert real_rows.sum() < real_rows.size  # the batch does have padded query rows
+      output = np.einsum("bqhe,hem->bqm", heads, _f64(p["out"]["kernel"])) + _f64(p["out"]["bias"])
+      np.testing.assert_allclose(output, _f64(out), atol=2e-5, err_msg=where)
 
 
 def _labels(fig):
@@ -179,6 +204,8 @@ def _labels(fig):
 
 
 def _check_png(fig, path):
+  from matplotlib.figure import Figure
+
   assert isinstance(fig, Figure)
   data = path.read_bytes()
   assert data[:8] == PNG_MAGIC and len(data) > 5000
@@ -188,6 +215,7 @@ def _labelled(ax):
   return ax.get_xlabel() and ax.get_ylabel() and ax.get_title()
 
 
+@draws
 @pytest.mark.parametrize("kind", ["encoder_self", "decoder_self", "cross"])
 def test_attention_map_shows_the_weights_with_tokens(weights, kind, tmp_path):
   path = tmp_path / "map.png"
@@ -209,6 +237,7 @@ def test_attention_map_shows_the_weights_with_tokens(weights, kind, tmp_path):
   assert viz.KINDS[kind] in ax.get_title()
 
 
+@draws
 def test_attention_map_from_a_translator_and_bad_indices(translator, weights):
   fig = viz.attention_map(translator, "cross", 0, 3, source=SOURCE, target=TARGET)
   np.testing.assert_allclose(fig.axes[0].images[0].get_array(), weights["cross"][0, 3])
@@ -226,6 +255,7 @@ def test_attention_map_from_a_translator_and_bad_indices(translator, weights):
     viz.attention_lines(weights, "self", head=None)
 
 
+@draws
 def test_attention_heads_grid(weights, tmp_path):
   path = tmp_path / "heads.png"
   fig = viz.attention_heads(weights, "encoder_self", layer=0, columns=2, path=str(path))
@@ -239,6 +269,7 @@ def test_attention_heads_grid(weights, tmp_path):
   assert set(SOURCE.split()) <= _labels(fig)
 
 
+@draws
 def test_attention_lines_alpha_is_the_weight(weights, tmp_path):
   path = tmp_path / "lines.png"
   fig = viz.attention_lines(weights, "cross", layer=1, head=0, threshold=0.0, path=str(path))
@@ -256,6 +287,7 @@ def test_attention_lines_alpha_is_the_weight(weights, tmp_path):
   assert len(fig.axes[0].collections) == 4 and "heads 0, 1, 2, 3" in fig.axes[0].get_title()
 
 
+@draws
 def test_positional_encoding_picture(tmp_path):
   path = tmp_path / "pe.png"
   fig = viz.positional_encoding(length=50, d_model=32, dims=(0, 1, 10), path=str(path))
@@ -268,6 +300,7 @@ def test_positional_encoding_picture(tmp_path):
   assert "dim 1 (cos" in curves.get_legend().get_texts()[1].get_text()
 
 
+@draws
 def test_learning_rate_schedule_picture(tmp_path):
   config = tiny.get_config()
   path = tmp_path / "lr.png"
@@ -295,6 +328,7 @@ def _metrics_workdir(tmp_path):
   return str(tmp_path)
 
 
+@draws
 def test_training_curves(tmp_path):
   workdir = _metrics_workdir(tmp_path)
   path = tmp_path / "curves.png"
@@ -316,6 +350,7 @@ def test_training_curves(tmp_path):
   assert len([t for ax in fig.axes for t in ax.texts]) == 3
 
 
+@draws
 def test_learning_curve(tmp_path):
   workdir = _metrics_workdir(tmp_path)
   path = tmp_path / "bleu.png"
