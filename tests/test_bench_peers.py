@@ -56,6 +56,7 @@ def test_every_system_trains_the_same_model_size_and_the_table_prints():
   assert "best peer: " in text and "| 23,328 |" in text and "23,424 (+96)" in text
 
 
+@pytest.mark.slow
 def test_marian_from_our_parameters_gives_our_losses_step_by_step(monkeypatch):
   """The Marian system (MarianMTModel, its loss, torch Adam + LambdaLR) started from t2t_jax's
   initial parameters, exported weight by weight, on the benchmark's batch: the same loss

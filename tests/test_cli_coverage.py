@@ -68,6 +68,7 @@ def trained(tmp_path_factory):
 # ----------------------------------------------------------------------------- trainer
 
 
+@pytest.mark.slow
 def test_gradient_accumulation_update_equals_one_batch_of_both_microbatches(trained, tmp_path):
   config, workdir, fresh = trained
   logged = [r for r in summary.read_metrics(workdir) if "loss" in r]
@@ -181,6 +182,7 @@ def _forced_log_probs(t2t, pairs):
   return dict(zip(pairs, np.asarray(log_probs(t2t.params, inputs, targets)).tolist()))
 
 
+@pytest.mark.slow
 def test_translate_alpha_is_the_length_penalty_of_the_scores(trained, tmp_path, run_translate):
   _, workdir, _ = trained
   src = _source_file(tmp_path)
@@ -210,6 +212,7 @@ def test_translate_alpha_is_the_length_penalty_of_the_scores(trained, tmp_path, 
       np.testing.assert_allclose(score, want / ((5 + length) / 6) ** alpha, atol=2e-4)
 
 
+@pytest.mark.slow
 def test_translate_beam_stop_values_and_a_bad_one(trained, tmp_path, run_translate):
   _, workdir, _ = trained
   src = _source_file(tmp_path)
@@ -229,6 +232,7 @@ def test_translate_beam_stop_values_and_a_bad_one(trained, tmp_path, run_transla
     run_translate(f"--workdir={workdir}", f"--input={src}", "--beam_stop=never")
 
 
+@pytest.mark.slow
 def test_translate_checkpoint_step(trained, tmp_path, run_translate):
   _, workdir, _ = trained
   src, out = _source_file(tmp_path), tmp_path / "out.tsv"
@@ -253,6 +257,7 @@ def test_translate_checkpoint_step(trained, tmp_path, run_translate):
   )
 
 
+@pytest.mark.slow
 def test_translate_unwritable_output_fails_first_in_one_line(trained, tmp_path, run_translate):
   _, workdir, _ = trained
   src = _source_file(tmp_path)
@@ -285,6 +290,7 @@ def _export(*args):
   )
 
 
+@pytest.mark.slow
 def test_export_beam_size_and_alpha_reach_the_generation_config(trained, tmp_path):
   transformers = pytest.importorskip("transformers")
   pytest.importorskip("safetensors")  # the exporter writes model.safetensors with it
@@ -304,6 +310,7 @@ def test_export_beam_size_and_alpha_reach_the_generation_config(trained, tmp_pat
   assert (generation.num_beams, generation.length_penalty) == (6, 1.1)
 
 
+@pytest.mark.slow
 def test_export_refuses_a_decoding_flag_ctranslate2_has_no_place_for(trained, tmp_path):
   _, workdir, _ = trained
   out = tmp_path / "ct2"
@@ -347,6 +354,7 @@ def _number(cell):
   return float(re.sub(r"[,x%]", "", cell))
 
 
+@pytest.mark.slow
 def test_bench_vs_ctranslate2_prints_one_row_per_system(run_bench):
   pytest.importorskip("ctranslate2")
   text = run_bench(

@@ -59,6 +59,7 @@ def assert_scores_match(translator, model, params, source_tokens, target_tokens,
     np.testing.assert_allclose(theirs.log_probs, mine, atol=TOLERANCE, rtol=0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
   "shape",
   [

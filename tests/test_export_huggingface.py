@@ -100,6 +100,7 @@ def assert_logits_match(cfg, params, out, seed=1, strict=True):
   np.testing.assert_allclose(theirs[real], ours[real], atol=TOLERANCE, rtol=0)
 
 
+@pytest.mark.slow
 @needs_marian
 @needs_safetensors
 @pytest.mark.parametrize("share_embeddings", [True, False])

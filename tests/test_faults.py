@@ -75,6 +75,7 @@ def test_damaged_latest_checkpoints_are_reported_kept_and_skipped(trained, tmp_p
     np.testing.assert_array_equal(x, y)
 
 
+@pytest.mark.slow
 def test_no_restorable_checkpoint_stops_naming_every_path(trained, tmp_path):
   workdir = _copy(trained, tmp_path)
   ckpt = os.path.join(workdir, "checkpoints")
@@ -268,6 +269,7 @@ def test_resume_checks_the_fingerprint_and_records_each_start(trained, tmp_path)
   assert starts[1]["changed"] == {"log_every_steps": [1, 2], "num_train_steps": [6, 8]}
 
 
+@pytest.mark.slow
 def test_translate_refuses_a_vocabulary_the_checkpoint_was_not_trained_with(trained, tmp_path):
   workdir = _copy(trained, tmp_path)
   vocab = os.path.join(workdir, "vocab.symbols")

@@ -82,6 +82,7 @@ def _attention_inputs(run):
   return result, calls
 
 
+@pytest.mark.slow
 def test_attention_weights_match_forward_and_sum_to_one(workdir):
   """The trained model's weights are an independent float64 softmax(Q K^T / sqrt(d_k)) of the
   queries and keys the forward pass projects (causal in the decoder), and the module

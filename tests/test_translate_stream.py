@@ -58,6 +58,7 @@ def test_nbest_first_is_the_plain_output_scores_sorted_and_exact(workdir, beam_s
     t2t.translate(SOURCES, beam_size=4, nbest=5)
 
 
+@pytest.mark.slow
 def test_stream_gives_the_batch_translations(workdir):
   t2t = Translator.from_workdir(workdir)
   assert t2t.buckets() == [16, 32, 40]

@@ -234,7 +234,9 @@ def _pytest(tree: pathlib.Path, targets: list[str], workers: int) -> tuple[bool,
   cmd += ["-n", str(workers)] if workers > 1 else []
   proc = subprocess.run(cmd + targets, cwd=tree, env=env, capture_output=True, text=True)
   lines = proc.stdout.splitlines()
-  failed = [line.split()[1] for line in lines if line.startswith(("FAILED ", "ERROR "))]
+  # "FAILED tests/x.py::test[a b] - message": test ids may hold spaces, the message follows " - ".
+  marks = ("FAILED ", "ERROR ")
+  failed = [line.split(" ", 1)[1].split(" - ")[0] for line in lines if line.startswith(marks)]
   # Status 1: tests failed; 2: xdist interrupted by -x after a failure; 5: none collected
   # (every target deselected as slow). Anything else, or 2 without a failure, is no verdict.
   if proc.returncode not in (0, 1, 2, 5) or (proc.returncode == 2 and not failed):
