@@ -179,7 +179,7 @@ MUTATIONS = (
   ),
   M(
     "checkpoint_average",
-    "checkpoint averaging divides by one tree too many",
+    "checkpoint averaging divides by one tree too few",
     "t2t_jax/training/checkpoint.py",
     "(a / len(param_trees))",
     "(a / len(param_trees[1:]))",
