@@ -641,6 +641,48 @@ def test_beam_slots_track_each_hypothesis_history():
     history = [history[p[b]] + [(step + 1, b)] for b in range(3)]
 
 
+def model_and_reference_searches(model, params, inputs, max_lengths, max_decode_len, beam_size):
+  """(sequences, scores) of the Translator's search (`translator.decode`: shared encoder
+  keys/values, in-place slots), then of `_reference_beam_search` over the model's per-row
+  decode_step; alpha 0.6."""
+  from t2t_jax.decoding import translator as translate
+  from t2t_jax.model import Transformer
+
+  @jax.jit
+  def reference(params, inputs, max_lengths):
+    encoded = model.apply({"params": params}, inputs, method=Transformer.encode)
+    _, state = model.apply(
+      {"params": params},
+      encoded,
+      inputs,
+      max_decode_len,
+      method=Transformer.init_cache,
+      mutable=["cache"],
+    )
+
+    def tokens_to_logits(ids, cache):
+      logits, new = model.apply(
+        {"params": params, "cache": cache}, ids, method=Transformer.decode_step, mutable=["cache"]
+      )
+      return logits, new["cache"]
+
+    return _reference_beam_search(
+      tokens_to_logits,
+      state["cache"],
+      max_lengths=max_lengths,
+      max_decode_len=max_decode_len,
+      beam_size=beam_size,
+      alpha=0.6,
+    )
+
+  search = jax.jit(
+    functools.partial(
+      translate.decode, model=model, max_decode_len=max_decode_len, beam_size=beam_size
+    )
+  )
+  return (*search(params, inputs, max_lengths, 0.6), *reference(params, inputs, max_lengths))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("first_segment", [16, pytest.param(2, marks=pytest.mark.slow)])
 def test_transformer_beam_search_equals_reference(first_segment, monkeypatch):
@@ -648,7 +690,6 @@ def test_transformer_beam_search_equals_reference(first_segment, monkeypatch):
   compaction, and with first_segment 2 a cache grown segment by segment: 2, 4, 8, 16
   positions) against the reference search over its per-row decode_step."""
   from t2t_jax.decoding import search as search_lib
-  from t2t_jax.decoding import translator as translate
 
   monkeypatch.setattr(search_lib, "FIRST_SEGMENT", first_segment)
   assert len(search_lib.segment_bounds(16)) == (1 if first_segment == 16 else 4)
@@ -678,38 +719,9 @@ def test_transformer_beam_search_equals_reference(first_segment, monkeypatch):
   output["kernel"] = output["kernel"] * 8.0
   output["bias"] = output["bias"].at[EOS_ID].set(3.0)
 
-  @jax.jit
-  def reference(params, inputs, max_lengths):
-    encoded = model.apply({"params": params}, inputs, method=Transformer.encode)
-    _, state = model.apply(
-      {"params": params},
-      encoded,
-      inputs,
-      max_decode_len,
-      method=Transformer.init_cache,
-      mutable=["cache"],
-    )
-
-    def tokens_to_logits(ids, cache):
-      logits, new = model.apply(
-        {"params": params, "cache": cache}, ids, method=Transformer.decode_step, mutable=["cache"]
-      )
-      return logits, new["cache"]
-
-    return _reference_beam_search(
-      tokens_to_logits,
-      state["cache"],
-      max_lengths=max_lengths,
-      max_decode_len=max_decode_len,
-      beam_size=4,
-      alpha=0.6,
-    )
-
-  search = jax.jit(
-    functools.partial(translate.decode, model=model, max_decode_len=max_decode_len, beam_size=4)
+  seqs, scores, ref_seqs, ref_scores = model_and_reference_searches(
+    model, params, inputs, max_lengths, max_decode_len, beam_size=4
   )
-  ref_seqs, ref_scores = reference(params, inputs, max_lengths)
-  seqs, scores = search(params, inputs, max_lengths, 0.6)
   out_lengths = np.sum(np.asarray(ref_seqs[:, 0]) != PAD_ID, axis=1)
   assert len(set(out_lengths.tolist())) > 4, out_lengths
   np.testing.assert_array_equal(seqs, ref_seqs)

@@ -37,7 +37,7 @@ from t2t_jax.tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from t2t_jax.training import checkpoint, optim, parallel, steps, summary
 from t2t_jax.training import trainer as train
 from tests import support
-from tests.test_decode import _reference_beam_search
+from tests.test_decode import model_and_reference_searches
 from tests.test_train import _random_global_batch, _split, small_config
 
 # --- beam search through the model's cache ----------------------------------------------------
@@ -60,40 +60,9 @@ def test_transformer_beam_search_equals_reference_search():
   output["kernel"] = output["kernel"] * 8.0
   output["bias"] = output["bias"].at[EOS_ID].set(3.0)
 
-  @jax.jit
-  def reference(params, inputs, max_lengths):
-    encoded = model.apply({"params": params}, inputs, method=Transformer.encode)
-    _, state = model.apply(
-      {"params": params},
-      encoded,
-      inputs,
-      max_decode_len,
-      method=Transformer.init_cache,
-      mutable=["cache"],
-    )
-
-    def tokens_to_logits(ids, cache):
-      logits, new = model.apply(
-        {"params": params, "cache": cache}, ids, method=Transformer.decode_step, mutable=["cache"]
-      )
-      return logits, new["cache"]
-
-    return _reference_beam_search(
-      tokens_to_logits,
-      state["cache"],
-      max_lengths=max_lengths,
-      max_decode_len=max_decode_len,
-      beam_size=beam_size,
-      alpha=0.6,
-    )
-
-  search = jax.jit(
-    functools.partial(
-      translate.decode, model=model, max_decode_len=max_decode_len, beam_size=beam_size
-    )
+  seqs, scores, ref_seqs, ref_scores = model_and_reference_searches(
+    model, params, inputs, max_lengths, max_decode_len, beam_size
   )
-  ref_seqs, ref_scores = reference(params, inputs, max_lengths)
-  seqs, scores = search(params, inputs, max_lengths, 0.6)
   out_lengths = np.sum(np.asarray(ref_seqs) != PAD_ID, axis=2)
   assert len(set(out_lengths[:, 0].tolist())) >= 3, out_lengths  # best outputs of 3+ lengths
   assert np.all(np.isfinite(np.asarray(ref_scores)))  # every beam slot holds a hypothesis
