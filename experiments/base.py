@@ -11,31 +11,12 @@ checkpoints. Paper result: 27.3 BLEU on newstest2014 (12 hours on 8 P100 GPUs).
 import ml_collections
 
 from t2t_jax import data
+from t2t_jax.model import TransformerConfig
 
 
 def model_config() -> ml_collections.ConfigDict:
-  """The model part of Table 3; field names are those of t2t_jax.model.TransformerConfig."""
-  return ml_collections.ConfigDict(
-    dict(
-      d_model=512,
-      d_ff=2048,
-      num_heads=8,
-      d_k=0,  # 0: d_model / num_heads
-      d_v=0,
-      num_layers=6,
-      num_encoder_layers=0,  # 0: same as num_layers
-      num_decoder_layers=0,
-      dropout_rate=0.1,  # P_drop
-      attention_dropout_rate=0.0,  # the paper drops only sub-layer outputs and embeddings
-      norm="post",
-      positional="sinusoidal",
-      share_embeddings=True,
-      dtype="float32",  # 'bfloat16' on accelerators (parameters stay float32)
-      max_len=512,
-      attention_impl="reference",  # 'cudnn' on NVIDIA GPUs
-      loss_chunk_tokens=512,  # pre-softmax layer + loss over chunks of this many tokens (0: whole)
-    )
-  )
+  """The model part of Table 3: TransformerConfig's defaults, which are the base model."""
+  return ml_collections.ConfigDict(TransformerConfig.defaults())
 
 
 def data_config() -> ml_collections.ConfigDict:

@@ -1,15 +1,16 @@
 """The paper's network: pure functions (attention, masks, positions, dropout) composed into
-Flax modules (layers) and the encoder-decoder Transformer (transformer).
+Flax modules (layers) and the encoder-decoder Transformer (transformer), configured by the
+frozen TransformerConfig (config).
 
 `t2t_jax.model.Transformer` and `t2t_jax.model.TransformerConfig` are the public entry points.
 """
 
+from t2t_jax.model.config import TransformerConfig
 from t2t_jax.model.transformer import (
   Decoder,
   Encoder,
   OutputLayer,
   Transformer,
-  TransformerConfig,
   beam_search_cache,
   map_self_attention_cache,
   shift_right,

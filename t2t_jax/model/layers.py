@@ -7,7 +7,6 @@ module takes the frozen `t2t_jax.model.TransformerConfig` as `config`.
 import functools
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
 
 import flax.linen as nn
 import jax
@@ -15,9 +14,7 @@ import jax.numpy as jnp
 from jax.typing import DTypeLike
 
 from t2t_jax.model import attention, dropout, masks, positional
-
-if TYPE_CHECKING:  # transformer.py imports this module
-  from t2t_jax.model.transformer import TransformerConfig
+from t2t_jax.model.config import TransformerConfig
 
 Array = jnp.ndarray
 xavier = nn.initializers.xavier_uniform()
@@ -62,7 +59,7 @@ def flat_dot_general(
 
 
 def _dense(
-  config: "TransformerConfig",
+  config: TransformerConfig,
   features: int | tuple[int, ...],
   axis: int | tuple[int, ...] = -1,
   name: str | None = None,
@@ -119,7 +116,7 @@ class MultiHeadAttention(nn.Module):
   are [batch, heads, d, length] (`_to_cache_layout`).
   """
 
-  config: Any
+  config: TransformerConfig
   cross: bool = False  # encoder-decoder attention (keys/values from the encoder)
 
   @nn.compact
@@ -229,7 +226,7 @@ class MultiHeadAttention(nn.Module):
 class FeedForward(nn.Module):
   """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2 (eq. 2)."""
 
-  config: Any
+  config: TransformerConfig
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
@@ -238,12 +235,12 @@ class FeedForward(nn.Module):
     return _dense(cfg, cfg.d_model, name="wo")(x)
 
 
-def _layer_norm(cfg: "TransformerConfig", name: str | None = None) -> nn.LayerNorm:
+def _layer_norm(cfg: TransformerConfig, name: str | None = None) -> nn.LayerNorm:
   return nn.LayerNorm(epsilon=1e-6, dtype=cfg.dtype, param_dtype=jnp.float32, name=name)
 
 
 def residual(
-  cfg: "TransformerConfig",
+  cfg: TransformerConfig,
   x: Array,
   sublayer: Callable[[Array], Array],
   norm: Callable[[Array], Array],
@@ -263,7 +260,7 @@ def residual(
 class EncoderLayer(nn.Module):
   """Self-attention then feed-forward, each in a residual block."""
 
-  config: Any
+  config: TransformerConfig
 
   @nn.compact
   def __call__(self, x: Array, mask: Array | None, *, deterministic: bool = True) -> Array:
@@ -284,7 +281,7 @@ class EncoderLayer(nn.Module):
 class DecoderLayer(nn.Module):
   """Masked self-attention, encoder-decoder attention, feed-forward (paper 3.1)."""
 
-  config: Any
+  config: TransformerConfig
 
   @nn.compact
   def __call__(
@@ -323,7 +320,7 @@ class DecoderLayer(nn.Module):
 class Embed(nn.Module):
   """Token embedding scaled by sqrt(d_model) (paper 3.4), with `attend` for the output layer."""
 
-  config: Any
+  config: TransformerConfig
 
   def setup(self) -> None:
     cfg = self.config
@@ -356,7 +353,7 @@ class AddPositions(nn.Module):
   means 0..length-1. In decode mode the position is a cached counter.
   """
 
-  config: Any
+  config: TransformerConfig
 
   @nn.compact
   def __call__(

@@ -1,13 +1,11 @@
-"""The Transformer (paper section 3): configuration, encoder, decoder, and the full model.
+"""The Transformer (paper section 3): encoder, decoder, and the full model.
 
 `Transformer.__call__` is the teacher-forced forward pass used in training;
 `encode`/`decode` split it; `init_cache`/`decode_step` run the decoder one position at a
 time for search (see `t2t_jax.decoding.search`), with the encoder's keys/values computed once.
 """
 
-import dataclasses
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable
 
 import flax.linen as nn
 import jax
@@ -15,6 +13,7 @@ import jax.numpy as jnp
 from flax.core.scope import VariableDict
 
 from t2t_jax.model import masks
+from t2t_jax.model.config import TransformerConfig
 from t2t_jax.model.layers import (
   AddPositions,
   DecoderLayer,
@@ -29,116 +28,6 @@ Array = jnp.ndarray
 # (decoder outputs [batch, tgt_len, d_model], W [vocab, d_model], bias [vocab] or None): the
 # output layer as logits = outputs W^T + bias, for losses.output_loss_sums.
 OutputFeatures = tuple[Array, Array, Array | None]
-NORMS = ("post", "pre")
-POSITIONALS = ("sinusoidal", "learned")
-ATTENTION_IMPLS = ("reference", "xla", "cudnn")
-
-
-@dataclasses.dataclass(frozen=True)
-class TransformerConfig:
-  """Model hyperparameters, named as in the paper (Table 3 columns)."""
-
-  vocab_size: int
-  d_model: int = 512
-  d_ff: int = 2048
-  num_heads: int = 8  # h
-  d_k: int = 0  # query/key size per head; 0: d_model / h
-  d_v: int = 0  # value size per head; 0: d_model / h
-  num_layers: int = 6  # N, for encoder and decoder unless given separately
-  num_encoder_layers: int | None = None  # None or 0: num_layers
-  num_decoder_layers: int | None = None
-  dropout_rate: float = 0.1  # P_drop: residual and embedding dropout
-  attention_dropout_rate: float = 0.0
-  norm: str = "post"  # 'post' (paper) or 'pre'
-  positional: str = "sinusoidal"  # 'sinusoidal' (paper) or 'learned' (Table 3 row E)
-  share_embeddings: bool = True  # one matrix for source, target and pre-softmax (3.4)
-  dtype: Any = jnp.float32  # computation dtype; parameters stay float32
-  max_len: int = 512  # longest sequence (position table size)
-  attention_impl: str = "reference"  # 'reference', 'xla' or 'cudnn'
-  # Training/eval loss: the pre-softmax layer and the loss run over chunks of this many
-  # target tokens, never holding all logits (losses.output_loss_sums); 0: whole logits.
-  loss_chunk_tokens: int = 512
-
-  def __post_init__(self) -> None:
-    try:
-      object.__setattr__(self, "dtype", jnp.dtype(self.dtype))
-    except TypeError as e:
-      raise ValueError(
-        f"TransformerConfig.dtype={self.dtype!r} is not a dtype (use 'float32' or 'bfloat16')"
-      ) from e
-    for name in ("vocab_size", "d_model", "d_ff", "num_heads", "num_layers", "max_len"):
-      _check_positive(name, getattr(self, name))
-    for name in ("num_encoder_layers", "num_decoder_layers"):
-      if getattr(self, name):  # None or 0 mean "num_layers"
-        _check_positive(name, getattr(self, name))
-    if self.loss_chunk_tokens < 0:
-      raise ValueError(
-        f"TransformerConfig.loss_chunk_tokens={self.loss_chunk_tokens}: must "
-        "be >= 0 (0: whole logits)"
-      )
-    for name in ("d_k", "d_v"):
-      if getattr(self, name):
-        _check_positive(name, getattr(self, name))
-      elif self.d_model % self.num_heads:
-        raise ValueError(
-          f"TransformerConfig.d_model={self.d_model} is not divisible by "
-          f"num_heads={self.num_heads} ({name} = d_model / h must be whole; "
-          f"or set {name})"
-        )
-    if self.d_model % 2:
-      raise ValueError(
-        f"TransformerConfig.d_model={self.d_model} must be even "
-        "(sin/cos pairs of the positional encoding)"
-      )
-    _check_choice("norm", self.norm, NORMS)
-    _check_choice("positional", self.positional, POSITIONALS)
-    _check_choice("attention_impl", self.attention_impl, ATTENTION_IMPLS)
-    for name in ("dropout_rate", "attention_dropout_rate"):
-      rate = getattr(self, name)
-      if not 0.0 <= rate < 1.0:
-        raise ValueError(f"TransformerConfig.{name}={rate}: must be in [0, 1)")
-
-  @property
-  def key_dim(self) -> int:
-    return self.d_k or self.d_model // self.num_heads
-
-  @property
-  def value_dim(self) -> int:
-    return self.d_v or self.d_model // self.num_heads
-
-  @property
-  def encoder_layers(self) -> int:
-    return self.num_encoder_layers or self.num_layers
-
-  @property
-  def decoder_layers(self) -> int:
-    return self.num_decoder_layers or self.num_layers
-
-  def replace(self, **changes: Any) -> "TransformerConfig":
-    return dataclasses.replace(self, **changes)
-
-  @classmethod
-  def from_dict(cls, fields: Mapping[str, Any], **overrides: Any) -> "TransformerConfig":
-    """Builds a config from a mapping (e.g. an ml_collections `config.model`)."""
-    fields = dict(fields, **overrides)
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(fields) - known)
-    if unknown:
-      raise ValueError(f"unknown model config field(s) {unknown}; known: {sorted(known)}")
-    return cls(**fields)
-
-
-def _check_positive(name: str, value: object) -> None:
-  if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-    raise ValueError(f"TransformerConfig.{name}={value!r}: must be a positive integer")
-
-
-def _check_choice(name: str, value: object, allowed: Sequence[str]) -> None:
-  if value not in allowed:
-    raise ValueError(
-      f"TransformerConfig.{name}={value!r}: allowed values are "
-      f"{', '.join(repr(a) for a in allowed)}"
-    )
 
 
 def shift_right(targets: Array, segmentation: Array | None = None, bos_id: int = BOS_ID) -> Array:
