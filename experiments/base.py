@@ -12,6 +12,7 @@ import ml_collections
 
 from t2t_jax import data
 from t2t_jax.model import TransformerConfig
+from t2t_jax.training.config import TrainConfig
 
 
 def model_config() -> ml_collections.ConfigDict:
@@ -31,21 +32,11 @@ def data_config() -> ml_collections.ConfigDict:
 
 
 def get_config() -> ml_collections.ConfigDict:
+  """Model, data, TrainConfig's training fields (the paper's, section 5) and decoding."""
   config = ml_collections.ConfigDict()
   config.model = model_config()
   config.data = data_config()
-  config.seed = 0
-  config.num_train_steps = 100_000
-  config.warmup_steps = 4000  # paper 5.3
-  config.learning_rate_factor = 1.0
-  config.label_smoothing = 0.1  # eps_ls (paper 5.4)
-  config.grad_accum_steps = 1  # raise to reach 25k+25k tokens on fewer devices
-  config.log_every_steps = 100
-  config.eval_every_steps = 1000
-  config.checkpoint_every_steps = 1000
-  config.keep_checkpoints = 20  # >= the checkpoints averaged at the end (5 base, 20 big)
-  config.average_checkpoints = 5
-  config.prefetch_batches = 2
+  config.update(TrainConfig.defaults())
   # Decoding (paper 6.1): beam 4, length penalty alpha 0.6, max output = input + 50.
   config.beam_size = 4
   config.alpha = 0.6
@@ -53,14 +44,4 @@ def get_config() -> ml_collections.ConfigDict:
   # When beam search stops a sentence: 'exact' (tensor2tensor: no live hypothesis can still
   # win) or 'heuristic' (none would if it ended now; faster, may differ; decoding/search.py).
   config.beam_stop = "exact"
-  config.bleu_every_steps = 0  # sacreBLEU on dev sentences every M steps (0 = off)
-  config.bleu_num_sentences = 500
-  config.bleu_beam_size = 0  # beam of those dev scores (0 = beam_size; 1 = greedy, cheaper)
-  config.test_at_end = False  # translate and score the test split after training
-  # Checkpoint selection on dev only: candidates ('latest', 'average:N', 'STEP', comma
-  # separated) are scored by dev sacreBLEU and the best one translates the test split;
-  # '' = the average of the last `average_checkpoints` (the paper's practice).
-  config.select_checkpoints = ""
-  config.select_num_sentences = 0  # dev sentences scored per candidate (0 = all)
-  config.train_time_limit_minutes = 0.0  # stop, save and evaluate after this long (0 = no limit)
   return config

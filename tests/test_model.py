@@ -264,6 +264,19 @@ def test_from_dict_rejects_unknown_fields():
     TransformerConfig.from_dict({"d_modle": 8}, vocab_size=10)
 
 
+def test_unknown_model_field_names_its_flag():
+  with pytest.raises(ValueError, match=r"--config\.model\.d_modle"):
+    TransformerConfig.from_dict({"d_modle": 8, "d_model": 16}, vocab_size=10)
+
+
+def test_defaults_are_the_base_model_of_table3():
+  cfg = TransformerConfig(vocab_size=37000)
+  assert (cfg.num_layers, cfg.d_model, cfg.d_ff, cfg.num_heads) == (6, 512, 2048, 8)
+  assert (cfg.key_dim, cfg.value_dim, cfg.dropout_rate) == (64, 64, 0.1)
+  assert (cfg.encoder_layers, cfg.decoder_layers) == (6, 6)
+  assert cfg.share_embeddings and cfg.positional == "sinusoidal" and cfg.norm == "post"
+
+
 def test_too_long_sequence_is_an_error(tiny_setup):
   model, params, _ = tiny_setup
   x = jnp.ones((1, 40), jnp.int32)

@@ -11,6 +11,7 @@ import time
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
 
@@ -19,6 +20,7 @@ from t2t_jax.cli import common as cli
 from t2t_jax.experiments import tiny
 from t2t_jax.model import Transformer, TransformerConfig
 from t2t_jax.training import checkpoint, fingerprint, optim, parallel, steps, summary
+from t2t_jax.training import config as config_lib
 from t2t_jax.training import trainer as train
 from tests import support
 
@@ -314,6 +316,30 @@ def test_table3_rows_and_multi30k_directions():
   assert de_en.data.train_source.endswith("train.de") and de_en.data.test_target.endswith(
     "test2016.en"
   )
+
+
+def test_base_experiment_takes_the_typed_defaults():
+  """experiments/base.py restates no model or training default: each is written once."""
+  from t2t_jax.experiments import base
+
+  config = base.get_config()
+  assert config.model.to_dict() == TransformerConfig.defaults()
+  training = config_lib.TrainConfig.defaults()
+  assert {name: config[name] for name in training} == training
+
+
+def test_fields_an_older_config_lacks_take_the_typed_defaults():
+  """A config.json written before a field existed reads as if it had the field's default."""
+  config = small_config(test_at_end=True, select_checkpoints="latest")
+  assert config_lib.with_defaults(config) is config
+  old = config.to_dict()
+  for name in ("test_at_end", "select_checkpoints", "train_time_limit_minutes"):
+    del old[name]
+  del old["model"]["loss_chunk_tokens"]
+  filled = config_lib.with_defaults(ml_collections.ConfigDict(old))
+  assert filled.test_at_end is False and filled.select_checkpoints == ""
+  assert filled.train_time_limit_minutes == 0.0 and filled.model.loss_chunk_tokens == 512
+  assert filled.model.d_model == 32 and filled.num_train_steps == 6
 
 
 def _cli(*args, **kw):

@@ -28,6 +28,7 @@ from t2t_jax.model import (
 )
 from t2t_jax.tokens import EOS_ID, PAD_ID
 from t2t_jax.training import checkpoint
+from t2t_jax.training.config import with_defaults
 from t2t_jax.training.workdir import sha256_file
 
 
@@ -36,12 +37,13 @@ class TranslateError(ValueError):
 
 
 def load_config(workdir: str) -> ml_collections.ConfigDict:
-  """The resolved config t2t-train wrote to <workdir>/config.json."""
+  """The resolved config t2t-train wrote to <workdir>/config.json; training and model fields
+  added since that version have their defaults (with_defaults)."""
   path = os.path.join(workdir, "config.json")
   if not os.path.isfile(path):
     raise TranslateError(f"{workdir}: no config.json (not a t2t-train workdir?)")
   with open(path, encoding="utf-8") as f:
-    return ml_collections.ConfigDict(json.load(f))
+    return with_defaults(ml_collections.ConfigDict(json.load(f)))
 
 
 def _load_tokenizer(config: ml_collections.ConfigDict, workdir: str) -> Tokenizer:

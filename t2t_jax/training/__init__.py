@@ -1,3 +1,4 @@
 """Training: the loss and optimizer of the paper (sections 5.3, 5.4), the per-device steps, the
 one pmap-aware module, checkpoints, multi-host start-up, metrics and the loop
-(`t2t_jax.training.trainer.train_and_evaluate`)."""
+(`t2t_jax.training.trainer.train_and_evaluate`), with its typed defaults
+(`t2t_jax.training.config.TrainConfig`)."""

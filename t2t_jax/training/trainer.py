@@ -29,6 +29,7 @@ from t2t_jax.decoding.translator import Translator
 from t2t_jax.evaluation import evaluate
 from t2t_jax.model import Transformer, TransformerConfig
 from t2t_jax.training import checkpoint, fingerprint, optim, parallel, steps, summary
+from t2t_jax.training import config as config_lib
 from t2t_jax.training import workdir as workdir_lib
 
 
@@ -61,7 +62,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     if not isinstance(value, int) or value <= 0:
       raise ConfigError(f"config.{field}={value!r} must be a positive integer")
   for field in ("bleu_every_steps", "bleu_beam_size"):
-    if config.get(field, 0) < 0:
+    if config[field] < 0:
       raise ConfigError(f"config.{field}={config[field]} must be >= 0")
   if config.get("beam_stop", "exact") not in search.STOP_RULES:
     raise ConfigError(
@@ -228,7 +229,7 @@ class Trainer:
   def select(self) -> str:
     """The best of `select_checkpoints` by dev sacreBLEU (parsing: dev F1), written to
     <workdir>/selected.json."""
-    n = self.config.get("select_num_sentences", 0)
+    n = self.config.select_num_sentences
     pairs = self.data.dev_pairs[:n] if n else self.data.dev_pairs
     metric, name = evaluate.bleu, "sacreBLEU"
     if evaluate.is_parsing(self.config.data):
@@ -253,7 +254,7 @@ class Trainer:
   def test_spec(self) -> str | None:
     """Which checkpoint(s) translate the test split: chosen on dev, the average of the last
     `average_checkpoints`, or (None) the parameters in memory."""
-    if self.config.get("select_checkpoints", ""):
+    if self.config.select_checkpoints:
       return self.select()
     if self.config.average_checkpoints > 1 and self.ckpts.steps():
       n = min(self.config.average_checkpoints, len(self.ckpts.steps()))
@@ -268,7 +269,7 @@ class Trainer:
     if not pairs:
       return {}
     c = self.config
-    beam = c.get("bleu_beam_size", 0) or c.beam_size
+    beam = c.bleu_beam_size or c.beam_size
     return evaluate.dev_metrics(
       self.translator(p_params), pairs, beam, c.alpha, c.data, self.data.split_name("dev")
     )
@@ -354,8 +355,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   """Trains `config` in `workdir`, resuming from its latest checkpoint; returns last metrics.
 
   Process 0 holds the workdir lock for the whole run, so that a second run on the same
-  workdir stops at once instead of pruning this one's checkpoints.
+  workdir stops at once instead of pruning this one's checkpoints. Fields `config` lacks
+  take their defaults from config_lib (TrainConfig, TransformerConfig).
   """
+  config = config_lib.with_defaults(config)
   validate_config(config)
   workdir = prepare_workdir(workdir)
   lock = workdir_lib.WorkdirLock(workdir)
@@ -393,7 +396,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   trainer.fingerprint = current
   try:
     last, p_state = _loop(trainer, state, train_iter)
-    if last["stopped_by"] is None and config.get("test_at_end", False):
+    if last["stopped_by"] is None and config.test_at_end:
       trainer.step_reached = int(last["step"])
       last.update(trainer.test(p_state.params))
     if jax.process_index() == 0:
@@ -496,7 +499,7 @@ def _loop(
   stop = StopRequest()
   pending, last = [], {}
   t_last, step_last = time.time(), step
-  limit_s = 60.0 * config.get("train_time_limit_minutes", 0.0)
+  limit_s = 60.0 * config.train_time_limit_minutes
   deadline = time.time() + limit_s if limit_s > 0 else None
   timed_out, stopping = False, None
   # Wall-clock curves start here, not at the first progress line.

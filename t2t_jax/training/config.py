@@ -1,0 +1,71 @@
+"""The training fields of an experiment config: one typed home for each default.
+
+`TrainConfig`'s defaults are the base model's training (paper section 5); experiments/base.py
+takes its top-level training fields from it, and `with_defaults` fills the fields an older
+workdir's config.json lacks from it and from TransformerConfig, so no reader restates a
+default.
+"""
+
+import dataclasses
+from typing import Any
+
+import ml_collections
+
+from t2t_jax.model.config import TransformerConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+  """The trainer's top-level config fields (`--config.FIELD=VALUE`), defaults as in the paper."""
+
+  seed: int = 0  # parameter initialisation and dropout
+  num_train_steps: int = 100_000  # the base model's 100k steps (5.2)
+  warmup_steps: int = 4000  # linear warmup of the learning rate, eq. 3 (5.3)
+  learning_rate_factor: float = 1.0  # multiplies eq. 3's rate (5.3)
+  label_smoothing: float = 0.1  # eps_ls (5.4)
+  grad_accum_steps: int = 1  # raise to reach 25k+25k tokens per step on fewer devices (5.1)
+  log_every_steps: int = 100
+  eval_every_steps: int = 1000  # dev loss
+  checkpoint_every_steps: int = 1000
+  # Checkpoints kept: at least those averaged at the end (5 base, 20 big).
+  keep_checkpoints: int = 20
+  # The last N checkpoints averaged for the test (6.1: 5 for base, 20 for big; 1: none).
+  average_checkpoints: int = 5
+  prefetch_batches: int = 2  # training batches copied to the devices ahead of the step
+  bleu_every_steps: int = 0  # sacreBLEU on dev sentences every M steps (0: off)
+  bleu_num_sentences: int = 500  # dev sentences of those scores
+  bleu_beam_size: int = 0  # beam of those dev scores (0: beam_size; 1: greedy, cheaper)
+  test_at_end: bool = False  # translate and score the test split after training (6.1)
+  # Checkpoint selection on dev only (6.2 chose on the development set): candidates
+  # ('latest', 'average:N', 'STEP', comma separated) are scored by dev sacreBLEU and the best
+  # one translates the test split; '': the average of the last `average_checkpoints` (6.1).
+  select_checkpoints: str = ""
+  select_num_sentences: int = 0  # dev sentences scored per candidate (0: all)
+  train_time_limit_minutes: float = 0.0  # stop, save and evaluate after this long (0: none)
+
+  @classmethod
+  def defaults(cls) -> dict[str, Any]:
+    """{field: default}: the top-level training fields of an experiment config."""
+    return {f.name: f.default for f in dataclasses.fields(cls)}
+
+
+def with_defaults(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """`config`, with every training and model field it lacks set to its typed default.
+
+  A workdir's config.json holds the fields of the version that wrote it; newer fields get
+  their defaults here, in one place, instead of a `.get(field, default)` at every read.
+  Returns `config` itself when nothing is missing, otherwise a filled copy.
+  """
+  missing = _missing(config, TrainConfig.defaults())
+  missing_model = _missing(config.model, TransformerConfig.defaults()) if "model" in config else {}
+  if not missing and not missing_model:
+    return config
+  filled = ml_collections.ConfigDict(config.to_dict())
+  filled.update(missing)
+  if missing_model:
+    filled.model.update(missing_model)
+  return filled
+
+
+def _missing(fields: Any, defaults: dict[str, Any]) -> dict[str, Any]:
+  return {name: value for name, value in defaults.items() if name not in fields}
