@@ -431,6 +431,7 @@ def test_line_files_report_bad_input_naming_file_line_and_flag(tmp_path, monkeyp
     textfiles.LineFile(str(bad), "train_target")
   assert str(got.value) == str(expected.value).replace(str(bad), os.path.abspath(bad))
   assert ":3: bytes that are not UTF-8 at byte 5 of the line" in str(got.value)
+  assert str(got.value).endswith("(config.data.train_target)")
   good = tmp_path / "good.en"
   _write(good, ["a", "b"])
   _write(tmp_path / "three.de", ["a", "b", "c"])

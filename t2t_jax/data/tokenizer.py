@@ -83,6 +83,8 @@ def _check_reserved_ids(sp: spm.SentencePieceProcessor) -> None:
 
 
 def vocab_path(c: ml_collections.ConfigDict, workdir: str) -> epath.Path:
+  """config.data.vocab_path, else the source's vocabulary file in data_dir or the workdir
+  (its suffix tells `load_tokenizer` which kind to build)."""
   if c.vocab_path:
     return epath.Path(c.vocab_path)
   name = sources.get_source(c).vocab_file
