@@ -11,10 +11,11 @@ The source is a sentence's words, the target its tree linearized as in Vinyals e
 wsj_0001-wsj_0199 (3,914 trees) of ../shared/data/ptb_sample beside the repository, or
 --config.data.treebank_dir; split by file: train 0001-0179 (3,669 trees), dev 0180-0189 (127),
 test 0190-0199 (118). Decoding as in the paper: beam 21, alpha 0.3, maximum output length
-input + 300. The vocabulary is word level (`t2t_jax.data.treebank.vocabulary_symbols`): the
-55 target symbols (bracket labels and XX), training words seen twice or more, and 8 word-shape
-classes for the rest. The paper used a 16k subword vocabulary on 40k sentences; on 3.7k
-sentences a word vocabulary keeps one source token per target XX and needs no subword counting.
+input + 300. The vocabulary is word level
+(`t2t_jax.data.sources.treebank.vocabulary_symbols`): the 55 target symbols (bracket labels
+and XX), training words seen twice or more, and 8 word-shape classes for the rest. The paper
+used a 16k subword vocabulary on 40k sentences; on 3.7k sentences a word vocabulary keeps one
+source token per target XX and needs no subword counting.
 
 Scores: EVALB bracket F1 (COLLINS.prm conventions, `t2t_jax.evaluation.parseval`) on dev
 during training (greedy) and on test at the end (beam 21), with the parameters of the last

@@ -3,7 +3,7 @@
 import pytest
 
 from t2t_jax import data
-from t2t_jax.data import textio
+from t2t_jax.data.sources import textfiles
 from tests import support as testing
 
 
@@ -50,7 +50,7 @@ def test_missing_file_names_file_and_flag(tmp_path):
 def test_unreadable_file_names_file(tmp_path):
   (tmp_path / "adir").mkdir()
   with pytest.raises(data.DataError, match=r"adir: cannot read"):
-    textio.read_lines(str(tmp_path / "adir"), "train_source")
+    textfiles.read_lines(str(tmp_path / "adir"), "train_source")
   c = _corpus(tmp_path)
   c.train_source = str(tmp_path / "adir")
   with pytest.raises(data.DataError, match=r"adir: cannot read.*config\.data\.train_source"):
@@ -68,7 +68,7 @@ def test_non_utf8_names_file_and_line(tmp_path):
 
 def test_line_endings_cr_inside_a_line_does_not_split(tmp_path):
   path = _write(tmp_path / "x.txt", None, raw=b"\xef\xbb\xbfa\r\nb\rc\nd\xe2\x80\xa8e\nlast")
-  assert textio.read_lines(path) == ["a", "b\rc", "d\u2028e", "last"]
+  assert textfiles.read_lines(path) == ["a", "b\rc", "d\u2028e", "last"]
 
 
 def test_empty_lines_skipped_counted_and_alignment_kept(tmp_path):

@@ -11,7 +11,7 @@ import requests
 import tensorflow_datasets as tfds
 
 from t2t_jax import data
-from t2t_jax.data import download
+from t2t_jax.data.sources import wmt
 
 HOW_TO_PROCEED = (
   r"cannot download wmt14_translate/de-en/1\.0\.0 \(.*\); either place its "
@@ -61,7 +61,7 @@ def test_unreachable_download_hosts_stop_with_one_message(tmp_path, monkeypatch)
 def test_a_failing_download_stops_with_one_message(tmp_path, monkeypatch, failure):
   from tensorflow_datasets.core.download import downloader
 
-  monkeypatch.setattr(download, "probe", lambda urls, timeout_s: None)  # hosts "reachable"
+  monkeypatch.setattr(wmt, "probe", lambda urls, timeout_s: None)  # hosts "reachable"
   retries = []
 
   def fail(self, url, *args, **kwargs):  # every HTTP request TFDS makes
@@ -79,7 +79,7 @@ def test_archives_in_the_manual_dir_skip_the_probe(tmp_path, monkeypatch):
   manual = tmp_path / "manual"
   manual.mkdir()
   (manual / "training-parallel-europarl-v7.tgz").write_bytes(b"")
-  monkeypatch.setattr(download, "probe", lambda *a: pytest.fail("probed with manual archives"))
+  monkeypatch.setattr(wmt, "probe", lambda *a: pytest.fail("probed with manual archives"))
   seen = {}
 
   def prepare(self, download_config=None, **kwargs):
@@ -94,5 +94,5 @@ def test_archives_in_the_manual_dir_skip_the_probe(tmp_path, monkeypatch):
 
 def test_the_wmt_download_hosts_are_the_builders():
   builder = tfds.builder("wmt14_translate/de-en", data_dir="/nonexistent")
-  urls = download.download_urls(builder)
+  urls = wmt.download_urls(builder)
   assert any("europarl" in u for u in urls) and all(u.startswith("http") for u in urls)

@@ -5,7 +5,8 @@ import pytest
 import tensorflow_datasets as tfds
 
 from t2t_jax import data
-from t2t_jax.data import sources, synthetic
+from t2t_jax.data import sources
+from t2t_jax.data.sources import synthetic, textfiles
 from tests import support as testing
 
 
@@ -55,7 +56,7 @@ def test_textfiles_builder_keeps_file_order_and_is_prepared_once(tmp_path, monke
   ]
   # Prepared data is re-used: a second open must not generate again.
   monkeypatch.setattr(
-    sources.Textfiles, "_split_generators", lambda *a: pytest.fail("prepared twice")
+    textfiles.Textfiles, "_split_generators", lambda *a: pytest.fail("prepared twice")
   )
   assert len(sources.open_splits(c, str(tmp_path / "work"))["dev"]) == 30
   # An edited corpus is a different config, prepared afresh (not read stale).

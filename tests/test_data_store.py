@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from t2t_jax import data
-from t2t_jax.data import linefiles, prepare, store, textio
+from t2t_jax.data import prepare, store
+from t2t_jax.data.sources import textfiles
 from tests import support as data_testing
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -398,28 +399,39 @@ TRICKY = [
 ]
 
 
+def _reference_lines(content: bytes) -> list[str]:
+  """The line rules spelled out on the whole text: only '\\n' ends a line, a leading BOM
+  and one trailing '\\r' per line are dropped, a final newline starts no line."""
+  lines = content.decode("utf-8").removeprefix("\ufeff").split("\n")
+  if lines[-1] == "":
+    lines.pop()
+  return [line.removesuffix("\r") for line in lines]
+
+
 @pytest.mark.parametrize("content", TRICKY)
-def test_line_files_read_what_textio_reads(tmp_path, monkeypatch, content):
-  monkeypatch.setattr(linefiles, "_BLOCK", 7)  # many block boundaries, inside characters too
+def test_line_files_read_what_the_line_rules_say(tmp_path, monkeypatch, content):
+  monkeypatch.setattr(textfiles, "_BLOCK", 7)  # many block boundaries, inside characters too
   path = tmp_path / "f.txt"
   path.write_bytes(content)
-  expected = textio.read_lines(str(path))
-  f = linefiles.LineFile(str(path))
+  expected = _reference_lines(content)
+  assert textfiles.read_lines(str(path)) == expected
+  f = textfiles.LineFile(str(path))
   assert f.lines(range(len(f))) == expected  # contiguous read
   assert f.lines(list(range(len(f)))[::-1]) == expected[::-1]  # by index
   assert f.sha256 == store.sha256_file(path) and f.size == len(content)
 
 
-def test_line_files_report_bad_input_as_textio_does(tmp_path, monkeypatch):
-  monkeypatch.setattr(linefiles, "_BLOCK", 8)
+def test_line_files_report_bad_input_naming_file_line_and_flag(tmp_path, monkeypatch):
+  monkeypatch.setattr(textfiles, "_BLOCK", 8)
   bad = tmp_path / "bad.de"
   bad.write_bytes("gut\nnoch gut\nschl\xe4cht".encode("latin-1") + b"\nrest\n")
   with pytest.raises(data.DataError) as expected:
-    textio.read_lines(str(bad), "train_target")
+    textfiles.read_lines(str(bad), "train_target")
   with pytest.raises(data.DataError) as got:
-    linefiles.LineFile(str(bad), "train_target")
+    textfiles.LineFile(str(bad), "train_target")
   assert str(got.value) == str(expected.value).replace(str(bad), os.path.abspath(bad))
   assert ":3: bytes that are not UTF-8 at byte 5 of the line" in str(got.value)
+  assert str(got.value).endswith("(config.data.train_target)")
   good = tmp_path / "good.en"
   _write(good, ["a", "b"])
   _write(tmp_path / "three.de", ["a", "b", "c"])
@@ -428,10 +440,10 @@ def test_line_files_report_bad_input_as_textio_does(tmp_path, monkeypatch):
     match=r"train files are not aligned: .*good\.en has 2 "
     r"lines but .*three\.de has 3 lines",
   ):
-    linefiles.AlignedFiles(str(good), str(tmp_path / "three.de"), "train")
+    textfiles.AlignedFiles(str(good), str(tmp_path / "three.de"), "train")
   with pytest.raises(
     data.DataError,
     match=r"missing\.en: no such file \(config\.data\."
     r"train_source\)",
   ):
-    linefiles.AlignedFiles(str(tmp_path / "missing.en"), str(good), "train")
+    textfiles.AlignedFiles(str(tmp_path / "missing.en"), str(good), "train")

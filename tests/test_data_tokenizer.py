@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from t2t_jax import data
-from t2t_jax.data import textio
 from t2t_jax.data import tokenizer as tokenizer_lib
+from t2t_jax.data.sources import textfiles
 from t2t_jax.tokens import BOS_ID, EOS_ID, NUM_RESERVED, PAD_ID, UNK_ID
 from tests import support as testing
 
@@ -130,7 +130,7 @@ def test_round_trip_multi30k_and_newstest2014(tmp_path):
   ]
   files += [SHARED / "wmt14" / f"newstest2014.{l}" for l in ("en", "de")]
   for path in files:
-    lines = textio.read_lines(str(path))
+    lines = textfiles.read_lines(str(path))
     decoded = [tok.decode(ids) for ids in tok.encode_batch(lines)]
     bad = [(a, b) for a, b in zip(lines, decoded) if _normalized(a) != b]
     assert not bad, f"{path}: {len(bad)} lines differ, e.g. {bad[:2]}"

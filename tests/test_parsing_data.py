@@ -4,7 +4,8 @@ treebank source and its word vocabulary."""
 import pytest
 
 from t2t_jax import data
-from t2t_jax.data import tokenizer, treebank, trees
+from t2t_jax.data import tokenizer, trees
+from t2t_jax.data.sources import treebank
 from tests import support
 
 PTB = support.shared_data_dir() / "ptb_sample"

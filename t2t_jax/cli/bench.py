@@ -45,6 +45,7 @@ from flax.typing import VariableDict
 from jax.typing import DTypeLike
 
 from t2t_jax.cli import common, host
+from t2t_jax.data import sources as data_sources
 from t2t_jax.decoding import translator as translator_lib
 from t2t_jax.model import Transformer, TransformerConfig
 from t2t_jax.training import optim, parallel, steps
@@ -560,7 +561,7 @@ def main(argv: Sequence[str]) -> None:
   common.quiet_library_logs()
   config = FLAGS.config
   vocab = FLAGS.vocab_size or config.data.vocab_size
-  if config.data.source == "synthetic" and not FLAGS.vocab_size:
+  if data_sources.get_source(config.data).vocab_size_from_task and not FLAGS.vocab_size:
     vocab = config.data.synthetic_num_symbols + 4 + 12  # the symbol vocabulary's size
   counter = CompileCounter()
   results = dict(

@@ -1,7 +1,9 @@
-"""The input pipeline: TFDS/synthetic sources, a shared vocabulary, token-budget batches.
+"""The input pipeline: corpus sources, a shared vocabulary, a prepared store, token-budget
+batches.
 
 Public surface (see pipeline.py for the flow):
   default_config()                         every data field, with defaults and comments
+  get_source(config.data), Source          the source named by config.data.source (sources/)
   get_datasets(config.data, workdir, ...)  -> Datasets (.tokenizer, .train_iter(),
                                               .eval_batches(), .dev_pairs, .test_pairs, .stats)
   load_or_train_tokenizer(config.data, workdir), load_tokenizer(path)
@@ -11,6 +13,7 @@ Public surface (see pipeline.py for the flow):
 from t2t_jax.data.config import bucket_boundaries, default_config, target_language
 from t2t_jax.data.errors import DataError
 from t2t_jax.data.pipeline import Datasets, DataStats, get_datasets
+from t2t_jax.data.sources import Source, get_source
 from t2t_jax.data.tokenizer import (
   SentencePieceTokenizer,
   SymbolTokenizer,
@@ -26,9 +29,11 @@ __all__ = [
   "Datasets",
   "DataStats",
   "get_datasets",
+  "get_source",
   "load_or_train_tokenizer",
   "load_tokenizer",
   "SentencePieceTokenizer",
+  "Source",
   "SymbolTokenizer",
   "target_language",
   "vocab_path",

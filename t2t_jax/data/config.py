@@ -1,4 +1,5 @@
-"""Every data field of an experiment, with its default and why, plus validation.
+"""Every data field of an experiment, with its default and why, plus the checks of the fields
+every source shares (each source checks its own: `t2t_jax.data.sources`).
 
 Experiments do `config.data = t2t_jax.data.default_config()` and override fields; every field
 is a plain type so absl/ml_collections can override it (`--config.data.max_len=128`).
@@ -9,9 +10,6 @@ from collections.abc import Sequence
 import ml_collections
 
 from t2t_jax.data.errors import DataError
-
-SOURCES = ("synthetic", "textfiles", "treebank", "wmt14_translate", "wmt17_translate")
-TASKS = ("copy", "reverse", "sort", "shift", "addition")
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -95,29 +93,10 @@ def default_config() -> ml_collections.ConfigDict:
 
 
 def validate(c: ml_collections.ConfigDict) -> None:
-  """Raises DataError naming the offending `config.data.*` flag."""
-  _check_choice(c, "source", SOURCES)
+  """Raises DataError naming the offending `config.data.*` flag of a field every source
+  shares (`t2t_jax.data.sources.validate` checks the source's fields as well)."""
   _check_choice(c, "batching", ("bucket", "pack"))
   _check_choice(c, "vocab_type", ("bpe", "unigram"))
-  if c.source == "synthetic":
-    _check_choice(c, "task", TASKS)
-    if not 1 <= c.synthetic_min_len <= c.synthetic_max_len:
-      raise DataError(
-        f"config.data.synthetic_min_len={c.synthetic_min_len} must be in "
-        f"[1, synthetic_max_len={c.synthetic_max_len}]"
-      )
-  if c.source == "textfiles":
-    for split in ("train", "dev", "test"):
-      src, tgt = c[f"{split}_source"], c[f"{split}_target"]
-      if bool(src) != bool(tgt):
-        raise DataError(
-          f"config.data.{split}_source={src!r} and {split}_target={tgt!r}: "
-          "give both files of a split or neither"
-        )
-    if not c.train_source:
-      raise DataError("config.data.train_source/train_target are required for textfiles")
-  if c.source == "treebank" and c.vocab_min_count < 1:
-    raise DataError(f"config.data.vocab_min_count={c.vocab_min_count} must be >= 1")
   if c.train_max_pairs < 0:
     raise DataError(f"config.data.train_max_pairs={c.train_max_pairs} must be >= 0")
   if c.max_len < 2:

@@ -237,10 +237,7 @@ class Datasets:
 
   def split_name(self, split: str) -> str:
     """The files of a split ('dev' | 'test'), or the source and split, for messages."""
-    c = self.config
-    if c.source == "textfiles" and c.get(f"{split}_source"):
-      return f"{c[f'{split}_source']} / {c[f'{split}_target']}"
-    return f"{c.source} {split} split"
+    return sources.get_source(self.config).split_name(self.config, split)
 
   def _tokenized_split(self, split: str) -> TokenizedPairs:
     if split not in self._tokenized:
@@ -259,7 +256,7 @@ def get_datasets(
 ) -> Datasets:
   """Builds the data of one run (see the module docstring). Bad input raises DataError."""
   c = data_config
-  config_lib.validate(c)
+  sources.validate(c)
   sharding = batching.Sharding(process_index, process_count, num_local_devices)
   config_lib.per_device_budget(c, sharding.num_devices)  # fail before any expensive work
   stats = DataStats(batching=c.batching, tokens_per_batch_budget=c.tokens_per_batch)

@@ -27,8 +27,7 @@ import ml_collections
 import numpy as np
 from numpy.typing import DTypeLike
 
-from t2t_jax.data import config as config_lib
-from t2t_jax.data import linefiles, sources, tokenized
+from t2t_jax.data import sources, tokenized
 from t2t_jax.data import store as store_lib
 from t2t_jax.data import tokenizer as tokenizer_lib
 from t2t_jax.data.errors import DataError
@@ -44,7 +43,7 @@ def ensure_store(
   c: ml_collections.ConfigDict, workdir: str, *, process_index: int = 0
 ) -> "OpenedStore":
   """The run's prepared data, prepared first where absent (see the module docstring)."""
-  config_lib.validate(c)
+  sources.validate(c)
   path = store_lib.store_path(c, workdir)
   manifest = store_lib.read_manifest(path)
   if manifest is None:
@@ -92,7 +91,7 @@ def open_store(
 
 def prepare(c: ml_collections.ConfigDict, workdir: str) -> pathlib.Path:
   """Builds the store of `c` (replacing an incomplete one); returns its path."""
-  config_lib.validate(c)
+  sources.validate(c)
   path = store_lib.store_path(c, workdir)
   if store_lib.read_manifest(path) is not None:
     return path
@@ -184,26 +183,8 @@ def open_source(
   c: ml_collections.ConfigDict, workdir: str
 ) -> tuple[dict[str, PairSource | None], dict[str, Any]]:
   """({'train', 'dev', 'test'} -> PairSource or None, the corpus identity for the manifest)."""
-  if c.source == "textfiles":
-    splits, files = {}, {}
-    for split in store_lib.SPLITS:
-      if not c[f"{split}_source"]:
-        splits[split] = None
-        continue
-      splits[split] = linefiles.AlignedFiles(c[f"{split}_source"], c[f"{split}_target"], split)
-      files[f"{split}_source"] = splits[split].source.identity()
-      files[f"{split}_target"] = splits[split].target.identity()
-    if c.train_max_pairs:
-      splits["train"] = sources.HeadPairs(splits["train"], c.train_max_pairs)
-    return splits, dict(name="textfiles", files=files)
-  splits = sources.open_splits(c, workdir)
-  if c.source == "treebank":
-    from t2t_jax.data import treebank  # imports sources, as prepare does
-
-    return splits, treebank.identity(c)
-  if c.source == "synthetic":
-    return splits, dict(name="synthetic", **{f: c[f] for f in store_lib.SYNTHETIC_FIELDS})
-  return splits, sources.tfds_identity(c, splits)
+  splits, identity = sources.get_source(c).open_for_store(c, workdir)
+  return sources.head(splits, c), identity
 
 
 def _write_split(

@@ -15,7 +15,6 @@ store whose manifest disagrees with the config is refused, naming the field, rat
 silently trained on.
 """
 
-import hashlib
 import json
 import os
 import pathlib
@@ -29,23 +28,15 @@ from numpy.typing import DTypeLike
 from t2t_jax.data import config as config_lib
 from t2t_jax.data import sources, tokenized
 from t2t_jax.data.errors import DataError
+from t2t_jax.data.sources import base
+from t2t_jax.data.sources.base import sha256_file
 from t2t_jax.data.tokenized import SplitCounts, TokenizedPairs
 
 FORMAT_VERSION = 1
 STORE_DIR = "prepared"
 MANIFEST_FILE = "manifest.json"
-SPLITS = ("train", "dev", "test")
+SPLITS = sources.SPLITS
 SIDES = ("inputs", "targets")
-SYNTHETIC_FIELDS = (
-  "task",
-  "synthetic_num_symbols",
-  "synthetic_min_len",
-  "synthetic_max_len",
-  "synthetic_train_size",
-  "synthetic_eval_size",
-  "synthetic_seed",
-)
-FILE_FLAGS = tuple(f"{split}_{side}" for split in SPLITS for side in ("source", "target"))
 _HEADER_BYTES = 128  # a fixed-size .npy header, rewritten once the length is known
 
 
@@ -63,14 +54,6 @@ def read_manifest(path: pathlib.Path) -> dict[str, Any] | None:
     raise DataError(
       f"{path / MANIFEST_FILE}: unreadable manifest ({e}); delete {path} to prepare the data again"
     ) from None
-
-
-def sha256_file(path: str | os.PathLike) -> str:
-  digest = hashlib.sha256()
-  with open(path, "rb") as f:
-    for block in iter(lambda: f.read(1 << 20), b""):
-      digest.update(block)
-  return digest.hexdigest()
 
 
 # ----------------------------------------------------------------------------- writing
@@ -155,14 +138,6 @@ def write_manifest(path: pathlib.Path, manifest: dict[str, Any]) -> None:
 # ----------------------------------------------------------------------------- checking
 
 
-def _refuse(path: pathlib.Path, field: str, recorded: Any, current: Any) -> DataError:
-  return DataError(
-    f"{path}: prepared for config.data.{field}={recorded!r}, but this run has "
-    f"{current!r}; set that value, point config.data.data_dir elsewhere, or delete {path} "
-    "to prepare the data again"
-  )
-
-
 def check_manifest(
   path: pathlib.Path, manifest: dict[str, Any], c: ml_collections.ConfigDict
 ) -> None:
@@ -172,79 +147,15 @@ def check_manifest(
       f"{path}: store format {manifest.get('format_version')!r}, this t2t_jax "
       f"reads format {FORMAT_VERSION}; delete {path} to prepare the data again"
     )
-  source = manifest["source"]
-  if source["name"] != c.source:
-    raise _refuse(path, "source", source["name"], c.source)
-  if c.source == "synthetic":
-    for field in SYNTHETIC_FIELDS:
-      if source[field] != c[field]:
-        raise _refuse(path, field, source[field], c[field])
-  elif c.source == "textfiles":
-    for flag in FILE_FLAGS:
-      _check_file(path, flag, source["files"].get(flag), c[flag])
-  elif c.source == "treebank":
-    _check_treebank(path, source, c)
-  else:
-    for field, value in expected_tfds_fields(c).items():
-      if source[field] != value:
-        raise _refuse(path, field, source[field], value)
+  source = sources.get_source(c)
+  recorded = manifest["source"]
+  if recorded["name"] != source.name:
+    raise base.store_mismatch(path, "source", recorded["name"], source.name)
+  source.check_identity(path, recorded, c)
   for field in ("train_max_pairs", "max_len"):
     if manifest[field] != c[field]:
-      raise _refuse(path, field, manifest[field], c[field])
+      raise base.store_mismatch(path, field, manifest[field], c[field])
   _check_files(path, manifest)
-
-
-def _check_treebank(
-  path: pathlib.Path, recorded: dict[str, Any], c: ml_collections.ConfigDict
-) -> None:
-  """The same split flags and vocabulary threshold, and files of the same content."""
-  from t2t_jax.data import treebank
-
-  current = treebank.identity(c)
-  for field in treebank.IDENTITY_FIELDS:
-    if recorded.get(field) != current[field]:
-      raise _refuse(path, field, recorded.get(field), current[field])
-  if recorded.get("files_sha256") != current["files_sha256"]:
-    raise DataError(
-      f"{path}: prepared from other treebank files than config.data.treebank_dir="
-      f"{c.treebank_dir!r} holds now (was {recorded.get('treebank_dir')!r}); point "
-      f"config.data.data_dir elsewhere, or delete {path} to prepare the data again"
-    )
-
-
-def expected_tfds_fields(c: ml_collections.ConfigDict) -> dict[str, str]:
-  """The direction of a TFDS source as the manifest records it."""
-  source_lang, target_lang = sources.languages(c)
-  return dict(pair=c.pair, source_lang=source_lang, target_lang=target_lang)
-
-
-def _check_file(
-  path: pathlib.Path, flag: str, recorded: dict[str, Any] | None, configured: str
-) -> None:
-  """The configured file must hold the content the store was made from (the same path, size
-  and mtime, or else the same size and sha256: a moved or copied corpus is still accepted)."""
-  if recorded is None or not configured:
-    if recorded is not None or configured:
-      raise _refuse(path, flag, recorded["path"] if recorded else "", configured)
-    return
-  current = os.path.abspath(configured)
-  try:
-    stat = os.stat(current)
-  except OSError as e:
-    raise DataError(f"{configured}: cannot read: {e.strerror} (config.data.{flag})") from None
-  if (current, stat.st_size, stat.st_mtime_ns) == (
-    recorded["path"],
-    recorded["size"],
-    recorded["mtime_ns"],
-  ):
-    return
-  if stat.st_size != recorded["size"] or sha256_file(current) != recorded["sha256"]:
-    raise DataError(
-      f"{path}: config.data.{flag}={configured} ({stat.st_size} bytes) is not the file the "
-      f"data was prepared from ({recorded['path']}, {recorded['size']} bytes, sha256 "
-      f"{recorded['sha256'][:12]}...); restore it, point config.data.data_dir elsewhere, or "
-      f"delete {path} to prepare the data again"
-    )
 
 
 def _check_files(path: pathlib.Path, manifest: dict[str, Any]) -> None:

@@ -8,17 +8,13 @@ what was dropped, at a cost of one pass over the corpus at startup.
 import dataclasses
 import itertools
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import DTypeLike
 
-from t2t_jax.data import textio
+from t2t_jax.data.sources.base import PairSource
 from t2t_jax.data.tokenizer import Tokenizer
 from t2t_jax.tokens import EOS_ID
-
-if TYPE_CHECKING:  # sources imports TFDS
-  from t2t_jax.data.sources import PairSource
 
 # (source ids, target ids) of a chunk of pairs, without EOS.
 _Encoded = tuple[list[list[int]], list[list[int]]]
@@ -71,16 +67,21 @@ class SplitCounts:
   kept: int = 0
 
 
+def is_empty(text: str) -> bool:
+  """A line with nothing but whitespace carries no sentence."""
+  return not text.strip()
+
+
 def non_empty(pairs: Sequence[tuple[str, str]], counts: SplitCounts) -> list[tuple[str, str]]:
   """The pairs whose both sides have text; skipped ones are counted, alignment is kept."""
-  kept = [p for p in pairs if not (textio.is_empty(p[0]) or textio.is_empty(p[1]))]
+  kept = [p for p in pairs if not (is_empty(p[0]) or is_empty(p[1]))]
   counts.read += len(pairs)
   counts.empty_skipped += len(pairs) - len(kept)
   return kept
 
 
 def tokenize_source(
-  source: "PairSource", tokenizer: Tokenizer, *, max_len: int | None, chunk: int = 20000
+  source: PairSource, tokenizer: Tokenizer, *, max_len: int | None, chunk: int = 20000
 ) -> tuple[TokenizedPairs, SplitCounts]:
   """Reads and tokenizes every pair of a PairSource; drops pairs over max_len (None: keep all)."""
   counts = SplitCounts()

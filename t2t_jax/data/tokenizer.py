@@ -1,5 +1,5 @@
 """Tokenizers: a shared SentencePiece vocabulary for real text, a symbol list for synthetic tasks,
-a word list for parsing.
+a word list for parsing (`t2t_jax.data.symbols`); which one a run uses is its source's choice.
 
 All have the same interface: `encode(text) -> ids` (no EOS), `encode_batch(texts)`,
 `decode(ids) -> text` (stops at EOS, drops pad/BOS) and `vocab_size`. Reserved ids come from
@@ -14,7 +14,6 @@ import io
 import logging
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING
 
 import ml_collections
 import numpy as np
@@ -24,39 +23,19 @@ from numpy.typing import ArrayLike
 from sentencepiece import sentencepiece_model_pb2
 
 from t2t_jax.data import config as config_lib
-from t2t_jax.data import synthetic
+from t2t_jax.data import sources
 from t2t_jax.data.errors import DataError
-from t2t_jax.tokens import BOS_ID, EOS_ID, NUM_RESERVED, PAD_ID, UNK_ID
-
-if TYPE_CHECKING:  # sources (and TFDS) load only when a vocabulary is trained
-  from t2t_jax.data.sources import PairSource
-
-SENTENCEPIECE_FILE = "vocab.model"
-SYMBOLS_FILE = "vocab.symbols"
-WORDS_FILE = "vocab.words"
-# Shapes of words outside a word vocabulary: a rare or unseen word is read as its class, so
-# the parser still knows it is a number, a name, a gerund... (as in Petrov et al.'s parser).
-WORD_CLASSES = (
-  "<unk-num>",
-  "<unk-cap>",
-  "<unk-hyphen>",
-  "<unk-ing>",
-  "<unk-ed>",
-  "<unk-ly>",
-  "<unk-s>",
-  "<unk-other>",
+from t2t_jax.data.sources.base import SENTENCEPIECE_FILE, PairSource  # noqa: F401
+from t2t_jax.data.symbols import (  # noqa: F401 (every tokenizer kind is importable from here)
+  SYMBOLS_FILE,
+  WORD_CLASSES,
+  WORDS_FILE,
+  SymbolTokenizer,
+  WordTokenizer,
+  strip_ids,
+  word_class,
 )
-
-
-def _strip(ids: ArrayLike) -> list[int]:
-  """Ids up to the first EOS, without pad and BOS."""
-  out = []
-  for i in np.asarray(ids).reshape(-1).tolist():
-    if i == EOS_ID:
-      break
-    if i not in (PAD_ID, BOS_ID):
-      out.append(i)
-  return out
+from t2t_jax.tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 
 class SentencePieceTokenizer:
@@ -79,7 +58,7 @@ class SentencePieceTokenizer:
     return self._sp.encode(list(texts), num_threads=self._threads)
 
   def decode(self, ids: ArrayLike) -> str:
-    return self._sp.decode(_strip(ids))
+    return self._sp.decode(strip_ids(ids))
 
   def normalize(self, text: str) -> str:
     """The text as decode(encode(text)) returns it (NFKC, whitespace collapsed and trimmed)."""
@@ -88,59 +67,6 @@ class SentencePieceTokenizer:
   def id_to_piece(self, token_id: int) -> str:
     """The piece of one id as the model stores it ('▁' marks a word start): for labels."""
     return self._sp.id_to_piece(int(token_id))
-
-
-class SymbolTokenizer:
-  """Whitespace-separated symbols, one id each, after the reserved ids (synthetic tasks)."""
-
-  def __init__(self, symbols: Sequence[str]):
-    self.symbols = list(symbols)
-    self._ids = {s: i + NUM_RESERVED for i, s in enumerate(self.symbols)}
-
-  @property
-  def vocab_size(self) -> int:
-    return NUM_RESERVED + len(self.symbols)
-
-  def encode(self, text: str) -> list[int]:
-    return [self._ids.get(s, UNK_ID) for s in text.split()]
-
-  def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-    return [self.encode(t) for t in texts]
-
-  def decode(self, ids: ArrayLike) -> str:
-    return " ".join(
-      self.symbols[i - NUM_RESERVED] if i >= NUM_RESERVED else "<unk>" for i in _strip(ids)
-    )
-
-  def id_to_piece(self, token_id: int) -> str:
-    """The symbol of one id; the reserved ids as <pad>, </s>, <s>, <unk>."""
-    token_id = int(token_id)
-    if token_id < NUM_RESERVED:
-      return ("<pad>", "</s>", "<s>", "<unk>")[token_id]
-    return self.symbols[token_id - NUM_RESERVED]
-
-
-def word_class(word: str) -> str:
-  """The WORD_CLASSES entry of a word by its shape: digits, capital, hyphen, then suffix."""
-  if any(ch.isdigit() for ch in word):
-    return "<unk-num>"
-  if word[:1].isupper():
-    return "<unk-cap>"
-  if "-" in word:
-    return "<unk-hyphen>"
-  for suffix in ("ing", "ed", "ly", "s"):
-    if word.endswith(suffix):
-      return f"<unk-{suffix}>"
-  return "<unk-other>"
-
-
-class WordTokenizer(SymbolTokenizer):
-  """Words and bracket symbols, one id each (parsing); a word outside the list is read as its
-  `word_class` (UNK only where the list lacks that class)."""
-
-  def encode(self, text: str) -> list[int]:
-    ids = self._ids
-    return [ids.get(w) or ids.get(word_class(w), UNK_ID) for w in text.split()]
 
 
 # What the pipeline, the trainer and the Translator hold: any kind, same interface.
@@ -157,9 +83,11 @@ def _check_reserved_ids(sp: spm.SentencePieceProcessor) -> None:
 
 
 def vocab_path(c: ml_collections.ConfigDict, workdir: str) -> epath.Path:
+  """config.data.vocab_path, else the source's vocabulary file in data_dir or the workdir
+  (its suffix tells `load_tokenizer` which kind to build)."""
   if c.vocab_path:
     return epath.Path(c.vocab_path)
-  name = {"synthetic": SYMBOLS_FILE, "treebank": WORDS_FILE}.get(c.source, SENTENCEPIECE_FILE)
+  name = sources.get_source(c).vocab_file
   return epath.Path(config_lib.data_root(c, workdir)) / name
 
 
@@ -201,23 +129,16 @@ def load_or_train_tokenizer(
         else train_sentencepiece(_training_sentences(c, workdir, train_sentences), c),
       )
     else:
-      from t2t_jax.data.sources import wait_for
-
-      wait_for(path.exists, str(path), c.wait_for_process0_s)
+      sources.wait_for(path.exists, str(path), c.wait_for_process0_s)
   tokenizer = load_tokenizer(path, c.tokenize_threads)
   _check_matches_config(tokenizer, path, c, expected)
   return tokenizer
 
 
 def _symbols_text(c: ml_collections.ConfigDict) -> str | None:
-  """The symbol file a synthetic or treebank config builds (None: SentencePiece is trained)."""
-  if c.source == "synthetic":
-    symbols = synthetic.symbols(c)
-  elif c.source == "treebank":
-    from t2t_jax.data import treebank
-
-    symbols = treebank.vocabulary_symbols(c)
-  else:
+  """The symbol file the source of `c` builds (None: SentencePiece is trained)."""
+  symbols = sources.get_source(c).symbols(c)
+  if symbols is None:
     return None
   return "".join(s + "\n" for s in symbols)
 
@@ -229,8 +150,6 @@ def _training_sentences(
 ) -> Iterable[str]:
   if train_sentences is not None:
     return train_sentences()
-  from t2t_jax.data import sources
-
   return sample_sentences(
     sources.open_splits(c, workdir)["train"], c.vocab_max_sentences, c.vocab_seed
   )
@@ -246,7 +165,7 @@ def _check_matches_config(
     if not isinstance(tokenizer, SymbolTokenizer) or (
       expected_symbols != "".join(s + "\n" for s in tokenizer.symbols)
     ):
-      what = f"synthetic task {c.task!r}" if c.source == "synthetic" else "this treebank split"
+      what = sources.get_source(c).symbols_description(c)
       raise DataError(
         f"{path} does not hold the symbols of {what} "
         f"({tokenizer.vocab_size} ids); use a fresh workdir or delete it"
@@ -306,7 +225,7 @@ def train_sentencepiece(sentences: Iterable[str], c: ml_collections.ConfigDict) 
 
 
 def sample_sentences(
-  train: "PairSource", max_sentences: int, seed: int, chunk: int = 10000
+  train: PairSource, max_sentences: int, seed: int, chunk: int = 10000
 ) -> Iterator[str]:
   """Yields both sides of at most max_sentences // 2 training pairs, sampled uniformly."""
   n = len(train)

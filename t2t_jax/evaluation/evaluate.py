@@ -19,7 +19,8 @@ import numpy as np
 from absl import logging
 from flax.typing import VariableDict
 
-from t2t_jax.data import treebank, trees
+from t2t_jax.data import sources, trees
+from t2t_jax.data.sources import treebank
 from t2t_jax.evaluation import parseval, scoring
 from t2t_jax.training import checkpoint, parallel
 from t2t_jax.training import workdir as workdir_lib
@@ -64,8 +65,9 @@ def bleu(
 
 
 def is_parsing(data_config: ml_collections.ConfigDict) -> bool:
-  """A treebank experiment is scored by bracket F1 (paper 6.3), not BLEU."""
-  return data_config.get("source", "") == "treebank"
+  """A parsing experiment is scored by bracket F1 (paper 6.3), not BLEU."""
+  source = sources.find(data_config.get("source", ""))
+  return source is not None and source.scores_trees
 
 
 def gold_trees(

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from t2t_jax.data import sources
 from t2t_jax.training import summary
 
 if TYPE_CHECKING:  # matplotlib is the optional `viz` extra, imported when drawing
@@ -358,17 +359,13 @@ PAPER_TEST_SET = "newstest2014"
 def _test_set(config: dict[str, Any]) -> tuple[str, str, bool]:
   """(test set name, language pair 'en-de', comparable with Table 2) from config.json."""
   data = config.get("data", {})
-  source = data.get("source", "")
+  source = sources.find(data.get("source", ""))
   pair = f"{data['source_lang']}-{data['target_lang']}" if "target_lang" in data else "?"
-  if source in ("wmt14_translate", "wmt17_translate"):
-    return PAPER_TEST_SET, pair, pair in ("en-de", "en-fr")
-  if source == "textfiles" and data.get("test_source"):
-    path = data["test_source"]
-    corpus = os.path.basename(os.path.dirname(path))
-    return f"{corpus}/{os.path.splitext(os.path.basename(path))[0]}", pair, False
-  if source == "synthetic":
-    return f"synthetic {data.get('task', '')}".strip(), "synthetic", False
-  return "unknown test set", pair, False
+  named = source.describe_test_set(data, pair) if source is not None else None
+  if named is None:
+    return "unknown test set", pair, False
+  test_set, pair = named
+  return test_set, pair, test_set == PAPER_TEST_SET and pair in ("en-de", "en-fr")
 
 
 def read_run(workdir: str, label: str | None = None) -> dict[str, Any]:

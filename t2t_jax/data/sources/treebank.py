@@ -8,13 +8,15 @@ directory of `wsj_NNNN.mrg` files (the NLTK sample holds wsj_0001-wsj_0199, sect
 
 The vocabulary is word level (`vocabulary_symbols`): every bracket symbol of the training
 targets, and the training words seen at least `vocab_min_count` times; other words are read
-as a class of their shape (`t2t_jax.data.tokenizer.word_class`).
+as a class of their shape (`t2t_jax.data.symbols.word_class`). Dev and test are scored by
+bracket F1 against `gold_trees`, not by BLEU.
 """
 
 import collections
 import functools
 import hashlib
 import os
+import pathlib
 import re
 from typing import Any
 
@@ -22,10 +24,10 @@ import ml_collections
 
 from t2t_jax.data import trees
 from t2t_jax.data.errors import DataError
-from t2t_jax.data.sources import ListPairs
-from t2t_jax.data.tokenizer import WORD_CLASSES
+from t2t_jax.data.sources import base
+from t2t_jax.data.symbols import WORD_CLASSES, WORDS_FILE
 
-SPLITS = ("train", "dev", "test")
+SPLITS = base.SPLITS
 _FILE_RE = re.compile(r"wsj_(\d{4})\.mrg$")
 
 
@@ -128,9 +130,12 @@ def gold_trees(c: ml_collections.ConfigDict, split: str) -> list[trees.Tree]:
   return list(_read_split(split_files(c)[split])[0])
 
 
-def open_splits(c: ml_collections.ConfigDict) -> dict[str, ListPairs | None]:
+def open_splits(c: ml_collections.ConfigDict) -> base.Splits:
+  """Every split named by a non-empty treebank_{split} flag, parsed into memory."""
   files = split_files(c)
-  return {split: ListPairs(split_pairs(c, split)) if files[split] else None for split in SPLITS}
+  return {
+    split: base.ListPairs(split_pairs(c, split)) if files[split] else None for split in SPLITS
+  }
 
 
 IDENTITY_FIELDS = ("treebank_train", "treebank_dev", "treebank_test", "vocab_min_count")
@@ -165,3 +170,45 @@ def vocabulary_symbols(c: ml_collections.ConfigDict) -> list[str]:
     key=lambda w: (-counts[w], w),
   )
   return symbols + list(WORD_CLASSES) + words
+
+
+class Treebank(base.Source):
+  """Parsing as translation; the word vocabulary is read from the training trees."""
+
+  name = "treebank"
+  vocab_file = WORDS_FILE
+  scores_trees = True
+
+  def validate(self, c: ml_collections.ConfigDict) -> None:
+    if c.vocab_min_count < 1:
+      raise DataError(f"config.data.vocab_min_count={c.vocab_min_count} must be >= 1")
+
+  def open_splits(
+    self, c: ml_collections.ConfigDict, workdir: str, process_index: int
+  ) -> base.Splits:
+    return open_splits(c)
+
+  def identity(self, c: ml_collections.ConfigDict, splits: base.Splits) -> dict[str, Any]:
+    return identity(c)
+
+  def check_identity(
+    self, path: pathlib.Path, recorded: dict[str, Any], c: ml_collections.ConfigDict
+  ) -> None:
+    """The same split flags and vocabulary threshold, and files of the same content."""
+    current = identity(c)
+    base.check_fields(path, recorded, {field: current[field] for field in IDENTITY_FIELDS})
+    if recorded.get("files_sha256") != current["files_sha256"]:
+      raise DataError(
+        f"{path}: prepared from other treebank files than config.data.treebank_dir="
+        f"{c.treebank_dir!r} holds now (was {recorded.get('treebank_dir')!r}); point "
+        f"config.data.data_dir elsewhere, or delete {path} to prepare the data again"
+      )
+
+  def symbols(self, c: ml_collections.ConfigDict) -> list[str]:
+    return vocabulary_symbols(c)
+
+  def symbols_description(self, c: ml_collections.ConfigDict) -> str:
+    return "this treebank split"
+
+
+base.register(Treebank())

@@ -1,4 +1,5 @@
-"""Preparing a TFDS translation source without minutes of silent retries when offline.
+"""The WMT sources (`wmt14_translate`, `wmt17_translate`): TFDS's translation datasets, which
+download only when selected, prepared without minutes of silent retries when offline.
 
 TFDS fetches the WMT archives with up to 10 retries per request under a growing back-off, so
 a machine without network spends minutes before failing, and the failure does not say how to
@@ -10,15 +11,19 @@ from local text files.
 
 import contextlib
 import logging
+import pathlib
 import socket
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import ml_collections
 import tensorflow_datasets as tfds
 from etils import epath
 
 from t2t_jax.data.errors import DataError
+from t2t_jax.data.sources import base
+from t2t_jax.data.sources.tfds_pairs import TFDS_SPLIT, TfdsPairs
 
 _RETRIES = 2  # per request, instead of TFDS's 10 with back-off
 _PORTS = {"http": 80, "https": 443, "ftp": 21}
@@ -133,3 +138,104 @@ def _is_download_error(e: BaseException) -> bool:
       tfds.download.DownloadError,
     ),
   )
+
+
+# ----------------------------------------------------------------------------- the source
+
+
+def languages(c: ml_collections.ConfigDict) -> tuple[str, str]:
+  """(source, target) language of a WMT pair; by default English -> the other language."""
+  pair = c.pair.split("-")
+  source = c.source_lang or "en"
+  target = c.target_lang or next((lang for lang in pair if lang != source), "")
+  if len(pair) != 2 or sorted((source, target)) != sorted(pair):
+    raise DataError(
+      f"config.data.source_lang={c.source_lang!r}/target_lang={c.target_lang!r} "
+      f"do not match config.data.pair={c.pair!r}"
+    )
+  return source, target
+
+
+def _builder(name: str, c: ml_collections.ConfigDict) -> tfds.core.DatasetBuilder:
+  return tfds.builder(
+    f"{name}/{c.pair}", data_dir=c.tfds_data_dir or None, file_format="array_record"
+  )
+
+
+def _download(builder: tfds.core.DatasetBuilder, c: ml_collections.ConfigDict) -> None:
+  """Process 0's preparation: only where config.data.tfds_download allows it."""
+  if not c.tfds_download:
+    raise DataError(
+      f"{builder.info.full_name} is not prepared in {builder.data_dir} and "
+      "config.data.tfds_download=False"
+    )
+  try:
+    download_and_prepare(builder, c)
+  except ModuleNotFoundError as e:
+    if e.name != "importlib_resources":
+      raise
+    # tensorflow-datasets 4.9 imports it when preparing its packaged builders.
+    raise DataError(
+      f"preparing {builder.info.full_name} needs the importlib_resources "
+      "package: pip install importlib_resources"
+    ) from None
+
+
+class Wmt(base.Source):
+  """One WMT release through TFDS, in the direction of source_lang/target_lang."""
+
+  needs_download = True
+
+  def __init__(self, name: str) -> None:
+    self.name = name
+
+  def open_splits(
+    self, c: ml_collections.ConfigDict, workdir: str, process_index: int
+  ) -> base.Splits:
+    import tensorflow_datasets.translate  # noqa: F401 (registers the wmt builders, slow)
+
+    source_lang, target_lang = languages(c)
+    builder = _builder(self.name, c)
+    base.prepare_once(
+      builder.is_prepared,
+      lambda: _download(builder, c),
+      f"{builder.info.full_name} in {builder.data_dir}",
+      process_index,
+      c.wait_for_process0_s,
+    )
+    return {
+      split: TfdsPairs(builder.as_data_source(split=TFDS_SPLIT[split]), source_lang, target_lang)
+      for split in base.SPLITS
+    }
+
+  def identity(self, c: ml_collections.ConfigDict, splits: base.Splits) -> dict[str, Any]:
+    """Dataset, version, direction and split sizes."""
+    source_lang, target_lang = languages(c)
+    return dict(
+      name=self.name,
+      pair=c.pair,
+      version=str(_builder(self.name, c).info.version),
+      source_lang=source_lang,
+      target_lang=target_lang,
+      splits={
+        split: dict(tfds_split=TFDS_SPLIT[split], examples=len(pairs))
+        for split, pairs in splits.items()
+        if pairs is not None
+      },
+    )
+
+  def check_identity(
+    self, path: pathlib.Path, recorded: dict[str, Any], c: ml_collections.ConfigDict
+  ) -> None:
+    source_lang, target_lang = languages(c)
+    base.check_fields(
+      path, recorded, dict(pair=c.pair, source_lang=source_lang, target_lang=target_lang)
+    )
+
+  def describe_test_set(self, data: Mapping[str, Any], pair: str) -> tuple[str, str]:
+    """The paper's test set: Table 2 reports newstest2014."""
+    return "newstest2014", pair
+
+
+base.register(Wmt("wmt14_translate"))
+base.register(Wmt("wmt17_translate"))
