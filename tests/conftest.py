@@ -18,6 +18,18 @@ import pytest
 
 ACCELERATOR_ENV = "T2T_TEST_ACCELERATOR"
 CACHE_ENV = "T2T_TEST_COMPILATION_CACHE"
+SCRATCH_ENV = "T2T_TEST_SHARED_SCRATCH"  # tests.support.made_once: workdirs made once per run
+# The modules that take the most time on two CPU cores (`pytest --durations`), longest first.
+LONGEST_MODULES = (
+  "test_tiny_end_to_end.py",
+  "test_export_ctranslate2.py",
+  "test_kill.py",
+  "test_train.py",
+  "test_translate_stream.py",
+  "test_faults.py",
+  "test_benchmark.py",
+  "test_notebook.py",
+)
 
 
 def _platform_left_to_jax(config) -> bool:
@@ -40,21 +52,42 @@ def _share_compilations(config) -> None:
   os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 
+def _share_workdirs(config) -> None:
+  """One scratch directory for the whole run, where tests.support.made_once keeps the trained
+  workdirs several modules read, so that the xdist workers train each of them once."""
+  if SCRATCH_ENV not in os.environ:
+    os.environ[SCRATCH_ENV] = tempfile.mkdtemp(prefix="t2t-test-shared-")
+    config._t2t_scratch_owner = True
+
+
 def pytest_configure(config):
   # Before any test module (or tests.support, which imports t2t_jax and jax) is imported.
   os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
   if not _platform_left_to_jax(config):
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
   _share_compilations(config)
+  _share_workdirs(config)
 
 
 def pytest_unconfigure(config):
   if getattr(config, "_t2t_cache_owner", False):
     shutil.rmtree(os.environ.pop(CACHE_ENV), ignore_errors=True)
+  if getattr(config, "_t2t_scratch_owner", False):
+    shutil.rmtree(os.environ.pop(SCRATCH_ENV), ignore_errors=True)
+
+
+def _longest_first(items) -> None:
+  """xdist hands tests to its workers in collection order; a module of minutes collected last
+  would leave one worker running it alone at the end, so the longest modules go first (each
+  keeps its own order, for its module fixtures)."""
+  rank = {name: i for i, name in enumerate(LONGEST_MODULES)}
+  items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
 
 
 def pytest_collection_modifyitems(config, items):
-  """Tests marked `accelerator` run only where JAX sees a GPU or TPU."""
+  """The longest modules first; tests marked `accelerator` run only where JAX sees a GPU or
+  TPU."""
+  _longest_first(items)
   marked = [item for item in items if item.get_closest_marker("accelerator")]
   if not marked:
     return

@@ -5,17 +5,14 @@ as a `Trained` with a symbol vocabulary.
 `tiny_workdir()`: the `tiny` experiment (symbol vocabulary, reverse task) trained briefly.
 `text_workdir()`: a small model with a SentencePiece vocabulary trained on real text (the
 first Multi30k pairs when /work/shared/data is present, else a generated corpus).
-Both workdirs are made once per test process, in a subprocess on one CPU device, as a user
-runs t2t-train.
+Both workdirs are made once per test run (support.made_once), in a subprocess on one CPU
+device, as a user runs t2t-train.
 """
 
-import atexit
 import functools
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 
 import jax
 import jax.numpy as jnp
@@ -46,13 +43,6 @@ def symbol_trained(cfg, params, tmp_path) -> Trained:
   return Trained(cfg, params, tokenizer, vocabulary_tokens(tokenizer), str(vocab_file), [0])
 
 
-@functools.cache
-def _scratch() -> str:
-  path = tempfile.mkdtemp(prefix="t2t_export_tests_")
-  atexit.register(shutil.rmtree, path, ignore_errors=True)
-  return path
-
-
 def _train(workdir: str, experiment: str, *overrides: str) -> str:
   proc = subprocess.run(
     [
@@ -76,22 +66,24 @@ def _train(workdir: str, experiment: str, *overrides: str) -> str:
 @functools.cache
 def tiny_workdir() -> str:
   """`tiny`, 400 steps: most reversals right, so greedy argmaxes are rarely near ties."""
-  return _train(
-    os.path.join(_scratch(), "tiny"),
-    "tiny",
+  flags = (
     "--config.num_train_steps=400",
     "--config.checkpoint_every_steps=400",
     "--config.eval_every_steps=400",
     "--config.select_checkpoints=",
     "--config.test_at_end=False",
   )
+  return support.made_once("export_tiny", lambda path: _train(path, "tiny", *flags))
 
 
 def _text_corpus() -> str:
-  """A directory with train/val/test2016 .en/.de files of real or generated sentences."""
+  return support.made_once("export_corpus", _write_corpus)
+
+
+def _write_corpus(out: str) -> None:
+  """Train/val/test2016 .en/.de files of real or generated sentences in `out`."""
   shared = support.shared_data_dir() / "multi30k"
-  out = os.path.join(_scratch(), "corpus")
-  os.makedirs(out, exist_ok=True)
+  os.makedirs(out)
   sizes = {"train": 3000, "val": 100, "test2016": 100}
   for split, n in sizes.items():
     for lang in ("en", "de"):
@@ -102,7 +94,6 @@ def _text_corpus() -> str:
         lines = _generated(n, lang, seed=list(sizes).index(split))
       with open(os.path.join(out, f"{split}.{lang}"), "w", encoding="utf-8") as f:
         f.writelines(line.rstrip("\n") + "\n" for line in lines)
-  return out
 
 
 def _generated(n: int, lang: str, seed: int) -> list:
@@ -142,9 +133,7 @@ def text_workdir() -> str:
       f"--config.data.{split}_source={corpus}/{stem}.en",
       f"--config.data.{split}_target={corpus}/{stem}.de",
     ]
-  return _train(
-    os.path.join(_scratch(), "text"),
-    "tiny",
+  flags = (
     *data,
     "--config.model.max_len=256",
     "--config.num_train_steps=300",
@@ -153,3 +142,4 @@ def text_workdir() -> str:
     "--config.select_checkpoints=",
     "--config.test_at_end=False",
   )
+  return support.made_once("export_text", lambda path: _train(path, "tiny", *flags))

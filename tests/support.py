@@ -1,7 +1,14 @@
 """Helpers shared by the data tests and the benchmark: locating the offline corpora, configs."""
 
+import atexit
+import fcntl
+import functools
 import os
 import pathlib
+import shutil
+import tempfile
+from collections.abc import Callable
+from typing import Any
 
 from t2t_jax.data.config import default_config
 
@@ -63,3 +70,25 @@ def small_state(seed: int = 0, warmup_steps: int = 4, **overrides):
   model, params = small_model(seed, **overrides)
   tx = optim.make_optimizer(model.config.d_model, warmup_steps=warmup_steps)
   return model, steps.TrainState.create(params, tx, jax.random.PRNGKey(1))
+
+
+def made_once(name: str, make: Callable[[str], Any]) -> str:
+  """`<run scratch>/<name>`, made by `make(path)` in the first process of the run to ask and
+  read by every later one (xdist workers wait on a lock). Readers must not change it: copy
+  it first. Without the conftest's scratch (a test module run by hand), a fresh directory."""
+  root = os.environ.get("T2T_TEST_SHARED_SCRATCH") or _private_scratch()
+  path = os.path.join(root, name)
+  with open(path + ".lock", "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    if not os.path.exists(path + ".done"):
+      shutil.rmtree(path, ignore_errors=True)  # a failed attempt's leftovers
+      make(path)
+      open(path + ".done", "w").close()
+  return path
+
+
+@functools.cache
+def _private_scratch() -> str:
+  path = tempfile.mkdtemp(prefix="t2t-test-shared-")
+  atexit.register(shutil.rmtree, path, ignore_errors=True)
+  return path

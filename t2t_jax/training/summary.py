@@ -5,6 +5,7 @@ TensorBoard files come from tensorboardX (no TensorFlow needed). Only process 0 
 
 import json
 import os
+import sys
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -29,8 +30,7 @@ class MetricsWriter:
     self.jsonl_path = os.path.join(workdir, "metrics.jsonl")
     self._tb = None
     if enabled:
-      from tensorboardX import SummaryWriter
-
+      SummaryWriter = _summary_writer_class()
       if resume_step is not None:
         _drop_after(self.jsonl_path, resume_step)
       purge = resume_step + 1 if resume_step is not None else None
@@ -188,3 +188,19 @@ if __name__ == "__main__":
   import sys
 
   main(sys.argv)
+
+
+def _summary_writer_class() -> type:
+  """tensorboardX's SummaryWriter, imported without torch: tensorboardX imports torch, where it
+  is installed, only to accept torch tensors (seconds at every start; we log floats). A torch
+  already imported is left as it is."""
+  if "torch" in sys.modules:
+    from tensorboardX import SummaryWriter
+
+    return SummaryWriter
+  sys.modules["torch"] = None  # makes `import torch` raise ImportError, which it catches
+  try:
+    from tensorboardX import SummaryWriter
+  finally:
+    del sys.modules["torch"]
+  return SummaryWriter
