@@ -11,6 +11,7 @@ checkpoints. Paper result: 27.3 BLEU on newstest2014 (12 hours on 8 P100 GPUs).
 import ml_collections
 
 from t2t_jax import data
+from t2t_jax.decoding.config import SearchConfig
 
 
 def model_config() -> ml_collections.ConfigDict:
@@ -65,13 +66,9 @@ def get_config() -> ml_collections.ConfigDict:
   config.keep_checkpoints = 20  # >= the checkpoints averaged at the end (5 base, 20 big)
   config.average_checkpoints = 5
   config.prefetch_batches = 2
-  # Decoding (paper 6.1): beam 4, length penalty alpha 0.6, max output = input + 50.
-  config.beam_size = 4
-  config.alpha = 0.6
-  config.max_output_extra = 50
-  # When beam search stops a sentence: 'exact' (tensor2tensor: no live hypothesis can still
-  # win) or 'heuristic' (none would if it ended now; faster, may differ; decoding/search.py).
-  config.beam_stop = "exact"
+  # Decoding (paper 6.1): config.beam_size, alpha (length penalty), max_output_extra (max
+  # output = input + it) and beam_stop ('exact' or 'heuristic'); see SearchConfig.
+  config.update(SearchConfig().config_fields())
   config.bleu_every_steps = 0  # sacreBLEU on dev sentences every M steps (0 = off)
   config.bleu_num_sentences = 500
   config.bleu_beam_size = 0  # beam of those dev scores (0 = beam_size; 1 = greedy, cheaper)
