@@ -29,6 +29,7 @@ from absl import flags
 from t2t_jax.cli import common, host
 from t2t_jax.data.trees import Tree
 from t2t_jax.decoding import SearchConfig
+from t2t_jax.decoding.config import STOP_RULES
 from t2t_jax.decoding.translator import Hypothesis, TranslateError, Translator, load_config
 from t2t_jax.evaluation import evaluate
 from t2t_jax.training.checkpoint import CheckpointSpecError
@@ -108,7 +109,7 @@ def _define_flags() -> flags.FlagValues:
   flags.DEFINE_enum(
     "beam_stop",
     None,
-    ["exact", "heuristic"],
+    list(STOP_RULES),
     "when beam search stops a sentence: 'exact' (no live hypothesis can still win) or "
     "'heuristic' (none would if it ended now: faster, may differ) (default: the workdir's "
     "config.beam_stop, else exact)",
