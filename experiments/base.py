@@ -11,6 +11,7 @@ checkpoints. Paper result: 27.3 BLEU on newstest2014 (12 hours on 8 P100 GPUs).
 import ml_collections
 
 from t2t_jax import data
+from t2t_jax.decoding.config import SearchConfig
 from t2t_jax.model import TransformerConfig
 from t2t_jax.training.config import TrainConfig
 
@@ -37,11 +38,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.model = model_config()
   config.data = data_config()
   config.update(TrainConfig.defaults())
-  # Decoding (paper 6.1): beam 4, length penalty alpha 0.6, max output = input + 50.
-  config.beam_size = 4
-  config.alpha = 0.6
-  config.max_output_extra = 50
-  # When beam search stops a sentence: 'exact' (tensor2tensor: no live hypothesis can still
-  # win) or 'heuristic' (none would if it ended now; faster, may differ; decoding/search.py).
-  config.beam_stop = "exact"
+  # Decoding (paper 6.1): config.beam_size, alpha (length penalty), max_output_extra (max
+  # output = input + it) and beam_stop ('exact' or 'heuristic'); see SearchConfig.
+  config.update(SearchConfig().config_fields())
   return config

@@ -21,7 +21,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2t_jax.cli import bench
+from t2t_jax.bench import timing
+from t2t_jax.bench import train as bench
 from t2t_jax.model import Transformer, TransformerConfig, attention
 from t2t_jax.tokens import EOS_ID, PAD_ID
 from t2t_jax.training import optim, parallel, steps
@@ -219,7 +220,7 @@ def test_gpu_bench_configuration_trains(tmp_path):
   rows = bench.train_rows(int(flags["batch_tokens"]), seq_len, jax.local_device_count())
   setup = bench.setup_train(cfg, config.warmup_steps, config.label_smoothing, rows, seq_len)
   state, metrics = setup.step(setup.state, setup.batch)
-  counter = bench.CompileCounter()
+  counter = timing.CompileCounter()
   state, metrics = setup.step(state, setup.batch)
   jax.block_until_ready(metrics)
   assert counter.count == 0

@@ -2,7 +2,7 @@
 
 import pytest
 
-from t2t_jax.cli import bench_ctranslate2 as vs
+from t2t_jax.bench import ctranslate2 as vs
 from t2t_jax.model import TransformerConfig
 from t2t_jax.tokens import EOS_ID
 

@@ -10,8 +10,8 @@ import jax
 import numpy as np
 import pytest
 
-from t2t_jax.cli import bench
-from t2t_jax.cli import bench_peers as peers
+from t2t_jax.bench import peers
+from t2t_jax.bench import train as bench
 from t2t_jax.model import TransformerConfig
 from t2t_jax.training import optim
 

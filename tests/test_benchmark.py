@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from t2t_jax.cli import bench as benchmark
+from t2t_jax.bench import inputs, train
 from t2t_jax.model import Transformer, TransformerConfig
 
 
@@ -25,9 +25,7 @@ def test_model_flops_by_hand():
   softmax = 6 * 8 * 10 * rows * length
   per_pair = 2 * length * length * 2 * (4 + 4)  # QK^T and AV, 2 heads of d_k = d_v = 4
   attn = 3 * rows * 3 * per_pair  # encoder self, decoder self, cross
-  assert benchmark.model_flops_per_step(cfg, params, rows, length, length) == (
-    dense + softmax + attn
-  )
+  assert train.model_flops_per_step(cfg, params, rows, length, length) == (dense + softmax + attn)
 
 
 def test_decode_corpus_choice(tmp_path, monkeypatch):
@@ -37,14 +35,14 @@ def test_decode_corpus_choice(tmp_path, monkeypatch):
   (tmp_path / "wmt14").mkdir()
   (tmp_path / "wmt14" / "newstest2014.en").write_text("one two\nthree\n")
   monkeypatch.setenv("T2T_SHARED_DATA", str(tmp_path))
-  assert benchmark._real_sentences(5) == (["one two", "three"], "wmt14/newstest2014.en")
-  assert benchmark._real_sentences(1, "newstest2014") == (["one two"], "wmt14/newstest2014.en")
+  assert inputs.real_sentences(5) == (["one two", "three"], "wmt14/newstest2014.en")
+  assert inputs.real_sentences(1, "newstest2014") == (["one two"], "wmt14/newstest2014.en")
   with pytest.raises(app.UsageError, match="--decode_corpus=multi30k: .*not found"):
-    benchmark._real_sentences(5, "multi30k")
+    inputs.real_sentences(5, "multi30k")
   (tmp_path / "multi30k").mkdir()
   (tmp_path / "multi30k" / "test2016.en").write_text("a b c\n")
-  assert benchmark._real_sentences(5) == (["a b c"], "multi30k/test2016.en")
-  assert benchmark._real_sentences(5, "newstest2014")[1] == "wmt14/newstest2014.en"
+  assert inputs.real_sentences(5) == (["a b c"], "multi30k/test2016.en")
+  assert inputs.real_sentences(5, "newstest2014")[1] == "wmt14/newstest2014.en"
 
 
 @pytest.mark.slow

@@ -405,7 +405,7 @@ def test_sigterm_saves_and_resumes(tmp_path):
 
 
 def test_no_recompilation_after_the_first_step(small_state):
-  from t2t_jax.cli.bench import CompileCounter
+  from t2t_jax.bench.timing import CompileCounter
 
   model, state = small_state()
   step = parallel.pmap_train_step(model, 0.1, optim.optimizer_schedule(CFG.d_model, 4))

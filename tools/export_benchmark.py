@@ -19,6 +19,7 @@ import time
 from absl import app, flags
 
 from t2t_jax.cli.translate import read_lines
+from t2t_jax.decoding import PAPER_SEARCH
 from t2t_jax.decoding.translator import Translator
 from t2t_jax.evaluation import scoring
 
@@ -27,8 +28,8 @@ flags.DEFINE_multi_string("ct2", [], "COMPUTE_TYPE:DIR of a CTranslate2 export (
 flags.DEFINE_string("input", None, "source sentences, one per line")
 flags.DEFINE_string("reference", None, "reference translations")
 flags.DEFINE_string("checkpoint", "auto", "t2t-translate's --checkpoint")
-flags.DEFINE_integer("beam_size", 4, "beam width, all systems")
-flags.DEFINE_float("alpha", 0.6, "length penalty exponent, all systems")
+flags.DEFINE_integer("beam_size", PAPER_SEARCH.beam_size, "beam width, all systems")
+flags.DEFINE_float("alpha", PAPER_SEARCH.alpha, "length penalty exponent, all systems")
 flags.DEFINE_integer("threads", 2, "CTranslate2 intra_threads (XLA uses every core)")
 flags.DEFINE_integer("rounds", 3, "timed passes per system, interleaved")
 flags.DEFINE_integer("max_batch_tokens", 4096, "source tokens per batch, all systems")

@@ -19,6 +19,7 @@ Run it with `GLIBC_TUNABLES=glibc.malloc.hugetlb=1` to match what t2t-bench sets
 import argparse
 import ast
 import dataclasses
+import functools
 import importlib
 import os
 import re
@@ -28,10 +29,14 @@ import sys
 import tempfile
 import time
 import types
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from t2t_jax.bench import inputs, train
+from t2t_jax.decoding import SearchConfig
 
 SIZES = dict(
   tiny=(dict(vocab_size=8000, d_model=128, d_ff=512, num_heads=4, num_layers=2), 128),
@@ -68,7 +73,7 @@ def _module(package: str, name: str):
     return importlib.import_module(f"{package}.{name}")
 
 
-def _build(name: str, size: str, overrides: dict, bench):
+def _build(name: str, size: str, overrides: dict):
   """(step, state, batch, model FLOPs per step) of package `name`, compiled and run once."""
   model_lib = importlib.import_module(f"{name}.model")
   steps, optim, parallel = (_module(name, m) for m in ("steps", "optim", "parallel"))
@@ -81,25 +86,33 @@ def _build(name: str, size: str, overrides: dict, bench):
   state = parallel.replicate(steps.TrainState.create(params, tx, jax.random.PRNGKey(1)))
   step = parallel.pmap_train_step(model, 0.1, optim.optimizer_schedule(cfg.d_model, 4000))
   batch = parallel.shard(
-    bench._synthetic_batch(
-      rows,
-      32,
-      32,
-      cfg.vocab_size,
-      jax.local_device_count(),
-    )
+    inputs.synthetic_batch(rows, 32, 32, cfg.vocab_size, jax.local_device_count())
   )
   state, metrics = step(state, batch)
   jax.block_until_ready(metrics)
-  return [step, state, batch, bench.model_flops_per_step(cfg, params, rows, 32, 32)]
+  return [step, state, batch, train.model_flops_per_step(cfg, params, rows, 32, 32)]
 
 
 DECODE_LENGTH = 30
 
 
-def _build_decode(name: str, size: str, overrides: dict, bench):
+def _batch_search(name: str, translator: types.ModuleType) -> Callable:
+  """search(params, inputs, limits, model) of package `name`: its public search_batch with
+  the paper's search (SearchConfig's defaults) and EOS suppressed, or, in a checkout without that
+  entry, its private jitted search with the same settings."""
+  settings = dict(max_decode_len=32, suppress_eos=True)
+  if hasattr(translator, "search_batch"):
+    paper = importlib.import_module(f"{name}.decoding.config").SearchConfig()
+    return functools.partial(translator.search_batch, search=paper, **settings)
+  paper = SearchConfig()
+  alpha, beam = jnp.float32(paper.alpha), paper.beam_size
+  return lambda *args, model: translator._search(
+    *args, alpha, model=model, beam_size=beam, **settings
+  )
+
+
+def _build_decode(name: str, size: str, overrides: dict):
   """[run, None, None, 0]: run() decodes the synthetic sources once (compiled here)."""
-  del bench
   model_lib = importlib.import_module(f"{name}.model")
   # The translator imports the data package only for vocabularies; a second copy of its
   # __init__ would register the TFDS builders twice, which TFDS refuses. So the package is
@@ -118,20 +131,12 @@ def _build_decode(name: str, size: str, overrides: dict, bench):
   params = jax.jit(model.init)(jax.random.PRNGKey(0), dummy, dummy)["params"]
   ids = np.random.default_rng(0).integers(4, cfg.vocab_size, (rows, DECODE_LENGTH))
   ids[:, -1] = 1  # EOS
-  inputs = jnp.asarray(ids, jnp.int32)
+  sources = jnp.asarray(ids, jnp.int32)
   limits = jnp.full((rows,), DECODE_LENGTH, jnp.int32)
+  search = _batch_search(name, translator)
 
   def run():
-    return translator._search(
-      params,
-      inputs,
-      limits,
-      jnp.float32(0.6),
-      model=model,
-      max_decode_len=32,
-      beam_size=4,
-      suppress_eos=True,
-    )
+    return search(params, sources, limits, model=model)
 
   jax.block_until_ready(run())
   return [run, None, None, 0]
@@ -162,12 +167,10 @@ def compare(
     _copy_package(checkout_a, "t2t_jax_ab_a", root)
     _copy_package(checkout_b, "t2t_jax_ab_b", root)
     sys.path.insert(0, root)
-    from t2t_jax.cli import bench
-
     build = _build_decode if part == "decode" else _build
     runs = [
-      build("t2t_jax_ab_a", size, {}, bench),
-      build("t2t_jax_ab_b", size, overrides_b or {}, bench),
+      build("t2t_jax_ab_a", size, {}),
+      build("t2t_jax_ab_b", size, overrides_b or {}),
     ]
     times = ([], [])
     for i in range(num_steps):

@@ -1,2 +1,3 @@
-"""The command-line tools (t2t-train, t2t-translate, t2t-average, t2t-bench): thin absl entry
-points over the library; `common` resolves --experiment and the --config flag."""
+"""The command-line tools (t2t-train, t2t-prepare, t2t-translate, t2t-average, t2t-export,
+t2t-bench): thin absl entry points over the library; `common` resolves --experiment, the
+--config flag and what --help prints."""

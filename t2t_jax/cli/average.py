@@ -37,7 +37,7 @@ def main(argv: Sequence[str]) -> None:
 
 
 def run() -> None:
-  app.run(main)
+  common.run(main, __doc__)
 
 
 if __name__ == "__main__":

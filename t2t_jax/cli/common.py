@@ -1,11 +1,12 @@
-"""Command-line plumbing shared by t2t-train and t2t-bench: --experiment -> config flag."""
+"""Command-line plumbing shared by the commands: `run` (absl's app.run with a useful --help)
+and, for t2t-train, t2t-prepare and t2t-bench, --experiment -> the --config flag."""
 
 import logging as std_logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from absl import app, logging
+from absl import app, flags, logging
 from ml_collections import config_flags
 
 import t2t_jax.experiments
@@ -70,3 +71,26 @@ def quiet_library_logs() -> None:
   logging.get_absl_handler().addFilter(keep)
   # Outside absl.app (a notebook) the absl handler is not installed: filter at the logger.
   std_logging.getLogger("absl").addFilter(keep)
+
+
+def adopt_own_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
+  """Makes every flag defined by a t2t_jax module a key flag of the program.
+
+  absl's --help lists only the key flags of `__main__` (named by sys.argv[0]); a console
+  script's `__main__` is a stub, so the command's flags, defined in t2t_jax.cli.* (and
+  t2t_jax.training.distributed, the --config flag in this module), would be left out.
+  """
+  program = sys.argv[0]
+  for module, defined in flag_values.flags_by_module_dict().items():
+    if module.startswith("t2t_jax.") and module != program:
+      for flag in defined:
+        flag_values.register_key_flag_for_module(program, flag)
+
+
+def run(main: Callable[[list[str]], None], doc: str) -> None:
+  """app.run(main) where --help prints `doc` (the command's module docstring: what it does
+  and an example) and the command's own flags with their defaults, not absl's bare usage
+  line. Call it after every flag is defined."""
+  adopt_own_flags()
+  sys.modules["__main__"].__doc__ = doc
+  app.run(main)

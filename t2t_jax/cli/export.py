@@ -5,7 +5,8 @@
                [--checkpoint=auto|latest|average:N|selected|STEP]
 
 --checkpoint chooses the parameters as t2t-translate does ('auto': the checkpoint t2t-train
-selected on dev when there is one, else the latest). Needs the `export` extra:
+selected on dev when there is one, else the latest); --beam_size and --alpha (the defaults
+written to generation_config.json) default to the workdir's experiment. Needs the `export` extra:
 pip install 't2t_jax[export]'. See docs/export.md for using the output.
 """
 
@@ -33,8 +34,17 @@ flags.DEFINE_string(
   "ctranslate2 only: stored weight type (float32, "
   "int8, int8_float32, int8_float16, int8_bfloat16, int16, float16, bfloat16)",
 )
-flags.DEFINE_integer("beam_size", 4, "huggingface only: num_beams of generation_config.json")
-flags.DEFINE_float("alpha", 0.6, "huggingface only: length_penalty of generation_config.json")
+flags.DEFINE_integer(
+  "beam_size",
+  None,
+  "huggingface only: num_beams of generation_config.json (default: the workdir's config.beam_size)",
+)
+flags.DEFINE_float(
+  "alpha",
+  None,
+  "huggingface only: length_penalty of generation_config.json (default: the workdir's "
+  "config.alpha)",
+)
 FLAGS = flags.FLAGS
 
 
@@ -61,7 +71,8 @@ def main(argv: Sequence[str]) -> None:
     if FLAGS.format == "ctranslate2":
       path = writer.export(trained, FLAGS.output, FLAGS.quantization)
     else:
-      path = writer.export(trained, FLAGS.output, FLAGS.beam_size, FLAGS.alpha)
+      search = trained.search.override(beam_size=FLAGS.beam_size, alpha=FLAGS.alpha)
+      path = writer.export(trained, FLAGS.output, search)
   except (export.ExportError, TranslateError, CheckpointSpecError) as e:
     raise SystemExit(f"t2t-export: {e}") from None
   print(f"t2t-export: checkpoint(s) {trained.checkpoint_steps} -> {path} ({FLAGS.format})")
@@ -87,7 +98,7 @@ def _writer(fmt: str) -> types.ModuleType:
 
 
 def run() -> None:
-  app.run(main)
+  common.run(main, __doc__)
 
 
 if __name__ == "__main__":

@@ -86,7 +86,7 @@ def main(argv: Sequence[str]) -> None:
 def run() -> None:
   """Console-script entry point."""
   common.define_config_flag("t2t-prepare")
-  app.run(main)
+  common.run(main, __doc__)
 
 
 if __name__ == "__main__":

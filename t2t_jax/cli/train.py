@@ -70,7 +70,7 @@ def run() -> None:
   """Console-script entry point."""
   host.use_huge_pages()
   common.define_config_flag("t2t-train")
-  app.run(main)
+  common.run(main, __doc__)
 
 
 if __name__ == "__main__":

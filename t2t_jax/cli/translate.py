@@ -8,7 +8,8 @@ Reads stdin and writes stdout by default: one output line per input line, in inp
 With --reference it prints sacreBLEU (with its signature), the paper-style tokenized BLEU,
 lowercased BLEU and chrF to stderr; for a parsing workdir (a treebank experiment) the
 reference is a file of bracketed gold trees and it prints EVALB bracket F1. The beam and
-alpha default to the workdir's experiment (the paper's 4 and 0.6; parsing: 21 and 0.3).
+alpha default to the workdir's experiment (decoding.SearchConfig: the paper's settings;
+parsing: beam 21, alpha 0.3).
 
 --interactive (the default when stdin is a terminal) translates each line as it arrives and
 flushes its translation at once, for a terminal or a pipe that stays open; the search is
@@ -23,10 +24,12 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import BinaryIO, TextIO
 
-from absl import app, flags
+from absl import flags
 
 from t2t_jax.cli import common, host
 from t2t_jax.data.trees import Tree
+from t2t_jax.decoding import SearchConfig
+from t2t_jax.decoding.config import STOP_RULES
 from t2t_jax.decoding.translator import Hypothesis, TranslateError, Translator, load_config
 from t2t_jax.evaluation import evaluate
 from t2t_jax.training.checkpoint import CheckpointSpecError
@@ -106,7 +109,7 @@ def _define_flags() -> flags.FlagValues:
   flags.DEFINE_enum(
     "beam_stop",
     None,
-    ["exact", "heuristic"],
+    list(STOP_RULES),
     "when beam search stops a sentence: 'exact' (no live hypothesis can still win) or "
     "'heuristic' (none would if it ended now: faster, may differ) (default: the workdir's "
     "config.beam_stop, else exact)",
@@ -137,14 +140,14 @@ def _define_flags() -> flags.FlagValues:
   return flags.FLAGS
 
 
-def _check_flags(args: flags.FlagValues, interactive: bool) -> None:
+def _check_flags(args: flags.FlagValues, beam_size: int, interactive: bool) -> None:
   if not args.workdir:
     raise TranslateError("--workdir is required")
-  if args.beam_size < 1:
-    raise TranslateError(f"--beam_size={args.beam_size} must be >= 1 (1: greedy)")
-  if not 0 <= args.nbest <= max(args.beam_size, 1):
+  if beam_size < 1:
+    raise TranslateError(f"--beam_size={beam_size} must be >= 1 (1: greedy)")
+  if not 0 <= args.nbest <= max(beam_size, 1):
     raise TranslateError(
-      f"--nbest={args.nbest}: must be between 1 and --beam_size={args.beam_size} (0: off)"
+      f"--nbest={args.nbest}: must be between 1 and --beam_size={beam_size} (0: off)"
     )
   if args.reference and (args.nbest or args.scores):
     raise TranslateError("--reference scores plain translations: drop --nbest and --scores")
@@ -189,11 +192,11 @@ def main(argv: Sequence[str]) -> None:
   if interactive is None:
     interactive = from_stdin and sys.stdin.isatty()
   try:
-    parsing = _decoding_defaults(args)
-    _check_flags(args, interactive)
+    search, parsing = _decoding_defaults(args)
+    _check_flags(args, search.beam_size, interactive)
     _check_output(args.output)
     translator = Translator.from_workdir(
-      args.workdir, args.checkpoint, batch_tokens=args.batch_tokens, beam_stop=args.beam_stop
+      args.workdir, args.checkpoint, batch_tokens=args.batch_tokens, search=search
     )
     nbest = args.nbest or (1 if args.scores else None)
     if interactive:
@@ -204,19 +207,19 @@ def main(argv: Sequence[str]) -> None:
     raise SystemExit(f"t2t-translate: {e}") from None
 
 
-def _decoding_defaults(args: flags.FlagValues) -> bool:
-  """Sets --beam_size/--alpha left unset to the workdir's config (the paper's settings for
-  its experiment); returns whether the workdir is a parsing one (scored by bracket F1)."""
+def _decoding_defaults(args: flags.FlagValues) -> tuple[SearchConfig, bool]:
+  """The search of this run: the workdir's (its experiment's, SearchConfig.from_config) with
+  the --beam_size, --alpha and --beam_stop given replacing its own; and whether the workdir
+  is a parsing one (scored by bracket F1)."""
   if not args.workdir:
-    return False
+    return SearchConfig(), False
   config = load_config(args.workdir)
-  if args.beam_size is None:
-    args.beam_size = config.get("beam_size", 4)
-  if args.alpha is None:
-    args.alpha = config.get("alpha", 0.6)
-  if args.beam_stop is None:
-    args.beam_stop = config.get("beam_stop", "exact")
-  return evaluate.is_parsing(config.data)
+  try:
+    search = SearchConfig.from_config(config)
+  except ValueError as e:
+    raise TranslateError(f"{args.workdir}/config.json: {e}") from None
+  search = search.override(beam_size=args.beam_size, alpha=args.alpha, beam_stop=args.beam_stop)
+  return search, evaluate.is_parsing(config.data)
 
 
 def _references(path: str, parsing: bool) -> list[str] | list[Tree]:
@@ -243,7 +246,7 @@ def _all_at_once(
       f"{'trees' if parsing else 'lines'} but --input={args.input or '<stdin>'} has "
       f"{len(sources)}"
     )
-  results = translator.translate(sources, beam_size=args.beam_size, alpha=args.alpha, nbest=nbest)
+  results = translator.translate(sources, nbest=nbest)
   text = "".join(format_result(i, r, args.nbest, args.scores) for i, r in enumerate(results))
   if args.output:  # a reader never sees half a file
     try:
@@ -255,7 +258,8 @@ def _all_at_once(
     sys.stdout.flush()
   if references is not None:
     print(
-      f"checkpoint(s) {translator.checkpoint_steps}, beam {args.beam_size}, alpha {args.alpha}",
+      f"checkpoint(s) {translator.checkpoint_steps}, beam {translator.search.beam_size}, "
+      f"alpha {translator.search.alpha}",
       file=sys.stderr,
     )
     if parsing:
@@ -273,10 +277,10 @@ def _interactive(
 ) -> None:
   """Translates line by line as input arrives and flushes each result; messages on stderr."""
   tty = from_stdin and sys.stdin.isatty()
-  translator.warm_up(args.beam_size, args.alpha, nbest)
+  translator.warm_up(nbest=nbest)
   print(
     f"t2t-translate: ready (checkpoint(s) {translator.checkpoint_steps}, beam "
-    f"{args.beam_size}, compiled for sources of up to {translator.buckets()} tokens)"
+    f"{translator.search.beam_size}, compiled for sources of up to {translator.buckets()} tokens)"
     + ("; one sentence per line, Ctrl-D ends" if tty else ""),
     file=sys.stderr,
     flush=True,
@@ -289,7 +293,7 @@ def _interactive(
     except OSError as e:
       raise TranslateError(f"{args.input}: cannot read ({e.strerror})") from e
   out = _open_output(args.output)
-  results = translator.translate_stream(lines, args.beam_size, args.alpha, nbest)
+  results = translator.translate_stream(lines, nbest=nbest)
   for index, result in enumerate(results):
     out.write(format_result(index, result, args.nbest, args.scores))
     out.flush()
@@ -298,7 +302,7 @@ def _interactive(
 def run() -> None:
   host.use_huge_pages()
   _define_flags.flags = _define_flags()
-  app.run(main)
+  common.run(main, __doc__)
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.typing import ArrayLike
 
+from t2t_jax.decoding.config import STOP_RULES, SearchConfig
 from t2t_jax.tokens import BOS_ID, EOS_ID, PAD_ID
 from t2t_jax.training import losses
 
@@ -395,11 +396,11 @@ def _beam_step(
   )
 
 
-STOP_RULES = ("exact", "heuristic")
-
-
 def _beam_search_done(
-  state: _BeamState, max_lengths: jax.Array, alpha: float | jax.Array, stop: str = "exact"
+  state: _BeamState,
+  max_lengths: jax.Array,
+  alpha: float | jax.Array,
+  stop: str = SearchConfig.beam_stop,
 ) -> jax.Array:
   """[batch] bool: True where no live hypothesis can still change the finished set.
 
@@ -432,8 +433,8 @@ def beam_search(
   *,
   max_lengths: ArrayLike,
   max_decode_len: int,
-  beam_size: int = 4,
-  alpha: float | jax.Array = 0.6,
+  beam_size: int = SearchConfig.beam_size,
+  alpha: float | jax.Array = SearchConfig.alpha,
   eos_id: int = EOS_ID,
   bos_id: int = BOS_ID,
   early_stop: bool = True,
@@ -441,7 +442,7 @@ def beam_search(
   compact: bool = True,
   eos_only_at_limit: bool = False,
   resize_cache: Callable[[Cache, int], Cache] | None = None,
-  stop: str = "exact",
+  stop: str = SearchConfig.beam_stop,
 ) -> tuple[jax.Array, jax.Array]:
   """Beam search with the GNMT length penalty, as in tensor2tensor (paper: beam 4, alpha 0.6).
 

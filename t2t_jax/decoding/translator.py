@@ -16,10 +16,12 @@ import ml_collections
 import numpy as np
 from absl import logging
 from flax.typing import VariableDict
+from jax.typing import ArrayLike
 
 from t2t_jax import data as data_lib
 from t2t_jax.data.tokenizer import Tokenizer
 from t2t_jax.decoding import search
+from t2t_jax.decoding.config import PAPER_SEARCH, SearchConfig
 from t2t_jax.model import (
   Transformer,
   TransformerConfig,
@@ -80,7 +82,7 @@ def decode(
   max_decode_len: int,
   beam_size: int,
   suppress_eos: bool = False,
-  stop: str = "exact",
+  stop: str = SearchConfig.beam_stop,
 ) -> tuple[jax.Array, jax.Array]:
   """Encodes once, builds the cache, then beam search (beam_size > 1) or greedy decoding.
 
@@ -176,7 +178,7 @@ _STATIC = ("model", "max_decode_len", "beam_size", "suppress_eos", "stop")
 
 
 @functools.partial(jax.jit, static_argnames=_STATIC)
-def _search(
+def _best(
   params: VariableDict,
   inputs: jax.Array,
   max_lengths: jax.Array,
@@ -189,16 +191,52 @@ def _search(
 
 
 @functools.partial(jax.jit, static_argnames=_STATIC)
-def _search_nbest(
+def _nbest(
   params: VariableDict,
   inputs: jax.Array,
   max_lengths: jax.Array,
   alpha: float | jax.Array,
   **static: Any,
 ) -> tuple[jax.Array, jax.Array]:
-  """Every hypothesis `decode` keeps: (sequences int32 [batch, beam, max_decode_len], scores
-  float32 [batch, beam]; beam search: length-normalised, greedy: raw log-probs)."""
+  """Every hypothesis `decode` keeps (see search_batch)."""
   return decode(params, inputs, max_lengths, alpha, **static)
+
+
+def search_batch(
+  params: VariableDict,
+  inputs: ArrayLike,
+  max_lengths: ArrayLike,
+  *,
+  model: Transformer,
+  max_decode_len: int,
+  search: SearchConfig = PAPER_SEARCH,
+  suppress_eos: bool = False,
+  nbest: bool = False,
+) -> jax.Array | tuple[jax.Array, jax.Array]:
+  """Decodes one padded batch with the jitted search, the entry for code that holds a model
+  and parameters but no Translator (benchmarks, A/B timing).
+
+  inputs: int32 [batch, source length] (PAD 0); max_lengths: int32 [batch], each output's
+  limit, EOS included. The search compiles once per model, shape, beam size, stop rule and
+  `suppress_eos` (see `decode`); alpha is traced, so other alphas reuse the compilation.
+  search.max_output_extra is the caller's business: it is already in `max_lengths`.
+
+  Returns the best output per sentence, int32 [batch, max_decode_len]; with `nbest`, every
+  hypothesis kept: (sequences int32 [batch, beam, max_decode_len], scores float32 [batch,
+  beam]; beam search: length-normalised, greedy: raw log-probs).
+  """
+  run = _nbest if nbest else _best
+  return run(
+    params,
+    jnp.asarray(inputs),
+    jnp.asarray(max_lengths),
+    jnp.float32(search.alpha),
+    model=model,
+    max_decode_len=max_decode_len,
+    beam_size=search.beam_size,
+    suppress_eos=suppress_eos,
+    stop=search.beam_stop,
+  )
 
 
 class Hypothesis(NamedTuple):
@@ -240,31 +278,44 @@ def _hypotheses(
 
 
 class Translator:
-  """A trained model with its vocabulary: `.translate(sentences)` and `.attention_weights`."""
+  """A trained model with its vocabulary: `.translate(sentences)` and `.attention_weights`.
+
+  `search` holds the decoding settings translate() uses unless told otherwise (from_workdir:
+  the workdir's config); max_output_extra= and beam_stop= override its fields.
+  """
 
   def __init__(
     self,
     model: Transformer,
     params: VariableDict,
     tokenizer: Tokenizer,
-    max_output_extra: int = 50,
+    max_output_extra: int | None = None,
     batch_tokens: int = 4096,
-    beam_stop: str = "exact",
+    beam_stop: str | None = None,
+    search: SearchConfig = PAPER_SEARCH,
   ) -> None:
-    if beam_stop not in search.STOP_RULES:
-      raise ValueError(f"beam_stop={beam_stop!r}: must be one of {', '.join(search.STOP_RULES)}")
+    self.search = search.override(max_output_extra=max_output_extra, beam_stop=beam_stop)
     self.model, self.params, self.tokenizer = model, params, tokenizer
-    self.max_output_extra = max_output_extra
-    self.beam_stop = beam_stop  # beam search's stopping rule (search.beam_search's `stop`)
     self.batch_tokens = batch_tokens
     self.checkpoint_steps: list[int] = []
     self.target_lang = "de"
+
+  @property
+  def max_output_extra(self) -> int:
+    return self.search.max_output_extra
+
+  @property
+  def beam_stop(self) -> str:
+    """Beam search's stopping rule (search.beam_search's `stop`)."""
+    return self.search.beam_stop
 
   @classmethod
   def from_workdir(
     cls, workdir: str, checkpoint_spec: str = "latest", **kwargs: Any
   ) -> "Translator":
-    """Loads config.json, the vocabulary and checkpoint(s) ('latest', 'average:N', 'STEP')."""
+    """Loads config.json, the vocabulary and checkpoint(s) ('latest', 'average:N', 'STEP');
+    the search defaults to the config's (SearchConfig.from_config), `kwargs` go to
+    Translator()."""
     config = load_config(workdir)
     tokenizer = _load_tokenizer(config, workdir)
     model_cfg = TransformerConfig.from_dict(config.model.to_dict(), vocab_size=tokenizer.vocab_size)
@@ -273,12 +324,18 @@ class Translator:
     like = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), dummy, dummy))["params"]
     params, steps = checkpoint.load_params(workdir, checkpoint_spec, like)
     _check_vocabulary(workdir, steps, data_lib.vocab_path(config.data, workdir))
-    kwargs.setdefault("max_output_extra", config.get("max_output_extra", 50))
-    kwargs.setdefault("beam_stop", config.get("beam_stop", "exact"))
+    kwargs.setdefault("search", SearchConfig.from_config(config))
     translator = cls(model, params, tokenizer, **kwargs)
     translator.checkpoint_steps = steps
     translator.target_lang = data_lib.target_language(config.data)
     return translator
+
+  def _settings(
+    self, beam_size: int | None, alpha: float | None, search: SearchConfig | None
+  ) -> SearchConfig:
+    """The search of one call: `search` (default: the Translator's) with the beam_size and
+    alpha given replacing its own."""
+    return (search or self.search).override(beam_size=beam_size, alpha=alpha)
 
   def _source_ids(self, sentences: Sequence[str], source_name: str = "input") -> list[list[int]]:
     """Token ids + EOS per sentence; longer than the model's max_len: cut to it, with one
@@ -306,24 +363,27 @@ class Translator:
   def translate(
     self,
     sentences: Sequence[str],
-    beam_size: int = 4,
-    alpha: float = 0.6,
+    beam_size: int | None = None,
+    alpha: float | None = None,
     nbest: int | None = None,
     source_name: str = "input",
+    search: SearchConfig | None = None,
   ) -> list[str] | list[list[Hypothesis]]:
     """Translates each sentence (max output length = its source length + max_output_extra).
 
-    Returns one string per sentence, or with `nbest` (1 <= nbest <= max(beam_size, 1)) a list
-    per sentence of its nbest best `Hypothesis`es, best first (the first one's text is the
-    string translate() returns without nbest). `source_name` (a file name) labels the
-    warning about sentences cut to max_len.
+    The search is `search` (default: the Translator's), with `beam_size` and `alpha`, when
+    given, replacing its own. Returns one string per sentence, or with `nbest` (1 <= nbest
+    <= max(beam_size, 1)) a list per sentence of its nbest best `Hypothesis`es, best first
+    (the first one's text is the string translate() returns without nbest). `source_name`
+    (a file name) labels the warning about sentences cut to max_len.
     """
-    self._check_nbest(nbest, beam_size)
+    settings = self._settings(beam_size, alpha, search)
+    self._check_nbest(nbest, settings.beam_size)
     sources = self._source_ids(sentences, source_name)
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     outputs: list = [None] * len(sources)
     for batch in self._batches(order, sources):
-      results = self._translate_batch([sources[i] for i in batch], beam_size, alpha, nbest)
+      results = self._translate_batch([sources[i] for i in batch], settings, nbest)
       for i, result in zip(batch, results):
         outputs[i] = result
     return outputs
@@ -340,23 +400,32 @@ class Translator:
       out.append(min(16 << len(out), max_len))
     return out
 
-  def _bucket_shape(self, source_len: int) -> tuple[int, int]:
+  def _bucket_shape(self, source_len: int, max_output_extra: int) -> tuple[int, int]:
     """(padded source length, static output length) of the bucket holding a source."""
     bucket = next(b for b in self.buckets() if b >= source_len)
     max_len = self.model.config.max_len
-    return bucket, min(_round_up(bucket + self.max_output_extra, 8), max_len)
+    return bucket, min(_round_up(bucket + max_output_extra, 8), max_len)
 
-  def warm_up(self, beam_size: int = 4, alpha: float = 0.6, nbest: int | None = None) -> None:
+  def warm_up(
+    self,
+    beam_size: int | None = None,
+    alpha: float | None = None,
+    nbest: int | None = None,
+    search: SearchConfig | None = None,
+  ) -> None:
     """Compiles the search for every bucket, so that translate_stream never compiles."""
+    settings = self._settings(beam_size, alpha, search)
     for bucket in self.buckets():
-      self._translate_batch([[EOS_ID]], beam_size, alpha, nbest, self._bucket_shape(bucket))
+      shape = self._bucket_shape(bucket, settings.max_output_extra)
+      self._translate_batch([[EOS_ID]], settings, nbest, shape)
 
   def translate_stream(
     self,
     lines: Iterable[str],
-    beam_size: int = 4,
-    alpha: float = 0.6,
+    beam_size: int | None = None,
+    alpha: float | None = None,
     nbest: int | None = None,
+    search: SearchConfig | None = None,
   ) -> Iterator[str | list[Hypothesis]]:
     """Translates lines one at a time as they arrive, yielding each result (as translate()
     gives it) as soon as it is done.
@@ -365,11 +434,12 @@ class Translator:
     search compiles once per bucket (all of them in `warm_up`) instead of once per length.
     The per-sentence output limit is the same as translate()'s, and so are the outputs.
     """
-    self._check_nbest(nbest, beam_size)
+    settings = self._settings(beam_size, alpha, search)
+    self._check_nbest(nbest, settings.beam_size)
     for line in lines:
       source = self._source_ids([line])[0]
-      shape = self._bucket_shape(len(source))
-      yield self._translate_batch([source], beam_size, alpha, nbest, shape)[0]
+      shape = self._bucket_shape(len(source), settings.max_output_extra)
+      yield self._translate_batch([source], settings, nbest, shape)[0]
 
   def _batches(self, order: Sequence[int], sources: Sequence[Sequence[int]]) -> Iterator[list[int]]:
     batch, longest = [], 0
@@ -382,50 +452,49 @@ class Translator:
     if batch:
       yield batch
 
-  def _translate_batch(
-    self,
-    sources: Sequence[Sequence[int]],
-    beam_size: int,
-    alpha: float,
-    nbest: int | None = None,
-    shape: tuple[int, int] | None = None,
-  ) -> list[str] | list[list[Hypothesis]]:
-    """Translates sentences (id lists) in one padded batch. `shape` fixes the padded
-    (source length, max_decode_len); by default both are rounded up to multiples of 8."""
+  def _padded_batch(
+    self, sources: Sequence[Sequence[int]], extra: int, shape: tuple[int, int] | None
+  ) -> tuple[np.ndarray, np.ndarray, int]:
+    """(inputs, limits, max_decode_len) of one batch: rows rounded up to a power of two and
+    lengths to multiples of 8 (few distinct shapes: few compilations), unless `shape` fixes
+    (source length, max_decode_len)."""
     max_len = self.model.config.max_len
     src_len = min(_round_up(max(len(s) for s in sources), 8), max_len)
     max_decode_len = None
     if shape is not None:
       src_len, max_decode_len = shape
-    rows = 1 << (len(sources) - 1).bit_length()  # few distinct shapes: fewer compiles
+    rows = 1 << (len(sources) - 1).bit_length()
     inputs = np.full((rows, src_len), PAD_ID, np.int32)
     for r, s in enumerate(sources):
       inputs[r, : len(s)] = s
-    limits = np.array(
-      [len(s) + self.max_output_extra for s in sources] + [1] * (rows - len(sources)), np.int32
-    )
+    limits = np.array([len(s) + extra for s in sources] + [1] * (rows - len(sources)), np.int32)
     if limits.max() > max_len:
       logging.warning(
         "output length limited to the model's max_len=%d (source length + %d exceeds it)",
         max_len,
-        self.max_output_extra,
+        extra,
       )
     max_decode_len = max_decode_len or min(_round_up(int(limits.max()), 8), max_len)
-    args = (
-      self.params,
-      jnp.asarray(inputs),
-      jnp.asarray(np.minimum(limits, max_len)),
-      jnp.float32(alpha),
-    )
-    kw = dict(
-      model=self.model, max_decode_len=max_decode_len, beam_size=beam_size, stop=self.beam_stop
-    )
+    return inputs, np.minimum(limits, max_len), max_decode_len
+
+  def _translate_batch(
+    self,
+    sources: Sequence[Sequence[int]],
+    settings: SearchConfig,
+    nbest: int | None = None,
+    shape: tuple[int, int] | None = None,
+  ) -> list[str] | list[list[Hypothesis]]:
+    """Translates sentences (id lists) in one padded batch (`_padded_batch`)."""
+    inputs, limits, max_decode_len = self._padded_batch(sources, settings.max_output_extra, shape)
+    kw = dict(model=self.model, max_decode_len=max_decode_len, search=settings)
     if nbest is None:
-      seqs = np.asarray(_search(*args, **kw))
+      seqs = np.asarray(search_batch(self.params, inputs, limits, **kw))
       return [self.tokenizer.decode(row) for row in seqs[: len(sources)]]
-    seqs, scores = (np.asarray(x) for x in _search_nbest(*args, **kw))
+    found = search_batch(self.params, inputs, limits, nbest=True, **kw)
+    seqs, scores = (np.asarray(x) for x in found)
+    beam, alpha = settings.beam_size, settings.alpha
     return [
-      _hypotheses(self.tokenizer, seqs[r], scores[r], beam_size, alpha, nbest)
+      _hypotheses(self.tokenizer, seqs[r], scores[r], beam, alpha, nbest)
       for r in range(len(sources))
     ]
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from t2t_jax.decoding.config import PAPER_SEARCH, SearchConfig
 from t2t_jax.model import TransformerConfig
 from t2t_jax.tokens import BOS_ID, EOS_ID, NUM_RESERVED, PAD_ID, UNK_ID
 
@@ -47,6 +48,7 @@ class Trained:
       or config.data.data_dir).
     checkpoint_steps: the checkpoint step(s) the parameters come from (several: averaged).
     source_lang, target_lang: language codes from the data config ('' when unknown).
+    search: the workdir's decoding settings (the defaults an exported model decodes with).
   """
 
   config: TransformerConfig
@@ -57,6 +59,7 @@ class Trained:
   checkpoint_steps: list[int]
   source_lang: str = ""
   target_lang: str = ""
+  search: SearchConfig = PAPER_SEARCH
 
   @property
   def is_sentencepiece(self) -> bool:
@@ -98,6 +101,7 @@ def load_trained(workdir: str, checkpoint: str = "auto") -> Trained:
     checkpoint_steps=list(translator.checkpoint_steps),
     source_lang=config.data.get("source_lang", "") or "",
     target_lang=data.target_language(config.data),
+    search=translator.search,
   )
 
 

@@ -29,6 +29,7 @@ import numpy as np
 from flax.typing import VariableDict
 from numpy.typing import ArrayLike
 
+from t2t_jax.decoding.config import SearchConfig
 from t2t_jax.export import ExportError, ParamTree, Trained, check_output_dir
 from t2t_jax.model import TransformerConfig, positional
 from t2t_jax.tokens import BOS_ID, EOS_ID, PAD_ID
@@ -179,17 +180,18 @@ def marian_config(cfg: TransformerConfig) -> dict[str, Any]:
   )
 
 
-def generation_config(cfg: TransformerConfig, beam_size: int, alpha: float) -> dict[str, Any]:
-  """What `generate` and pipeline("translation") use by default: beam 4, alpha 0.6 (HF's
-  length penalty is length^alpha, not GNMT's; see docs/export.md), outputs up to max_len."""
+def generation_config(cfg: TransformerConfig, search: SearchConfig) -> dict[str, Any]:
+  """What `generate` and pipeline("translation") use by default: the search's beam and alpha
+  (HF's length penalty is length^alpha, not GNMT's; see docs/export.md), outputs up to
+  max_len."""
   return dict(
     decoder_start_token_id=BOS_ID,
     bos_token_id=BOS_ID,
     eos_token_id=EOS_ID,
     pad_token_id=PAD_ID,
     forced_eos_token_id=EOS_ID,
-    num_beams=beam_size,
-    length_penalty=alpha,
+    num_beams=search.beam_size,
+    length_penalty=search.alpha,
     max_length=cfg.max_len,
   )
 
@@ -222,9 +224,10 @@ def write_tokenizer(trained: Trained, output: str) -> None:
   tokenizer.save_pretrained(output)
 
 
-def export(trained: Trained, output: str, beam_size: int = 4, alpha: float = 0.6) -> str:
-  """Writes model.safetensors, config.json, generation_config.json and (for a SentencePiece
-  vocabulary) the MarianTokenizer files to `output`; returns its path.
+def export(trained: Trained, output: str, search: SearchConfig | None = None) -> str:
+  """Writes model.safetensors, config.json, generation_config.json (decoding with `search`,
+  default: the workdir's, trained.search) and (for a SentencePiece vocabulary) the
+  MarianTokenizer files to `output`; returns its path.
 
   A symbol vocabulary (synthetic tasks) has no SentencePiece model for MarianTokenizer: the
   model is written without tokenizer files and is used with token ids.
@@ -239,7 +242,7 @@ def export(trained: Trained, output: str, beam_size: int = 4, alpha: float = 0.6
   save_file(tensors, os.path.join(output, "model.safetensors"), metadata={"format": "pt"})
   _write_json(os.path.join(output, "config.json"), marian_config(cfg))
   _write_json(
-    os.path.join(output, "generation_config.json"), generation_config(cfg, beam_size, alpha)
+    os.path.join(output, "generation_config.json"), generation_config(cfg, search or trained.search)
   )
   if trained.is_sentencepiece:
     write_tokenizer(trained, output)

@@ -24,7 +24,7 @@ from absl import logging
 from flax.typing import VariableDict
 
 from t2t_jax import data as data_lib
-from t2t_jax.decoding import search
+from t2t_jax.decoding import SearchConfig
 from t2t_jax.decoding.translator import Translator
 from t2t_jax.evaluation import evaluate
 from t2t_jax.model import Transformer, TransformerConfig
@@ -64,10 +64,10 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
   for field in ("bleu_every_steps", "bleu_beam_size"):
     if config[field] < 0:
       raise ConfigError(f"config.{field}={config[field]} must be >= 0")
-  if config.get("beam_stop", "exact") not in search.STOP_RULES:
-    raise ConfigError(
-      f"config.beam_stop={config.beam_stop!r} must be one of {', '.join(search.STOP_RULES)}"
-    )
+  try:
+    SearchConfig.from_config(config)
+  except ValueError as e:
+    raise ConfigError(str(e)) from None
 
 
 def build_model(
@@ -179,6 +179,7 @@ class Trainer:
     num_steps: int,
   ) -> None:
     self.config, self.workdir, self.data, self.model = config, workdir, data, model
+    self.search = SearchConfig.from_config(config)  # dev and test decoding
     self.ckpts, self.writer, self.num_steps = ckpts, writer, num_steps
     # The step training ended at (the time limit may stop it before num_steps): where the
     # selection and test metrics are written.
@@ -222,9 +223,7 @@ class Trainer:
       self.ckpts.wait()
       params, steps_used = checkpoint.load_params(self.workdir, spec, None)
       logging.info("%s: parameters from checkpoint(s) %s", spec, steps_used)
-    return Translator(
-      self.model, params, self.data.tokenizer, max_output_extra=self.config.max_output_extra
-    )
+    return Translator(self.model, params, self.data.tokenizer, search=self.search)
 
   def select(self) -> str:
     """The best of `select_checkpoints` by dev sacreBLEU (parsing: dev F1), written to
@@ -240,11 +239,11 @@ class Trainer:
       self.config.select_checkpoints,
       pairs,
       lambda spec: self.translator(None, spec),
-      self.config.beam_size,
-      self.config.alpha,
+      self.search.beam_size,
+      self.search.alpha,
       metric,
     )
-    evaluate.write_selection(self.workdir, selection, self.config.beam_size, self.config.alpha)
+    evaluate.write_selection(self.workdir, selection, self.search.beam_size, self.search.alpha)
     summary.log(
       f"checkpoint selection on dev ({len(pairs)} sentences, {name}):\n{selection.table()}"
     )
@@ -268,10 +267,14 @@ class Trainer:
     pairs = self.data.dev_pairs[: self.config.bleu_num_sentences]
     if not pairs:
       return {}
-    c = self.config
-    beam = c.bleu_beam_size or c.beam_size
+    beam = self.config.bleu_beam_size or self.search.beam_size
     return evaluate.dev_metrics(
-      self.translator(p_params), pairs, beam, c.alpha, c.data, self.data.split_name("dev")
+      self.translator(p_params),
+      pairs,
+      beam,
+      self.search.alpha,
+      self.config.data,
+      self.data.split_name("dev"),
     )
 
   def test(self, p_params: VariableDict) -> dict[str, float]:
@@ -295,8 +298,8 @@ class Trainer:
         translator,
         pairs,
         golds,
-        self.config.beam_size,
-        self.config.alpha,
+        self.search.beam_size,
+        self.search.alpha,
         self.workdir,
         self.data.split_name("test"),
       )
@@ -308,8 +311,8 @@ class Trainer:
       translator,
       pairs,
       lang,
-      self.config.beam_size,
-      self.config.alpha,
+      self.search.beam_size,
+      self.search.alpha,
       os.path.join(self.workdir, f"test.{lang}"),
       self.data.split_name("test"),
     )

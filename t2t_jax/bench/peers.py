@@ -10,7 +10,7 @@ A figure of tokens/s says little until the same model on the same machine has be
 the libraries people would otherwise use. Four systems train the same model size on the same
 workload:
 
-- t2t_jax: bench.py's set-up (the pmapped train step of t2t_jax.training.parallel);
+- t2t_jax: train.setup_train (the pmapped train step of t2t_jax.training.parallel);
 - torch: `torch.nn.Transformer` (batch_first, post-LN, relu), embedding scaled by
   sqrt(d_model) plus the sinusoidal table, output projection tied to the embedding,
   `F.cross_entropy(label_smoothing=...)` ignoring padding, torch.optim.Adam + LambdaLR;
@@ -21,8 +21,8 @@ workload:
   embeddings, static sinusoidal positions, tied embeddings, pad id 0), the loss computed
   from its logits with label smoothing, torch.optim.Adam + LambdaLR.
 
-The same on every system: rows x seq_len random ids on both sides (bench.py's synthetic
-batch, repeated every step), vocabulary, float32, Adam(0.9, 0.98, 1e-9) with the paper's
+The same on every system: rows x seq_len random ids on both sides (inputs.synthetic_batch,
+repeated every step), vocabulary, float32, Adam(0.9, 0.98, 1e-9) with the paper's
 warmup / inverse-square-root rate, the config's label smoothing, and the same dropout:
 P_drop on the embeddings and on each sub-layer's output, the config's attention dropout on
 the attention weights, none inside the feed-forward layer (torch.nn.Transformer also drops
@@ -34,10 +34,10 @@ padding, so the masks change no value.
 Each system is built and runs one warm-up step (compilation for the jax ones), then the
 repetitions are interleaved (t2t_jax, torch, flax, marian, t2t_jax, ...) so that machine
 noise hits all of them; a repetition is `steps` steps and yields its median step time, and
-a system's figure is the median of those. Achieved FLOP/s use bench.model_flops_per_step
+a system's figure is the median of those. Achieved FLOP/s use train.model_flops_per_step
 for every system (the same model maths), MFU the peak of `--parts=peak`. torch and
 transformers are optional (the `export` extra): a system whose import fails gets a
-"not installed" row. torch runs on as many threads as XLA uses (bench_ctranslate2.cpu_threads);
+"not installed" row. torch runs on as many threads as XLA uses (timing.cpu_threads);
 its OpenMP regions wait for their slowest thread, so a job sharing the cores slows torch (and
 Marian) far more than XLA: on 2 busy cores a torch step of the tiny command took 3.7 s on 2
 threads and 0.73 s on 1. Compare on a quiet machine.
@@ -64,8 +64,14 @@ import numpy as np
 import optax
 from flax.typing import VariableDict
 
-from t2t_jax.cli import bench
-from t2t_jax.cli.bench_ctranslate2 import cpu_threads
+from t2t_jax.bench import timing
+from t2t_jax.bench.train import (
+  TrainSetup,
+  model_config,
+  model_flops_per_step,
+  setup_train,
+  train_rows,
+)
 from t2t_jax.model import TransformerConfig, positional
 from t2t_jax.tokens import BOS_ID, PAD_ID
 from t2t_jax.training import optim
@@ -133,8 +139,8 @@ def check_comparable(cfg: TransformerConfig) -> None:
 # t2t_jax ---------------------------------------------------------------------------------
 
 
-def t2t_jax_system(setup: bench.TrainSetup) -> System:
-  """bench.py's pmapped train step on its replicated state (donated step by step)."""
+def t2t_jax_system(setup: TrainSetup) -> System:
+  """train.setup_train's pmapped train step on its replicated state (donated step by step)."""
   state = setup.state
 
   def run() -> float:
@@ -405,10 +411,33 @@ def marian_system(workload: Workload, inputs: np.ndarray, targets: np.ndarray) -
   return _torch_trainer(model, logits_fn, workload, inputs, targets, version)
 
 
+def compare_experiment(
+  config: Any,
+  vocab_size: int,
+  batch_tokens: int,
+  seq_len: int,
+  *,
+  steps: int,
+  repeats: int,
+  counter: timing.CompileCounter | None = None,
+  peak: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+  """`compare` on an experiment config's model, label smoothing and warmup, with t2t-bench's
+  synthetic batch of batch_tokens / seq_len rows."""
+  workload = Workload(
+    model=model_config(config, vocab_size),
+    rows=train_rows(batch_tokens, seq_len, jax.local_device_count()),
+    seq_len=seq_len,
+    label_smoothing=config.label_smoothing,
+    warmup_steps=config.warmup_steps,
+  )
+  return compare(workload, steps=steps, repeats=repeats, peak=peak, counter=counter)
+
+
 # The comparison ------------------------------------------------------------------------------
 
 
-def _build(name: str, workload: Workload, setup: bench.TrainSetup, threads: int) -> System | str:
+def _build(name: str, workload: Workload, setup: TrainSetup, threads: int) -> System | str:
   """The system, or why not ("not installed (...)") when an optional import fails."""
   inputs = setup.host_batch["inputs"].reshape(setup.rows, workload.seq_len)
   targets = setup.host_batch["targets"].reshape(setup.rows, workload.seq_len)
@@ -466,19 +495,19 @@ def compare(
   systems: Sequence[str] = SYSTEMS,
   threads: int | None = None,
   peak: dict[str, Any] | None = None,
-  counter: bench.CompileCounter | None = None,
+  counter: timing.CompileCounter | None = None,
 ) -> dict[str, Any]:
   """Times one training step of every system on the same model and batch (module doc).
 
   Returns per system its status, parameter count (and difference to t2t_jax's), first-step
   seconds, per-repetition median step times, their median, target tokens/s, achieved FLOP/s,
-  MFU (with `peak`: bench.measure_peak's result), t2t_jax's speed-up over it and every loss
+  MFU (with `peak`: timing.measure_peak's result), t2t_jax's speed-up over it and every loss
   (warm-up step first); plus the best peer and the set-up.
   """
   cfg = workload.model
   check_comparable(cfg)
-  threads = threads or cpu_threads()
-  setup = bench.setup_train(
+  threads = threads or timing.cpu_threads()
+  setup = setup_train(
     cfg, workload.warmup_steps, workload.label_smoothing, workload.rows, workload.seq_len
   )
   rows, built, first = {}, {}, {}
@@ -497,9 +526,7 @@ def compare(
     rows[name] = dict(status="ok", build_s=build_s)
   compiles_before = counter.count if counter else 0
   medians = _interleaved(built, steps, repeats, losses)
-  flops = bench.model_flops_per_step(
-    cfg, setup.params, workload.rows, workload.seq_len, workload.seq_len
-  )
+  flops = model_flops_per_step(cfg, setup.params, workload.rows, workload.seq_len, workload.seq_len)
   tokens = workload.rows * workload.seq_len
   base_params = built["t2t_jax"].params if "t2t_jax" in built else None
   for name, system in built.items():
@@ -592,7 +619,7 @@ def table(result: dict[str, Any]) -> str:
     lines.append(
       f"MFU against the matmul peak of {result['peak_flops'] / 1e9:.1f} GFLOP/s reached by "
       f"{result['peak_library']}; model FLOPs per step {result['model_flops_per_step'] / 1e9:.2f}"
-      " G for every system (bench.model_flops_per_step)"
+      " G for every system (train.model_flops_per_step)"
     )
   notes = [f"{n}: {r['params_note']}" for n, r in rows.items() if r.get("params_note")]
   if notes:

@@ -34,17 +34,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from t2t_jax.decoding import translator as translator_lib
+from t2t_jax.bench.timing import cpu_threads
+from t2t_jax.decoding import SearchConfig, search_batch
 from t2t_jax.export import RESERVED_TOKENS, Trained
 from t2t_jax.model import Transformer, TransformerConfig
 from t2t_jax.tokens import EOS_ID, NUM_RESERVED
 
 COMPUTE_TYPES = ("float32", "int8")
-
-
-def cpu_threads() -> int:
-  """The cores this process may run on: what XLA's CPU thread pool uses."""
-  return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
 def synthetic_vocabulary(vocab_size: int) -> list[str]:
@@ -89,29 +85,25 @@ def t2t_system(
   trained: Trained,
   ids: Sequence[Sequence[int]],
   limits: Sequence[int],
-  beam_size: int,
-  alpha: float,
+  search: SearchConfig,
   forced: bool,
-  stop: str = "exact",
 ) -> tuple[Callable[[], list[list[int]]], float]:
-  """(run, compile seconds): run() decodes every sentence once and returns int id lists;
-  `stop`: beam search's stopping rule (search.beam_search)."""
+  """(run, compile seconds): run() decodes every sentence once with `search` (its beam size,
+  alpha and stopping rule) and returns int id lists."""
   model = Transformer(trained.config)
   params = jax.device_put(trained.params)
   inputs, limits = jnp.asarray(_padded(ids)), np.asarray(limits, np.int32)
   max_decode_len = int(min(-(-limits.max() // 8) * 8, trained.config.max_len))
 
   def run() -> list[list[int]]:
-    seqs = translator_lib._search(
+    seqs = search_batch(
       params,
       inputs,
-      jnp.asarray(limits),
-      jnp.float32(alpha),
+      limits,
       model=model,
       max_decode_len=max_decode_len,
-      beam_size=beam_size,
+      search=search,
       suppress_eos=forced,
-      stop=stop,
     )
     return [[int(t) for t in row if t != 0] for row in np.asarray(seqs)]
 
@@ -204,7 +196,7 @@ def compare(
   repeats: int,
   threads: int | None = None,
   compute_types: Sequence[str] = COMPUTE_TYPES,
-  stop: str = "exact",
+  stop: str = SearchConfig.beam_stop,
 ) -> dict:
   """Times t2t_jax's beam search and CTranslate2's on the same parameters and sources.
 
@@ -214,7 +206,8 @@ def compare(
   t2t_jax, outputs equal to t2t_jax's) plus the set-up.
   """
   threads = threads or cpu_threads()
-  t2t_run, compile_s = t2t_system(trained, ids, limits, beam_size, alpha, forced, stop)
+  search = SearchConfig(beam_size=beam_size, alpha=alpha, beam_stop=stop)
+  t2t_run, compile_s = t2t_system(trained, ids, limits, search, forced)
   systems = {"t2t_jax": t2t_run}
   setup = {"t2t_jax": compile_s}
   with tempfile.TemporaryDirectory() as tmp:
@@ -260,7 +253,7 @@ def table(result: dict) -> str:
   """The comparison as lines of text (medians; ratio = t2t_jax tokens/s over the system's)."""
   lines = [
     f"decode vs CTranslate2: {result['sentences']} sentences, beam {result['beam_size']}, "
-    f"alpha {result['alpha']}, t2t_jax stop rule {result.get('beam_stop', 'exact')}, "
+    f"alpha {result['alpha']}, t2t_jax stop rule {result['beam_stop']}, "
     f"{result['threads']} thread(s), "
     f"{'outputs forced to the source length' if result['forced_lengths'] else 'outputs end at EOS'}"
     f", medians of {result['repeats']} interleaved repetitions",
