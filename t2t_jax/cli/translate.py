@@ -29,8 +29,8 @@ from t2t_jax.cli import common, host
 from t2t_jax.data.trees import Tree
 from t2t_jax.decoding.translator import Hypothesis, TranslateError, Translator, load_config
 from t2t_jax.evaluation import evaluate
-from t2t_jax.training.checkpoint import CheckpointSpecError
-from t2t_jax.training.workdir import atomic_write_text
+from t2t_jax.run.checkpoint import CheckpointSpecError
+from t2t_jax.run.files import atomic_write_text
 
 
 def read_lines(path: str | None) -> list[str]:

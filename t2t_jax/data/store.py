@@ -15,7 +15,6 @@ store whose manifest disagrees with the config is refused, naming the field, rat
 silently trained on.
 """
 
-import hashlib
 import json
 import os
 import pathlib
@@ -30,6 +29,7 @@ from t2t_jax.data import config as config_lib
 from t2t_jax.data import sources, tokenized
 from t2t_jax.data.errors import DataError
 from t2t_jax.data.tokenized import SplitCounts, TokenizedPairs
+from t2t_jax.run.files import sha256_file
 
 FORMAT_VERSION = 1
 STORE_DIR = "prepared"
@@ -63,14 +63,6 @@ def read_manifest(path: pathlib.Path) -> dict[str, Any] | None:
     raise DataError(
       f"{path / MANIFEST_FILE}: unreadable manifest ({e}); delete {path} to prepare the data again"
     ) from None
-
-
-def sha256_file(path: str | os.PathLike) -> str:
-  digest = hashlib.sha256()
-  with open(path, "rb") as f:
-    for block in iter(lambda: f.read(1 << 20), b""):
-      digest.update(block)
-  return digest.hexdigest()
 
 
 # ----------------------------------------------------------------------------- writing
