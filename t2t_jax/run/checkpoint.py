@@ -409,10 +409,10 @@ def choose_steps(ckpts: Checkpoints, spec: str) -> list[int]:
 
 def selected_spec(workdir: str) -> str:
   """The checkpoint choice t2t-train made on dev (written to <workdir>/selected.json)."""
-  workdir = Workdir(workdir)
-  path = workdir.selected_file
+  run_dir = Workdir(workdir)
+  path = run_dir.selected_file
   try:
-    record = workdir.read_selection()
+    record = run_dir.read_selection()
   except ValueError as e:
     raise CheckpointSpecError(
       f"--checkpoint=selected: {path} is not a selection file: {e}"
@@ -424,7 +424,7 @@ def selected_spec(workdir: str) -> str:
     )
   if not isinstance(record, dict) or "checkpoint" not in record:
     raise CheckpointSpecError(
-      f"--checkpoint=selected: {path} is not a selection file: 'checkpoint'"
+      f"--checkpoint=selected: {path} is not a selection file: no 'checkpoint' entry"
     )
   return record["checkpoint"]
 
