@@ -8,7 +8,7 @@ import jax
 import numpy as np
 import pytest
 
-from t2t_jax.training import checkpoint
+from t2t_jax.run import checkpoint
 
 
 def _tree(rng, scale):

@@ -27,8 +27,10 @@ from t2t_jax.cli import bench, common
 from t2t_jax.cli import translate as translate_cli
 from t2t_jax.decoding import search
 from t2t_jax.decoding.translator import Translator
+from t2t_jax.run import checkpoint
+from t2t_jax.run.workdir import read_metrics
 from t2t_jax.tokens import EOS_ID
-from t2t_jax.training import checkpoint, distributed, optim, steps, summary
+from t2t_jax.training import distributed, optim, steps
 from t2t_jax.training import trainer as train
 from tests.test_train import small_config
 
@@ -71,7 +73,7 @@ def trained(tmp_path_factory):
 @pytest.mark.slow
 def test_gradient_accumulation_update_equals_one_batch_of_both_microbatches(trained, tmp_path):
   config, workdir, fresh = trained
-  logged = [r for r in summary.read_metrics(workdir) if "loss" in r]
+  logged = [r for r in read_metrics(workdir) if "loss" in r]
   assert [r["step"] for r in logged] == [1, 2, 3]
   assert checkpoint.Checkpoints(workdir).steps() == [1, 2, 3]
   # The same pipeline again: update k consumed batches 2k - 2 and 2k - 1.

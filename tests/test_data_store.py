@@ -154,7 +154,8 @@ def _small_train_config(corpus, prepared):
 
 @pytest.mark.slow
 def test_training_from_the_store_gives_the_losses_of_in_memory_tokenization(tmp_path):
-  from t2t_jax.training import summary, trainer
+  from t2t_jax.run.workdir import read_metrics
+  from t2t_jax.training import trainer
 
   corpus = _corpus(tmp_path / "corpus", n=300, long_every=0)  # one eval shape
   for name, prepared in (("mem", False), ("kept", True)):
@@ -162,7 +163,7 @@ def test_training_from_the_store_gives_the_losses_of_in_memory_tokenization(tmp_
   records = {
     name: [
       (r["step"], r.get("loss"), r.get("eval_loss"), r.get("grad_norm"))
-      for r in summary.read_metrics(str(tmp_path / name))
+      for r in read_metrics(str(tmp_path / name))
       if "loss" in r
     ]
     for name in ("mem", "kept")

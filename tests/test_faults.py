@@ -18,10 +18,10 @@ import pytest
 
 from t2t_jax.data import tokenized
 from t2t_jax.decoding.translator import TranslateError, Translator
-from t2t_jax.evaluation import evaluate
-from t2t_jax.training import checkpoint, fingerprint, summary
+from t2t_jax.run import checkpoint, files, fingerprint, lock
+from t2t_jax.run.workdir import Workdir, read_metrics
+from t2t_jax.training import evaluation, summary
 from t2t_jax.training import trainer as train
-from t2t_jax.training import workdir as workdir_lib
 from tests import support
 from tests.test_train import _cli, small_config
 
@@ -124,7 +124,7 @@ def test_disk_full_while_saving_stops_naming_step_and_keeps_the_last_checkpoint(
 HOLD = textwrap.dedent(
   """
   import os, signal, sys, time
-  from t2t_jax.training.workdir import WorkdirLock
+  from t2t_jax.run.lock import WorkdirLock
   WorkdirLock(sys.argv[1]).acquire()
   print("held", flush=True)
   if sys.argv[2] == "die":
@@ -147,7 +147,7 @@ def test_second_run_on_a_live_workdir_is_refused_naming_the_holder(tmp_path):
   workdir = str(tmp_path / "w")
   holder = _holder(workdir, "live")
   try:
-    with pytest.raises(workdir_lib.WorkdirLockedError) as e:
+    with pytest.raises(lock.WorkdirLockedError) as e:
       train.train_and_evaluate(_six_steps(), workdir)
     assert f"pid {holder.pid} on host {os.uname().nodename} (started 20" in str(e.value)
     assert not os.path.exists(os.path.join(workdir, "checkpoints"))  # refused at once
@@ -161,9 +161,9 @@ def test_lock_of_a_dead_run_is_taken_over_with_a_warning(tmp_path, caplog):
   workdir = str(tmp_path / "w")
   dead = _holder(workdir, "die")
   assert dead.wait() == -signal.SIGKILL
-  with workdir_lib.WorkdirLock(workdir):
+  with lock.WorkdirLock(workdir):
     assert f"from pid {dead.pid} on host" in caplog.text and "no longer running" in caplog.text
-  with open(os.path.join(workdir, workdir_lib.LOCK_FILE)) as f:
+  with open(Workdir(workdir).lock_file) as f:
     assert f.read() == ""  # a clean release leaves no holder behind
 
 
@@ -263,7 +263,7 @@ def test_resume_checks_the_fingerprint_and_records_each_start(trained, tmp_path)
   train.train_and_evaluate(_six_steps(num_train_steps=8, log_every_steps=2), workdir)
   with open(os.path.join(workdir, "config.json")) as f:
     assert json.load(f)["num_train_steps"] == 8  # the latest start's config
-  with open(os.path.join(workdir, train.STARTS_FILE)) as f:
+  with open(Workdir(workdir).starts_file) as f:
     starts = [json.loads(line) for line in f]
   assert [s["step"] for s in starts] == [0, 6]
   assert starts[1]["changed"] == {"log_every_steps": [1, 2], "num_train_steps": [6, 8]}
@@ -409,17 +409,17 @@ def test_values_that_make_no_sense_are_refused_in_one_line(case, trained, tmp_pa
 
 def test_an_interrupted_write_leaves_the_previous_file(tmp_path, monkeypatch):
   path = str(tmp_path / "selected.json")
-  workdir_lib.atomic_write_text(path, "old\n")
+  files.atomic_write_text(path, "old\n")
 
   def crash(fd):
     raise OSError(errno.EIO, "disk gone")
 
   monkeypatch.setattr(os, "fsync", crash)
-  selection = evaluate.Selection("latest", {"latest": 1.0}, {"latest": [6]}, 3)
+  selection = evaluation.Selection("latest", {"latest": 1.0}, {"latest": [6]}, 3)
   with pytest.raises(OSError, match="disk gone"):
-    evaluate.write_selection(str(tmp_path), selection, 4, 0.6)
+    evaluation.write_selection(str(tmp_path), selection, 4, 0.6)
   with pytest.raises(OSError, match="disk gone"):
-    train.write_config(small_config(), str(tmp_path))
+    Workdir(str(tmp_path)).write_start(small_config())
   monkeypatch.undo()
   assert open(path).read() == "old\n" and not (tmp_path / "config.json").exists()
   assert sorted(os.listdir(tmp_path)) == ["selected.json"]  # no temporary file left
@@ -430,12 +430,12 @@ def test_metrics_reader_skips_an_incomplete_last_line_and_resume_drops_it(tmp_pa
   records = [dict(step=s, time=0.0, loss=1.0 / s) for s in (1, 2, 3)]
   text = "".join(json.dumps(r) + "\n" for r in records)
   path.write_text(text + '{"step": 4, "lo')  # killed mid-write
-  assert summary.read_metrics(str(tmp_path)) == records
+  assert read_metrics(str(tmp_path)) == records
   summary.MetricsWriter(str(tmp_path), resume_step=2).close()  # resumed from checkpoint 2
   assert path.read_text() == "".join(json.dumps(r) + "\n" for r in records[:2])
   path.write_text(text.replace('"step": 2', '"step": 2 oops'))
   with pytest.raises(ValueError, match=r"metrics.jsonl:2: not a JSON record"):
-    summary.read_metrics(str(tmp_path))
+    read_metrics(str(tmp_path))
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,8 @@ import jax
 import numpy as np
 import pytest
 
-from t2t_jax.training import checkpoint, summary
+from t2t_jax.run import checkpoint
+from t2t_jax.run.workdir import read_metrics
 
 STEPS = 12
 ARGS = [
@@ -138,8 +139,7 @@ def _evaluating(workdir: str, log: str) -> bool:
     return False
   step = int(announced[-1])
   return not any(
-    r["step"] == step and ("eval_loss" in r or "dev_bleu" in r)
-    for r in summary.read_metrics(workdir)
+    r["step"] == step and ("eval_loss" in r or "dev_bleu" in r) for r in read_metrics(workdir)
   )
 
 
@@ -147,7 +147,7 @@ def _losses(workdir: str) -> list:
   keys = ("loss", "nll", "accuracy", "grad_norm", "learning_rate", "eval_loss", "dev_bleu")
   return [
     (r["step"],) + tuple((k, r[k]) for k in keys if k in r)
-    for r in summary.read_metrics(workdir)
+    for r in read_metrics(workdir)
     if "loss" in r or "eval_loss" in r
   ]
 
@@ -181,7 +181,7 @@ def test_sigkill_at_random_moments_changes_nothing(tmp_path):
   assert any(k["evaluating"] for k in kills), "no kill landed inside an evaluation"
 
   assert _losses(killed) == _losses(reference)
-  trained = [r["step"] for r in summary.read_metrics(killed) if "loss" in r]
+  trained = [r["step"] for r in read_metrics(killed) if "loss" in r]
   assert trained == list(range(1, STEPS + 1))  # each step logged once, in order
   ref = checkpoint.Checkpoints(reference).restore_params(STEPS)
   got = checkpoint.Checkpoints(killed).restore_params(STEPS)

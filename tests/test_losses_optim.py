@@ -6,6 +6,8 @@ import numpy as np
 import optax
 import pytest
 
+from t2t_jax.decoding import search
+from t2t_jax.schedule import rsqrt_schedule
 from t2t_jax.training import losses, optim
 from tests import numpy_reference as ref
 
@@ -46,7 +48,7 @@ def test_argmax_matches_numpy_with_ties_and_nan():
   x[0, 0, 4] = x[0, 0, 7] = np.nan  # the first NaN counts as the maximum, as in jnp/numpy
   x[1, 2, :] = -np.inf
   for axis in (-1, 0, 1):
-    got = np.asarray(jax.jit(losses.argmax, static_argnums=1)(x, axis))
+    got = np.asarray(jax.jit(search.argmax, static_argnums=1)(x, axis))
     np.testing.assert_array_equal(got, np.argmax(x, axis=axis))
     np.testing.assert_array_equal(got, np.asarray(jnp.argmax(x, axis=axis)))
 
@@ -106,7 +108,7 @@ def test_nll_and_accuracy():
 
 def test_schedule_formula_and_peak():
   d_model, warmup = 512, 4000
-  schedule = optim.rsqrt_schedule(d_model, warmup)
+  schedule = rsqrt_schedule(d_model, warmup)
   steps = np.array([1, 10, 1000, 3999, 4000, 4001, 10000, 100000])
   want = d_model**-0.5 * np.minimum(steps**-0.5, steps * warmup**-1.5)
   np.testing.assert_allclose(np.asarray(jax.vmap(schedule)(steps)), want, rtol=1e-6)
@@ -116,7 +118,7 @@ def test_schedule_formula_and_peak():
   np.testing.assert_allclose(values.max(), (d_model * warmup) ** -0.5, rtol=1e-6)
   print(f"\npeak learning rate {values.max():.6g} at step {warmup} (d_model={d_model})")
   with pytest.raises(ValueError, match="warmup_steps=0"):
-    optim.rsqrt_schedule(512, 0)
+    rsqrt_schedule(512, 0)
 
 
 def test_adam_is_the_papers():

@@ -12,7 +12,7 @@ import pytest
 from t2t_jax.data import trees
 from t2t_jax.evaluation import evaluate, parseval
 from t2t_jax.experiments import parsing
-from t2t_jax.training import summary
+from t2t_jax.run.workdir import read_metrics
 from t2t_jax.training import trainer as train
 from tests import support
 
@@ -82,7 +82,7 @@ def test_parsing_trains_and_reports_f1(tmp_path):
   last = train.train_and_evaluate(config, workdir)
   assert "dev_f1" in last and last["step"] == 60
   assert 0 < last["test_f1"] < 100 and min(last["test_precision"], last["test_recall"]) > 0
-  records = summary.read_metrics(workdir)
+  records = read_metrics(workdir)
   assert sum("dev_f1" in r for r in records) == 2
   for name in ("words", "gold", "trees"):
     lines = (tmp_path / "w" / f"test.{name}").read_text().splitlines()

@@ -18,7 +18,6 @@ parameters almost exactly as the right one does, while an SGD step is the gradie
 
 import functools
 import json
-import os
 from typing import NamedTuple
 
 import jax
@@ -33,8 +32,10 @@ from t2t_jax.data.tokenizer import SymbolTokenizer
 from t2t_jax.decoding import translator as translate
 from t2t_jax.export import Trained, vocabulary_tokens
 from t2t_jax.model import Transformer, TransformerConfig
+from t2t_jax.run import checkpoint
+from t2t_jax.run.workdir import Workdir, read_metrics
 from t2t_jax.tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from t2t_jax.training import checkpoint, optim, parallel, steps, summary
+from t2t_jax.training import optim, parallel, steps
 from t2t_jax.training import trainer as train
 from tests import support
 from tests.test_decode import model_and_reference_searches
@@ -223,9 +224,9 @@ def test_stopped_and_resumed_run_equals_the_uninterrupted_run(tmp_path):
   train.train_and_evaluate(_tiny_run(2), split)
   assert checkpoint.Checkpoints(split).steps() == [2]
   train.train_and_evaluate(_tiny_run(4), split)  # resumes from step 2
-  with open(os.path.join(split, train.STARTS_FILE), encoding="utf-8") as f:
+  with open(Workdir(split).starts_file, encoding="utf-8") as f:
     assert [json.loads(line)["step"] for line in f] == [0, 2]
-  losses = lambda w: [(r["step"], r["loss"]) for r in summary.read_metrics(w) if "loss" in r]
+  losses = lambda w: [(r["step"], r["loss"]) for r in read_metrics(w) if "loss" in r]
   assert [step for step, _ in losses(straight)] == [1, 2, 3, 4]
   assert losses(split) == losses(straight)
   ref = checkpoint.Checkpoints(straight).restore_params(4)

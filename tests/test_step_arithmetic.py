@@ -18,7 +18,8 @@ import pytest
 from flax import linen as nn
 
 from t2t_jax.experiments import tiny
-from t2t_jax.training import optim, parallel, steps, summary
+from t2t_jax.run.workdir import read_metrics
+from t2t_jax.training import optim, parallel, steps
 from t2t_jax.training import trainer as train
 from tests import numpy_reference as ref
 from tests import support
@@ -332,7 +333,7 @@ def test_trainer_logs_eq3_and_the_smoothed_loss(trainer_run):
   """metrics.jsonl of a real run: the learning rate of each step is eq. 3 of the config's
   warmup and factor; step 1's loss is the eps_ls = 0.3 loss of its batch."""
   config, workdir, calls = trainer_run
-  records = [r for r in summary.read_metrics(workdir) if "loss" in r]
+  records = [r for r in read_metrics(workdir) if "loss" in r]
   assert [r["step"] for r in records] == [1, 2, 3]  # below, at and above warmup_steps = 2
   for r in records:
     want = eq3(r["step"], config.model.d_model, WARMUP, FACTOR)

@@ -10,7 +10,7 @@ import pytest
 
 from t2t_jax import data
 from t2t_jax.decoding import translator as translate
-from t2t_jax.training import summary
+from t2t_jax.run.workdir import read_metrics
 
 pytestmark = pytest.mark.slow  # trains a model end to end
 
@@ -30,7 +30,7 @@ def test_tiny_reaches_99_percent_exact_match(tmp_path):
   match = re.search(r"exact match ([\d.]+)%", proc.stderr)
   assert match, proc.stderr[-3000:]
   exact = float(match.group(1))
-  test = [r for r in summary.read_metrics(workdir) if "test_exact_match" in r][-1]
+  test = [r for r in read_metrics(workdir) if "test_exact_match" in r][-1]
   print(f"\ntiny: test exact match {exact:.2f}%, sacreBLEU {test['test_bleu']:.2f}")
   assert abs(100 * test["test_exact_match"] - exact) < 0.01  # printed with 2 decimals
   assert exact >= 99.0

@@ -19,8 +19,10 @@ from t2t_jax import data
 from t2t_jax.cli import common as cli
 from t2t_jax.experiments import tiny
 from t2t_jax.model import Transformer, TransformerConfig
-from t2t_jax.training import checkpoint, fingerprint, optim, parallel, steps, summary
+from t2t_jax.run import checkpoint, fingerprint
+from t2t_jax.run.workdir import read_metrics
 from t2t_jax.training import config as config_lib
+from t2t_jax.training import optim, parallel, steps, summary
 from t2t_jax.training import trainer as train
 from tests import support
 
@@ -171,7 +173,7 @@ def test_resume_is_exact(tmp_path):
   half = small_config(**{"model.dropout_rate": 0.2, "num_train_steps": 3})
   train.train_and_evaluate(half, split)
   train.train_and_evaluate(config, split)  # resumes from step 3
-  losses = lambda w: [(r["step"], r["loss"]) for r in summary.read_metrics(w) if "loss" in r]
+  losses = lambda w: [(r["step"], r["loss"]) for r in read_metrics(w) if "loss" in r]
   assert losses(straight) == losses(split)
   assert len(losses(straight)) == 6
   ref = checkpoint.Checkpoints(straight).restore_params(6)
@@ -277,7 +279,7 @@ def test_every_experiment_builds_and_steps(name, tmp_path, monkeypatch):
   assert abs(out["nll"] - np.log(cfg.vocab_size)) < 1.0, (out["nll"], cfg.vocab_size)
   assert 0 < out["tokens"] <= config.data.tokens_per_batch
 
-  records = summary.read_metrics(workdir)
+  records = read_metrics(workdir)
   logged = [r for r in records if "loss" in r]
   assert [r["step"] for r in logged] == [1]
   assert logged[0]["loss"] == pytest.approx(out["loss"]) and "eval_loss" in logged[0]

@@ -11,7 +11,7 @@ import pytest
 
 from t2t_jax.decoding import translator as translate
 from t2t_jax.model import layers
-from t2t_jax.training import checkpoint
+from t2t_jax.run import checkpoint
 from t2t_jax.training import trainer as train
 from tests import numpy_reference
 from tests.test_train import small_config

@@ -22,7 +22,7 @@ from t2t_jax.model import (
   layers,
   positional,
 )
-from t2t_jax.training import optim
+from t2t_jax.schedule import rsqrt_schedule
 from t2t_jax.translate import Translator
 from tests import numpy_reference, support
 
@@ -310,7 +310,7 @@ def test_learning_rate_schedule_picture(tmp_path):
   curve, warmup = ax.lines
   steps, rates = curve.get_xdata(), curve.get_ydata()
   assert steps[0] == 1 and steps[-1] == config.num_train_steps
-  schedule = optim.rsqrt_schedule(64, config.warmup_steps, config.learning_rate_factor)
+  schedule = rsqrt_schedule(64, config.warmup_steps, config.learning_rate_factor)
   np.testing.assert_allclose(rates, np.asarray(schedule(steps)), rtol=1e-6)
   assert steps[np.argmax(rates)] == config.warmup_steps == warmup.get_xdata()[0]
   assert _labelled(ax) and "warmup_steps = 200" in ax.get_legend().get_texts()[0].get_text()

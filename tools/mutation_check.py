@@ -116,7 +116,7 @@ MUTATIONS = (
   M(
     "schedule_warmup",
     "eq. 3: step * warmup^-1.5 becomes step * warmup^-1.0",
-    "t2t_jax/training/optim.py",
+    "t2t_jax/schedule.py",
     "step * warmup_steps**-1.5",
     "step * warmup_steps**-1.0",
     ("tests/test_losses_optim.py", "tests/test_step_arithmetic.py"),
@@ -180,7 +180,7 @@ MUTATIONS = (
   M(
     "checkpoint_average",
     "checkpoint averaging divides by one tree too few",
-    "t2t_jax/training/checkpoint.py",
+    "t2t_jax/run/checkpoint.py",
     "(a / len(param_trees))",
     "(a / len(param_trees[1:]))",
     ("tests/test_averaging.py", "tests/test_train.py"),

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from absl import app, flags
 
 from t2t_jax.cli import common
-from t2t_jax.training import checkpoint
+from t2t_jax.run import checkpoint
 
 flags.DEFINE_string("workdir", None, "a t2t-train workdir")
 flags.DEFINE_integer("num", 5, "how many of the latest checkpoints to average")

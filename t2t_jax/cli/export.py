@@ -18,7 +18,7 @@ from absl import app, flags
 from t2t_jax import export
 from t2t_jax.cli import common
 from t2t_jax.decoding.translator import TranslateError
-from t2t_jax.training.checkpoint import CheckpointSpecError
+from t2t_jax.run.checkpoint import CheckpointSpecError
 
 FORMATS = ("ctranslate2", "huggingface")
 

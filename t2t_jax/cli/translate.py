@@ -32,8 +32,8 @@ from t2t_jax.decoding import SearchConfig
 from t2t_jax.decoding.config import STOP_RULES
 from t2t_jax.decoding.translator import Hypothesis, TranslateError, Translator, load_config
 from t2t_jax.evaluation import evaluate
-from t2t_jax.training.checkpoint import CheckpointSpecError
-from t2t_jax.training.workdir import atomic_write_text
+from t2t_jax.run.checkpoint import CheckpointSpecError
+from t2t_jax.run.files import atomic_write_text
 
 
 def read_lines(path: str | None) -> list[str]:

@@ -29,8 +29,8 @@ from t2t_jax.data import config as config_lib
 from t2t_jax.data import sources, tokenized
 from t2t_jax.data.errors import DataError
 from t2t_jax.data.sources import base
-from t2t_jax.data.sources.base import sha256_file
 from t2t_jax.data.tokenized import SplitCounts, TokenizedPairs
+from t2t_jax.run.files import sha256_file
 
 FORMAT_VERSION = 1
 STORE_DIR = "prepared"

@@ -42,13 +42,23 @@ from jax.typing import ArrayLike
 
 from t2t_jax.decoding.config import STOP_RULES, SearchConfig
 from t2t_jax.tokens import BOS_ID, EOS_ID, PAD_ID
-from t2t_jax.training import losses
 
 Cache = Any
 PyTree = Any  # arrays in nested tuples/lists/dicts/NamedTuples, as jax.tree_util sees them
 TokensToLogits = Callable[[jax.Array, Cache], tuple[jax.Array, Cache]]
 
 NEG_INF = float("-inf")
+
+
+def argmax(x: jax.Array, axis: int = -1) -> jax.Array:
+  """`jnp.argmax` (first index of the maximum; a NaN counts as the maximum) as two plain
+  reductions, max then min over matching indices. XLA:CPU lowers jnp.argmax to a variadic
+  (value, index) reduce that does not vectorize; greedy decoding takes one per step."""
+  axis = axis % x.ndim
+  top = jnp.max(x, axis=axis, keepdims=True)
+  index = lax.broadcasted_iota(jnp.int32, x.shape, axis)
+  hit = (x == top) | jnp.isnan(x)
+  return jnp.min(jnp.where(hit, index, x.shape[axis]), axis=axis)
 
 
 def length_penalty(length: ArrayLike, alpha: float | jax.Array) -> jax.Array:
@@ -648,7 +658,7 @@ def greedy_search(
     log_probs, cache = _next_log_probs(
       tokens_to_logits, ids, state.cache, state.step, max_lengths, eos_id
     )
-    token = losses.argmax(log_probs).astype(jnp.int32)
+    token = argmax(log_probs).astype(jnp.int32)
     token_log_prob = jnp.take_along_axis(log_probs, token[:, None], axis=-1)[:, 0]
     token = jnp.where(state.finished, PAD_ID, token)
     seqs = lax.dynamic_update_slice_in_dim(state.seqs, token[:, None], state.step, axis=1)

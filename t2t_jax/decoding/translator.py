@@ -5,7 +5,6 @@ for batching and put back in input order; padded shapes are rounded so that few 
 """
 
 import functools
-import json
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
@@ -28,10 +27,10 @@ from t2t_jax.model import (
   beam_search_cache,
   map_self_attention_cache,
 )
+from t2t_jax.run import checkpoint
+from t2t_jax.run.files import sha256_file
+from t2t_jax.run.workdir import Workdir
 from t2t_jax.tokens import EOS_ID, PAD_ID
-from t2t_jax.training import checkpoint
-from t2t_jax.training.config import with_defaults
-from t2t_jax.training.workdir import sha256_file
 
 
 class TranslateError(ValueError):
@@ -39,17 +38,15 @@ class TranslateError(ValueError):
 
 
 def load_config(workdir: str) -> ml_collections.ConfigDict:
-  """The resolved config t2t-train wrote to <workdir>/config.json; training and model fields
-  added since that version have their defaults (with_defaults)."""
-  path = os.path.join(workdir, "config.json")
-  if not os.path.isfile(path):
-    raise TranslateError(f"{workdir}: no config.json (not a t2t-train workdir?)")
-  with open(path, encoding="utf-8") as f:
-    return with_defaults(ml_collections.ConfigDict(json.load(f)))
+  """The resolved config t2t-train wrote to <workdir>/config.json."""
+  values = Workdir(workdir).config_values()
+  if values is None:
+    raise TranslateError(f"{workdir}: no {Workdir.CONFIG} (not a t2t-train workdir?)")
+  return ml_collections.ConfigDict(values)
 
 
 def _load_tokenizer(config: ml_collections.ConfigDict, workdir: str) -> Tokenizer:
-  path = data_lib.vocab_path(config.data, workdir)
+  path = Workdir(workdir).vocab_file(config.data)
   if not os.path.exists(str(path)):
     raise TranslateError(f"{workdir}: vocabulary {path} is missing")
   return data_lib.load_tokenizer(path)
@@ -323,7 +320,7 @@ class Translator:
     dummy = jnp.ones((1, 4), jnp.int32)
     like = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), dummy, dummy))["params"]
     params, steps = checkpoint.load_params(workdir, checkpoint_spec, like)
-    _check_vocabulary(workdir, steps, data_lib.vocab_path(config.data, workdir))
+    _check_vocabulary(workdir, steps, Workdir(workdir).vocab_file(config.data))
     kwargs.setdefault("search", SearchConfig.from_config(config))
     translator = cls(model, params, tokenizer, **kwargs)
     translator.checkpoint_steps = steps

@@ -1,2 +1,3 @@
-"""Evaluation: the BLEU family and chrF (scoring), and what the trainer and t2t-translate do
-with them: dev loss, dev BLEU, checkpoint selection and the test translation (evaluate)."""
+"""Evaluation: the BLEU family and chrF (scoring), EVALB bracket F1 (parseval), and a
+translator's dev BLEU/F1 and test report (evaluate), as the trainer and t2t-translate use
+them. The trainer's dev loss, checkpoint selection and test run are training.evaluation."""

@@ -23,17 +23,6 @@ def _weights(targets: Array, weights: Array | None) -> Array:
   return weights.astype(jnp.float32)
 
 
-def argmax(x: Array, axis: int = -1) -> Array:
-  """`jnp.argmax` (first index of the maximum; a NaN counts as the maximum) as two plain
-  reductions, max then min over matching indices. XLA:CPU lowers jnp.argmax to a variadic
-  (value, index) reduce that does not vectorize; greedy decoding takes one per step."""
-  axis = axis % x.ndim
-  top = jnp.max(x, axis=axis, keepdims=True)
-  index = lax.broadcasted_iota(jnp.int32, x.shape, axis)
-  hit = (x == top) | jnp.isnan(x)
-  return jnp.min(jnp.where(hit, index, x.shape[axis]), axis=axis)
-
-
 def _target_and_others(logits: Array, targets: Array) -> tuple[Array, Array]:
   """(target logit, largest of the other logits), both float32 [...].
 
@@ -54,7 +43,7 @@ def _target_and_others(logits: Array, targets: Array) -> tuple[Array, Array]:
 def target_is_top(logits: Array, targets: Array) -> Array:
   """Whether each target's logit is above every other logit: the accuracy statistic.
 
-  Equals `argmax(logits) == targets` except on an exact tie for the maximum, which counts
+  Equals `jnp.argmax(logits) == targets` except on an exact tie for the maximum, which counts
   as wrong (so constant logits score 0), and rows with a NaN, which count as wrong. One
   fused max-reduction (`_target_and_others`, which also gives the loss its row maximum),
   cheaper than any argmax.

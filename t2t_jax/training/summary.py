@@ -3,8 +3,6 @@
 TensorBoard files come from tensorboardX (no TensorFlow needed). Only process 0 writes.
 """
 
-import json
-import os
 import sys
 import time
 from collections.abc import Sequence
@@ -12,7 +10,7 @@ from typing import Any
 
 from absl import logging
 
-from t2t_jax.training import workdir as workdir_lib
+from t2t_jax.run.workdir import Workdir
 
 
 class MetricsWriter:
@@ -27,20 +25,21 @@ class MetricsWriter:
 
   def __init__(self, workdir: str, enabled: bool = True, resume_step: int | None = None):
     self.enabled = enabled
-    self.jsonl_path = os.path.join(workdir, "metrics.jsonl")
+    self.workdir = Workdir(workdir)
+    self.jsonl_path = self.workdir.metrics_file
     self._tb = None
     if enabled:
       SummaryWriter = _summary_writer_class()
       if resume_step is not None:
-        _drop_after(self.jsonl_path, resume_step)
+        _drop_after(self.workdir, resume_step)
       purge = resume_step + 1 if resume_step is not None else None
-      self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"), purge_step=purge)
+      self._tb = SummaryWriter(self.workdir.tensorboard_dir, purge_step=purge)
 
   def write(self, step: int, scalars: dict[str, float]) -> None:
     if not self.enabled:
       return
     record = dict(step=int(step), time=time.time(), **{k: float(v) for k, v in scalars.items()})
-    append_line(self.jsonl_path, json.dumps(record))
+    self.workdir.append_metrics(record)
     for name, value in scalars.items():
       self._tb.add_scalar(name, float(value), int(step))
     self._tb.flush()
@@ -50,58 +49,18 @@ class MetricsWriter:
       self._tb.close()
 
 
-def append_line(path: str, line: str) -> None:
-  """Appends `line` and a newline with one write (a kill cannot interleave two records)."""
-  with open(path, "a", encoding="utf-8") as f:
-    f.write(line + "\n")
-
-
-def _drop_after(path: str, step: int) -> None:
-  if not os.path.exists(path):
+def _drop_after(workdir: Workdir, step: int) -> None:
+  dropped = workdir.drop_metrics_after(step)
+  if dropped is None:
     return
-  records, complete = _parse(path)
-  kept = [r for r in records if r["step"] <= step]
-  if len(kept) == len(records) and complete:
-    return
-  workdir_lib.atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in kept))
+  count, incomplete = dropped
   logging.info(
     "%s: dropped %d record(s) of steps after %d%s (training redoes those steps)",
-    path,
-    len(records) - len(kept),
+    workdir.metrics_file,
+    count,
     step,
-    "" if complete else " and an incomplete last line",
+    " and an incomplete last line" if incomplete else "",
   )
-
-
-def _parse(path: str) -> tuple[list[dict[str, Any]], bool]:
-  """(records, whether the last line was complete). A broken last line (a kill mid-write) is
-  skipped; a broken line elsewhere is an error naming the file and line."""
-  with open(path, encoding="utf-8", errors="replace") as f:
-    lines = f.read().split("\n")
-  tail = lines.pop()  # '' when the file ends with a newline
-  records = []
-  for number, line in enumerate(lines, start=1):
-    if not line.strip():
-      continue
-    try:
-      records.append(json.loads(line))
-    except ValueError as e:
-      if number == len(lines) and not tail:
-        return records, False
-      raise ValueError(f"{path}:{number}: not a JSON record ({e})") from None
-  if tail.strip():
-    try:
-      records.append(json.loads(tail))
-    except ValueError:
-      return records, False
-    return records, False
-  return records, True
-
-
-def read_metrics(workdir: str) -> list[dict[str, Any]]:
-  """All records of a workdir's metrics.jsonl, in order (an incomplete last line, left by a
-  kill mid-write, is skipped)."""
-  return _parse(os.path.join(workdir, "metrics.jsonl"))[0]
 
 
 def format_duration(seconds: float) -> str:
@@ -145,17 +104,16 @@ def run_summary(workdir: str) -> dict[str, Any]:
   """What a finished run reports: steps, training wall time (from the loop's start to the
   last training record, evaluations included, the final test excluded), the checkpoint
   chosen on dev (selected.json) and the last test scores."""
-  records = read_metrics(workdir)
+  records = Workdir(workdir).read_metrics()
   starts = [r for r in records if "train_start" in r]
   trained = [r for r in records if "loss" in r]
   out = dict(workdir=workdir, steps=trained[-1]["step"] if trained else 0)
   if starts and trained:
     out["train_minutes"] = (trained[-1]["time"] - starts[0]["time"]) / 60
     out["resumed"] = len(starts) > 1
-  selected = os.path.join(workdir, "selected.json")
-  if os.path.exists(selected):
-    with open(selected, encoding="utf-8") as f:
-      out["selected"] = json.load(f)
+  selected = Workdir(workdir).read_selection()
+  if selected is not None:
+    out["selected"] = selected
   tests = [r for r in records if "test_bleu" in r]
   if tests:
     out.update({k: v for k, v in tests[-1].items() if k.startswith("test_")})

@@ -7,10 +7,8 @@ step it happened at.
 """
 
 import contextlib
-import json
 import os
 import signal
-import socket
 import time
 import types
 from collections.abc import Sequence
@@ -28,9 +26,12 @@ from t2t_jax.decoding import SearchConfig
 from t2t_jax.decoding.translator import Translator
 from t2t_jax.evaluation import evaluate
 from t2t_jax.model import Transformer, TransformerConfig
-from t2t_jax.training import checkpoint, fingerprint, optim, parallel, steps, summary
+from t2t_jax.run import checkpoint, fingerprint
+from t2t_jax.run.files import sha256_file
+from t2t_jax.run.lock import WorkdirLock, WorkdirLockedError
+from t2t_jax.run.workdir import Workdir
 from t2t_jax.training import config as config_lib
-from t2t_jax.training import workdir as workdir_lib
+from t2t_jax.training import evaluation, optim, parallel, steps, summary
 
 
 class NonFiniteLossError(RuntimeError):
@@ -86,44 +87,6 @@ def init_state(
   params = jax.jit(model.init)(init_key, dummy, dummy)["params"]
   tx = optim.make_optimizer(model_cfg.d_model, config.warmup_steps, config.learning_rate_factor)
   return steps.TrainState.create(params, tx, dropout_key)
-
-
-def prepare_workdir(workdir: str) -> str:
-  """Creates the workdir and proves it writable before any data or model work starts."""
-  workdir = os.path.abspath(workdir)
-  try:
-    os.makedirs(workdir, exist_ok=True)
-    probe = os.path.join(workdir, f".write_test_{os.getpid()}")
-    with open(probe, "w") as f:
-      f.write("ok")
-    os.remove(probe)
-  except OSError as e:
-    raise OSError(f"--workdir={workdir} is not writable: {e.strerror}") from e
-  return workdir
-
-
-STARTS_FILE = "starts.jsonl"
-
-
-def write_config(
-  config: ml_collections.ConfigDict,
-  workdir: str,
-  step: int = 0,
-  changes: dict[str, list[Any]] | None = None,
-) -> None:
-  """config.json: the resolved config (after overrides) of the latest start; starts.jsonl
-  beside it: one record per start (time, host, step, the fields changed on resume, config)."""
-  text = config.to_json_best_effort(indent=2, sort_keys=True)
-  workdir_lib.atomic_write_text(os.path.join(workdir, "config.json"), text + "\n")
-  record = dict(
-    time=time.time(),
-    host=socket.gethostname(),
-    pid=os.getpid(),
-    step=int(step),
-    changed=changes or {},
-    config=json.loads(text),
-  )
-  summary.append_line(os.path.join(workdir, STARTS_FILE), json.dumps(record, sort_keys=True))
 
 
 def _abort(signum: int, frame: types.FrameType | None) -> NoReturn:
@@ -212,7 +175,7 @@ class Trainer:
 
   def evaluate(self, p_params: VariableDict) -> dict[str, float]:
     batches = self.data.eval_batches(max_len=self.model.config.max_len)
-    return evaluate.dev_loss(self.p_eval, p_params, batches)
+    return evaluation.dev_loss(self.p_eval, p_params, batches)
 
   def translator(self, p_params: VariableDict | None = None, spec: str | None = None) -> Translator:
     """A Translator on the given parameters, or on checkpoint(s) named like t2t-translate's
@@ -234,7 +197,7 @@ class Trainer:
     if evaluate.is_parsing(self.config.data):
       golds = evaluate.gold_trees(self.config.data, "dev", pairs)
       metric, name = lambda t, p, b, a: evaluate.f1(t, p, golds, b, a).f1, "bracket F1"
-    selection = evaluate.select_checkpoint(
+    selection = evaluation.select_checkpoint(
       self.ckpts,
       self.config.select_checkpoints,
       pairs,
@@ -243,7 +206,7 @@ class Trainer:
       self.search.alpha,
       metric,
     )
-    evaluate.write_selection(self.workdir, selection, self.search.beam_size, self.search.alpha)
+    evaluation.write_selection(self.workdir, selection, self.search.beam_size, self.search.alpha)
     summary.log(
       f"checkpoint selection on dev ({len(pairs)} sentences, {name}):\n{selection.table()}"
     )
@@ -294,7 +257,7 @@ class Trainer:
     )
     if evaluate.is_parsing(self.config.data):
       golds = evaluate.gold_trees(self.config.data, "test", pairs)
-      metrics, report = evaluate.parse_test(
+      metrics, report = evaluation.parse_test(
         translator,
         pairs,
         golds,
@@ -307,13 +270,13 @@ class Trainer:
       summary.log(report)
       return metrics
     lang = data_lib.target_language(self.config.data)
-    metrics, report = evaluate.translate_test(
+    metrics, report = evaluation.translate_test(
       translator,
       pairs,
       lang,
       self.search.beam_size,
       self.search.alpha,
-      os.path.join(self.workdir, f"test.{lang}"),
+      Workdir(self.workdir).test_file(lang),
       self.data.split_name("test"),
     )
     self.writer.write(self.step_reached, metrics)
@@ -363,8 +326,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   """
   config = config_lib.with_defaults(config)
   validate_config(config)
-  workdir = prepare_workdir(workdir)
-  lock = workdir_lib.WorkdirLock(workdir)
+  workdir = Workdir(workdir).create().path
+  lock = WorkdirLock(workdir)
   if jax.process_index() == 0:
     lock.acquire()
   try:
@@ -385,14 +348,14 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   state = init_state(model, model_cfg, config)
   ckpts = checkpoint.Checkpoints(workdir, config.keep_checkpoints, owner=True)
   train_iter = data.train_iter()
-  vocab = str(data_lib.vocab_path(config.data, workdir))
-  current = fingerprint.make(config, workdir_lib.sha256_file(vocab))
+  vocab = str(Workdir(workdir).vocab_file(config.data))
+  current = fingerprint.make(config, sha256_file(vocab))
   state, changes = _resume(ckpts, state, train_iter, current)
   writer = summary.MetricsWriter(
     workdir, enabled=jax.process_index() == 0, resume_step=int(state.step)
   )
   if jax.process_index() == 0:
-    write_config(config, workdir, int(state.step), changes)
+    Workdir(workdir).write_start(config, int(state.step), changes)
   _log_sizes(config, state, data)
   trainer = Trainer(config, workdir, model, data, ckpts, writer, config.num_train_steps)
   trainer.last_saved = ckpts.latest_step()
@@ -406,7 +369,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
       summary.log(
         f"done at step {last['step']}: checkpoints in {ckpts.directory}, metrics in "
         f"{writer.jsonl_path} (TensorBoard: tensorboard --logdir "
-        f"{os.path.join(workdir, 'tensorboard')}); translate with t2t-translate "
+        f"{Workdir(workdir).tensorboard_dir}); translate with t2t-translate "
         f"--workdir={workdir}"
       )
     ckpts.wait()
@@ -473,7 +436,7 @@ EXPLAINED_ERRORS = (
   checkpoint.CheckpointDamagedError,
   checkpoint.CheckpointSaveError,
   fingerprint.FingerprintError,
-  workdir_lib.WorkdirLockedError,
+  WorkdirLockedError,
   NonFiniteLossError,
 )
 

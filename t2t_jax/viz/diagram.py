@@ -8,7 +8,6 @@ Each returns a `matplotlib.figure.Figure` (Agg-safe, no global state) and saves 
 given `path`. Needs matplotlib (the `viz` extra).
 """
 
-import json
 import math
 import os
 from collections.abc import Sequence
@@ -17,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from t2t_jax.data import sources
-from t2t_jax.training import summary
+from t2t_jax.run.workdir import Workdir
 
 if TYPE_CHECKING:  # matplotlib is the optional `viz` extra, imported when drawing
   from matplotlib.axes import Axes
@@ -370,13 +369,9 @@ def _test_set(config: dict[str, Any]) -> tuple[str, str, bool]:
 
 def read_run(workdir: str, label: str | None = None) -> dict[str, Any]:
   """A workdir's BLEU figures: the last test_bleu (sacreBLEU) and the dev_bleu series."""
-  records = summary.read_metrics(workdir)
+  records = Workdir(workdir).read_metrics()
   tests = [r for r in records if "test_bleu" in r]
-  config = {}
-  config_path = os.path.join(workdir, "config.json")
-  if os.path.isfile(config_path):
-    with open(config_path, encoding="utf-8") as f:
-      config = json.load(f)
+  config = Workdir(workdir).config_values() or {}
   test_set, pair, comparable = _test_set(config)
   return dict(
     label=label or os.path.basename(os.path.normpath(workdir)),

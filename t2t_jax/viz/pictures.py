@@ -38,7 +38,8 @@ import ml_collections
 import numpy as np
 
 from t2t_jax.model import positional
-from t2t_jax.training import optim, summary
+from t2t_jax.run.workdir import read_metrics
+from t2t_jax.schedule import rsqrt_schedule
 from t2t_jax.viz import diagram
 
 if TYPE_CHECKING:  # matplotlib is the optional `viz` extra, imported when drawing
@@ -307,7 +308,7 @@ def learning_rate_schedule(
   factor = config.learning_rate_factor
   total = num_steps or config.num_train_steps
   steps = np.unique(np.concatenate([np.linspace(1, total, 2000).astype(int), [min(warmup, total)]]))
-  rates = np.asarray(optim.rsqrt_schedule(d_model, warmup, factor)(steps))
+  rates = np.asarray(rsqrt_schedule(d_model, warmup, factor)(steps))
   fig = _figure(6.4, 4.0)
   ax = fig.add_subplot()
   ax.plot(steps, rates)
@@ -327,7 +328,7 @@ def learning_rate_schedule(
 
 def _records(workdir_or_records: MetricsSource) -> Records:
   if isinstance(workdir_or_records, (str, os.PathLike)):
-    return summary.read_metrics(os.fspath(workdir_or_records))
+    return read_metrics(os.fspath(workdir_or_records))
   return list(workdir_or_records)
 
 

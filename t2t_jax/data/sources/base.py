@@ -8,9 +8,7 @@ pictures look the object up with `get_source(config.data)` instead of comparing 
 """
 
 import abc
-import hashlib
 import logging
-import os
 import pathlib
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -204,12 +202,3 @@ def check_fields(
   for field, value in current.items():
     if recorded.get(field) != value:
       raise store_mismatch(path, field, recorded.get(field), value)
-
-
-def sha256_file(path: str | os.PathLike) -> str:
-  """Hex sha256 of a file, read in 1 MiB blocks (corpora and vocabularies may be large)."""
-  digest = hashlib.sha256()
-  with open(path, "rb") as f:
-    for block in iter(lambda: f.read(1 << 20), b""):
-      digest.update(block)
-  return digest.hexdigest()

@@ -29,6 +29,7 @@ from t2t_jax.data import config as config_lib
 from t2t_jax.data.errors import DataError
 from t2t_jax.data.sources import base
 from t2t_jax.data.sources.tfds_pairs import TFDS_SPLIT, TfdsPairs
+from t2t_jax.run.files import sha256_file
 
 _BOM = b"\xef\xbb\xbf"
 _BLOCK = 1 << 26  # bytes scanned (and UTF-8 checked) at a time
@@ -256,7 +257,7 @@ def _check_file(
     recorded["mtime_ns"],
   ):
     return
-  if stat.st_size != recorded["size"] or base.sha256_file(current) != recorded["sha256"]:
+  if stat.st_size != recorded["size"] or sha256_file(current) != recorded["sha256"]:
     raise DataError(
       f"{path}: config.data.{flag}={configured} ({stat.st_size} bytes) is not the file the "
       f"data was prepared from ({recorded['path']}, {recorded['size']} bytes, sha256 "

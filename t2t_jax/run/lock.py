@@ -1,62 +1,26 @@
-"""What a workdir needs to survive faults: one owner at a time, and files never half-written.
+"""One trainer per workdir: a second run stops at once instead of pruning the first's
+checkpoints.
 
-A run holds <workdir>/lock (an exclusive `flock`, released by the kernel when the process
-dies, however it dies) for its whole life; the file names the holder so that a second run can
-say who it is. Files people and tools read are written beside their final name and renamed
-over it, so a kill leaves either the old or the new file, never a mixture.
+A run holds the workdir's lock file (an exclusive `flock`, released by the kernel when the
+process dies, however it dies) for its whole life; the file names the holder so that a second
+run can say who it is.
 """
 
-import contextlib
 import datetime
 import fcntl
-import hashlib
 import json
 import os
 import socket
 import time
-from collections.abc import Iterator
-from typing import IO, Any
+from typing import Any
 
 from absl import logging
 
-LOCK_FILE = "lock"
+from t2t_jax.run.workdir import Workdir
 
 
 class WorkdirLockedError(RuntimeError):
   """Another live process trains in this workdir."""
-
-
-@contextlib.contextmanager
-def atomic_open(path: str, mode: str = "w", **kwargs: Any) -> Iterator[IO[Any]]:
-  """A file object for `path` that only replaces `path` when the block ends without error.
-
-  The data is fsynced before the rename, so after a crash `path` holds the old or the new
-  contents, never a truncated file.
-  """
-  directory = os.path.dirname(os.path.abspath(path))
-  tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp-{os.getpid()}")
-  try:
-    with open(tmp, mode, **kwargs) as f:
-      yield f
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(tmp, path)
-  finally:
-    with contextlib.suppress(FileNotFoundError):
-      os.remove(tmp)
-
-
-def atomic_write_text(path: str, text: str) -> None:
-  with atomic_open(path, "w", encoding="utf-8") as f:
-    f.write(text)
-
-
-def sha256_file(path: str) -> str:
-  digest = hashlib.sha256()
-  with open(path, "rb") as f:
-    for block in iter(lambda: f.read(1 << 20), b""):
-      digest.update(block)
-  return digest.hexdigest()
 
 
 def _describe(holder: dict[str, Any]) -> str:
@@ -76,7 +40,7 @@ class WorkdirLock:
   """
 
   def __init__(self, workdir: str) -> None:
-    self.path = os.path.join(workdir, LOCK_FILE)
+    self.path = Workdir(workdir).lock_file
     self._fd: int | None = None
 
   def _read(self) -> dict[str, Any]:
@@ -88,6 +52,7 @@ class WorkdirLock:
       return {}
 
   def acquire(self) -> None:
+    """Takes the lock and writes this process's name into it; WorkdirLockedError if held."""
     fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
       fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

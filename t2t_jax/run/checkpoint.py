@@ -12,11 +12,9 @@ deleted by a failed restore.
 """
 
 import dataclasses
-import json
 import os
-import shutil
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import jax
 import numpy as np
@@ -24,7 +22,7 @@ import orbax.checkpoint as ocp
 from absl import logging
 from flax.typing import VariableDict
 
-from t2t_jax.training.steps import TrainState
+from t2t_jax.run.workdir import Workdir
 
 STATE, DATA, FINGERPRINT = "state", "data", "fingerprint"
 COMMIT_MARKER = "commit_success.txt"  # written by orbax into every finished step and item
@@ -45,6 +43,22 @@ class CheckpointDamagedError(RuntimeError):
 
 class CheckpointSaveError(RuntimeError):
   """Writing a checkpoint failed (disk full, permissions); the earlier ones are intact."""
+
+
+class TrainState(Protocol):
+  """What a checkpoint saves of the trainer's state (training.steps.TrainState has it); named
+  by shape so that reading checkpoints never imports the trainer."""
+
+  step: Any
+  params: VariableDict
+  opt_state: Any
+  rng: Any
+  bad_step: Any
+
+  def replace(self, **changes: Any) -> "TrainState": ...
+
+
+State = TypeVar("State", bound=TrainState)
 
 
 def state_tree(state: TrainState) -> dict[str, Any]:
@@ -106,7 +120,7 @@ class Checkpoints:
   """
 
   def __init__(self, workdir: str, max_to_keep: int = 5, owner: bool = False) -> None:
-    self.directory = os.path.abspath(os.path.join(workdir, "checkpoints"))
+    self.directory = Workdir(workdir).checkpoint_dir
     self.skip: set[int] = set()
     self.pending: int | None = None
     self._why: dict[int, str] = {}
@@ -222,7 +236,7 @@ class Checkpoints:
       step, args=ocp.args.Composite(**{FINGERPRINT: ocp.args.JsonRestore()})
     )[FINGERPRINT]
 
-  def restore(self, step: int, state: TrainState) -> tuple[TrainState, dict[str, Any] | None]:
+  def restore(self, step: int, state: State) -> tuple[State, dict[str, Any] | None]:
     """Restores into the structure of `state` (a host TrainState); returns (state, data)."""
     target = state_tree(state)
     self.check_shapes(step, target["params"])
@@ -238,8 +252,8 @@ class Checkpoints:
     return state.replace(**restored), data_state
 
   def restore_newest(
-    self, state: TrainState, check: Callable[[int, dict | None], None]
-  ) -> tuple[TrainState, dict[str, Any] | None, int | None]:
+    self, state: State, check: Callable[[int, dict | None], None]
+  ) -> tuple[State, dict[str, Any] | None, int | None]:
     """(state, data_state, step) of the newest checkpoint that restores; (state, None, None)
     when the workdir has none. `check(step, fingerprint)` may refuse a checkpoint by raising.
 
@@ -345,13 +359,10 @@ def write_averaged_workdir(workdir: str, steps: Sequence[int], output: str) -> s
   """
   source = Checkpoints(workdir)
   params = average_params([source.restore_params(step) for step in steps])
-  target_dir = os.path.join(output, "checkpoints")
+  target_dir = Workdir(output).checkpoint_dir
   if os.path.exists(target_dir) and os.listdir(target_dir):
     raise FileExistsError(f"{target_dir} already holds checkpoints; choose a new --output")
-  os.makedirs(output, exist_ok=True)
-  for name in os.listdir(workdir):
-    if name == "config.json" or name.startswith("vocab."):
-      shutil.copy2(os.path.join(workdir, name), os.path.join(output, name))
+  Workdir(workdir).copy_model_files(output)
   out = Checkpoints(output, max_to_keep=1)
   items = {STATE: ocp.args.StandardSave({"params": params})}
   fingerprint = source.fingerprint(max(steps))
@@ -396,24 +407,26 @@ def choose_steps(ckpts: Checkpoints, spec: str) -> list[int]:
   )
 
 
-SELECTED_FILE = "selected.json"
-
-
 def selected_spec(workdir: str) -> str:
   """The checkpoint choice t2t-train made on dev (written to <workdir>/selected.json)."""
-  path = os.path.join(workdir, SELECTED_FILE)
+  run_dir = Workdir(workdir)
+  path = run_dir.selected_file
   try:
-    with open(path) as f:
-      return json.load(f)["checkpoint"]
-  except FileNotFoundError:
-    raise CheckpointSpecError(
-      f"--checkpoint=selected: {path} does not exist (set "
-      "config.select_checkpoints in training to write it)"
-    ) from None
-  except (ValueError, KeyError) as e:
+    record = run_dir.read_selection()
+  except ValueError as e:
     raise CheckpointSpecError(
       f"--checkpoint=selected: {path} is not a selection file: {e}"
     ) from None
+  if record is None:
+    raise CheckpointSpecError(
+      f"--checkpoint=selected: {path} does not exist (set "
+      "config.select_checkpoints in training to write it)"
+    )
+  if not isinstance(record, dict) or "checkpoint" not in record:
+    raise CheckpointSpecError(
+      f"--checkpoint=selected: {path} is not a selection file: no 'checkpoint' entry"
+    )
+  return record["checkpoint"]
 
 
 def load_params(
@@ -422,8 +435,7 @@ def load_params(
   """Parameters for a checkpoint spec (see `choose_steps`; also 'selected' and 'auto'), with
   the steps they came from; several steps are averaged (the paper's checkpoint averaging)."""
   if spec == "auto":  # what t2t-train scored the test split with, when it chose on dev
-    has_choice = os.path.exists(os.path.join(workdir, SELECTED_FILE))
-    spec = "selected" if has_choice else "latest"
+    spec = "selected" if Workdir(workdir).has_selection() else "latest"
   if spec == "selected":
     spec = selected_spec(workdir)
   ckpts = Checkpoints(workdir)

@@ -1,0 +1,209 @@
+"""`Workdir`: the one place that names the files of a t2t-train workdir.
+
+    <workdir>/config.json      the resolved config of the latest start
+    <workdir>/starts.jsonl     one record per start (time, host, step, changed fields, config)
+    <workdir>/metrics.jsonl    one record per logging step, evaluation and test
+    <workdir>/tensorboard/     the same metrics as TensorBoard events
+    <workdir>/checkpoints/     orbax checkpoints, one directory per step (run.checkpoint)
+    <workdir>/selected.json    the checkpoint choice made on dev
+    <workdir>/test.<suffix>    the test split's outputs (test.de; parsing: test.words/gold/trees)
+    <workdir>/lock             the trainer's lock (run.lock)
+    <workdir>/vocab.*          the vocabulary, unless config.data puts it elsewhere (data)
+
+Whoever reads or writes one of these goes through a Workdir, so that a file name is spelled
+once and a reader (t2t-translate, t2t-export, the plots) needs no part of the trainer.
+"""
+
+import json
+import os
+import shutil
+import socket
+import time
+from typing import TYPE_CHECKING, Any
+
+import ml_collections
+
+from t2t_jax.run import files
+
+if TYPE_CHECKING:  # checkpoints load orbax, the lock fcntl: imported when asked for
+  from etils import epath
+
+  from t2t_jax.run.checkpoint import Checkpoints
+  from t2t_jax.run.lock import WorkdirLock
+
+
+class Workdir:
+  """A workdir's path and the names of everything in it; reads and writes its small files."""
+
+  CONFIG = "config.json"
+  STARTS = "starts.jsonl"
+  METRICS = "metrics.jsonl"
+  TENSORBOARD = "tensorboard"
+  CHECKPOINTS = "checkpoints"
+  SELECTED = "selected.json"
+  LOCK = "lock"
+  VOCAB_PREFIX = "vocab."
+  TEST_PREFIX = "test."
+
+  def __init__(self, path: str | os.PathLike) -> None:
+    self.path = os.fspath(path)
+
+  def __repr__(self) -> str:
+    return f"Workdir({self.path!r})"
+
+  def _join(self, name: str) -> str:
+    return os.path.join(self.path, name)
+
+  @property
+  def config_file(self) -> str:
+    return self._join(self.CONFIG)
+
+  @property
+  def starts_file(self) -> str:
+    return self._join(self.STARTS)
+
+  @property
+  def metrics_file(self) -> str:
+    return self._join(self.METRICS)
+
+  @property
+  def tensorboard_dir(self) -> str:
+    return self._join(self.TENSORBOARD)
+
+  @property
+  def checkpoint_dir(self) -> str:
+    """Absolute, since orbax refuses a relative checkpoint directory."""
+    return os.path.abspath(self._join(self.CHECKPOINTS))
+
+  @property
+  def selected_file(self) -> str:
+    return self._join(self.SELECTED)
+
+  @property
+  def lock_file(self) -> str:
+    return self._join(self.LOCK)
+
+  def test_file(self, suffix: str) -> str:
+    """Where the final test's outputs go: test.<language> or test.<words|gold|trees>."""
+    return self._join(f"{self.TEST_PREFIX}{suffix}")
+
+  def vocab_file(self, data_config: ml_collections.ConfigDict) -> "epath.Path":
+    """The vocabulary file: the data package decides it (it may live in config.data_dir)."""
+    from t2t_jax.data.tokenizer import vocab_path
+
+    return vocab_path(data_config, self.path)
+
+  def create(self) -> "Workdir":
+    """Creates the directory and proves it writable before any data or model work starts."""
+    path = os.path.abspath(self.path)
+    try:
+      os.makedirs(path, exist_ok=True)
+      probe = os.path.join(path, f".write_test_{os.getpid()}")
+      with open(probe, "w") as f:
+        f.write("ok")
+      os.remove(probe)
+    except OSError as e:
+      raise OSError(f"--workdir={path} is not writable: {e.strerror}") from e
+    return Workdir(path)
+
+  def checkpoints(self, max_to_keep: int = 5, owner: bool = False) -> "Checkpoints":
+    """The workdir's checkpoints (see run.checkpoint.Checkpoints for `owner`)."""
+    from t2t_jax.run.checkpoint import Checkpoints
+
+    return Checkpoints(self.path, max_to_keep, owner)
+
+  def lock(self) -> "WorkdirLock":
+    from t2t_jax.run.lock import WorkdirLock
+
+    return WorkdirLock(self.path)
+
+  # -------------------------------------------------------------------- config and starts
+
+  def has_config(self) -> bool:
+    return os.path.isfile(self.config_file)
+
+  def config_values(self) -> dict[str, Any] | None:
+    """config.json as plain JSON values; None when the workdir has none."""
+    if not self.has_config():
+      return None
+    with open(self.config_file, encoding="utf-8") as f:
+      return json.load(f)
+
+  def read_config(self) -> ml_collections.ConfigDict:
+    """config.json as a ConfigDict; FileNotFoundError names the file when it is missing."""
+    values = self.config_values()
+    if values is None:
+      raise FileNotFoundError(f"{self.config_file} does not exist")
+    return ml_collections.ConfigDict(values)
+
+  def write_start(
+    self,
+    config: ml_collections.ConfigDict,
+    step: int = 0,
+    changes: dict[str, list[Any]] | None = None,
+  ) -> None:
+    """config.json: the resolved config (after overrides) of the latest start; starts.jsonl:
+    one record per start (time, host, step, the fields changed on resume, config)."""
+    text = config.to_json_best_effort(indent=2, sort_keys=True)
+    files.atomic_write_text(self.config_file, text + "\n")
+    record = dict(
+      time=time.time(),
+      host=socket.gethostname(),
+      pid=os.getpid(),
+      step=int(step),
+      changed=changes or {},
+      config=json.loads(text),
+    )
+    files.append_line(self.starts_file, json.dumps(record, sort_keys=True))
+
+  def copy_model_files(self, output: str) -> None:
+    """Copies what a translator needs besides checkpoints (config.json, the vocabulary files
+    stored in the workdir) into the workdir `output`."""
+    os.makedirs(output, exist_ok=True)
+    for name in os.listdir(self.path):
+      if name == self.CONFIG or name.startswith(self.VOCAB_PREFIX):
+        shutil.copy2(self._join(name), os.path.join(output, name))
+
+  # ------------------------------------------------------------------------------ metrics
+
+  def append_metrics(self, record: dict[str, Any]) -> None:
+    files.append_line(self.metrics_file, json.dumps(record))
+
+  def read_metrics(self) -> list[dict[str, Any]]:
+    """All records of metrics.jsonl, in order (an incomplete last line, left by a kill
+    mid-write, is skipped)."""
+    return files.read_json_lines(self.metrics_file)[0]
+
+  def drop_metrics_after(self, step: int) -> tuple[int, bool] | None:
+    """Keeps the records of steps <= `step` (a resume from checkpoint `step` logs the later
+    ones again) and drops an incomplete last line. Returns (records dropped, whether the
+    last line was incomplete), or None when nothing changed."""
+    if not os.path.exists(self.metrics_file):
+      return None
+    records, complete = files.read_json_lines(self.metrics_file)
+    kept = [r for r in records if r["step"] <= step]
+    if len(kept) == len(records) and complete:
+      return None
+    files.atomic_write_text(self.metrics_file, "".join(json.dumps(r) + "\n" for r in kept))
+    return len(records) - len(kept), not complete
+
+  # ---------------------------------------------------------------------------- selection
+
+  def has_selection(self) -> bool:
+    return os.path.exists(self.selected_file)
+
+  def read_selection(self) -> dict[str, Any] | None:
+    """selected.json (the checkpoint chosen on dev); None when the run chose none."""
+    if not self.has_selection():
+      return None
+    with open(self.selected_file, encoding="utf-8") as f:
+      return json.load(f)
+
+  def write_selection(self, record: dict[str, Any]) -> str:
+    files.atomic_write_text(self.selected_file, json.dumps(record, indent=1))
+    return self.selected_file
+
+
+def read_metrics(workdir: str | os.PathLike) -> list[dict[str, Any]]:
+  """The records of a workdir's metrics.jsonl (see Workdir.read_metrics)."""
+  return Workdir(workdir).read_metrics()

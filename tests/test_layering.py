@@ -1,0 +1,124 @@
+"""Reading a trained model never loads the trainer, and a workdir's files are named once.
+
+Decoding, evaluation, export and the plots (and the run layer they read workdirs with) may
+not import t2t_jax.training, neither in their own source (checked on the syntax tree, so an
+import inside a function or under TYPE_CHECKING counts) nor through anything they import
+(checked in a fresh interpreter).
+"""
+
+import ast
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+import t2t_jax
+from t2t_jax.run.workdir import Workdir
+
+PACKAGE = pathlib.Path(t2t_jax.__file__).resolve().parent
+READERS = (
+  "decoding",
+  "evaluation",
+  "export",
+  "viz",
+  "run",
+  "translate.py",
+  "schedule.py",
+  "cli/translate.py",
+  "cli/export.py",
+  "cli/average.py",
+)
+TRAINING = "t2t_jax.training"
+
+
+def _sources(*names: str) -> list[pathlib.Path]:
+  out = []
+  for name in names:
+    path = (PACKAGE / name).resolve()
+    out += sorted(path.rglob("*.py")) if path.is_dir() else [path]
+  return out
+
+
+def _imported(tree: ast.AST) -> list[str]:
+  """Every module an import statement names, `from a import b` as both a and a.b."""
+  names = []
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      names += [alias.name for alias in node.names]
+    elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+      names.append(node.module)
+      names += [f"{node.module}.{alias.name}" for alias in node.names]
+  return names
+
+
+def _is_training(module: str) -> bool:
+  return module == TRAINING or module.startswith(TRAINING + ".")
+
+
+@pytest.mark.parametrize("path", _sources(*READERS), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_readers_do_not_import_training_in_their_source(path):
+  tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+  assert not [m for m in _imported(tree) if _is_training(m)]
+
+
+LOADED = """
+import importlib, json, pkgutil, sys
+import t2t_jax
+roots = ["t2t_jax.decoding", "t2t_jax.evaluation", "t2t_jax.export", "t2t_jax.viz",
+         "t2t_jax.run", "t2t_jax.translate", "t2t_jax.schedule", "t2t_jax.cli.translate"]
+skipped = []
+for root in roots:
+  package = importlib.import_module(root)
+  for info in pkgutil.walk_packages(getattr(package, "__path__", []), root + "."):
+    try:
+      importlib.import_module(info.name)
+    except ImportError as e:  # an optional extra (ctranslate2, matplotlib) not installed
+      if (e.name or "").startswith("t2t_jax"):
+        raise
+      skipped.append(info.name)
+print(json.dumps(dict(
+  training=sorted(m for m in sys.modules if m.startswith("t2t_jax.training")),
+  loaded=sorted(m for m in sys.modules if m.startswith("t2t_jax")),
+  skipped=skipped)))
+"""
+
+
+def test_importing_every_reader_loads_no_training_module():
+  result = subprocess.run(
+    [sys.executable, "-c", LOADED], capture_output=True, text=True, timeout=300, check=True
+  )
+  report = json.loads(result.stdout.strip().splitlines()[-1])
+  assert report["training"] == [], report
+  assert "t2t_jax.decoding.translator" in report["loaded"]
+  assert "t2t_jax.run.checkpoint" in report["loaded"]
+
+
+def _string_constants(tree: ast.AST) -> list[str]:
+  """String literals that are not docstrings (messages and help text may name a file)."""
+  docstrings = set()
+  for node in ast.walk(tree):
+    if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+      body = node.body
+      if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        docstrings.add(id(body[0].value))
+  return [
+    node.value
+    for node in ast.walk(tree)
+    if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+  ]
+
+
+WORKDIR_FILES = (Workdir.CONFIG, Workdir.STARTS, Workdir.METRICS, Workdir.SELECTED)
+# The exporters write a model directory of another format, with that format's config.json.
+OTHER_FORMATS = {"export/to_huggingface.py", "export/to_ctranslate2.py"}
+
+
+@pytest.mark.parametrize("path", _sources("."), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_workdir_file_names_are_spelled_only_in_workdir(path):
+  name = str(path.relative_to(PACKAGE))
+  if name in {"run/workdir.py"} | OTHER_FORMATS:
+    return
+  tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+  assert not [s for s in _string_constants(tree) if s in WORKDIR_FILES + (Workdir.CHECKPOINTS,)]
