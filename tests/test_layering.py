@@ -122,3 +122,12 @@ def test_workdir_file_names_are_spelled_only_in_workdir(path):
     return
   tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
   assert not [s for s in _string_constants(tree) if s in WORKDIR_FILES + (Workdir.CHECKPOINTS,)]
+
+
+@pytest.mark.parametrize("path", _sources("run"), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_the_run_layer_imports_only_itself(path):
+  """run/ sits under every other package (data imports run.files): importing any of them
+  from it would make a circle."""
+  tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+  others = [m for m in _imported(tree) if m.startswith("t2t_jax") and m != "t2t_jax"]
+  assert all(m == "t2t_jax.run" or m.startswith("t2t_jax.run.") for m in others), others

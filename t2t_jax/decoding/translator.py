@@ -46,7 +46,7 @@ def load_config(workdir: str) -> ml_collections.ConfigDict:
 
 
 def _load_tokenizer(config: ml_collections.ConfigDict, workdir: str) -> Tokenizer:
-  path = Workdir(workdir).vocab_file(config.data)
+  path = data_lib.vocab_path(config.data, workdir)
   if not os.path.exists(str(path)):
     raise TranslateError(f"{workdir}: vocabulary {path} is missing")
   return data_lib.load_tokenizer(path)
@@ -320,7 +320,7 @@ class Translator:
     dummy = jnp.ones((1, 4), jnp.int32)
     like = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), dummy, dummy))["params"]
     params, steps = checkpoint.load_params(workdir, checkpoint_spec, like)
-    _check_vocabulary(workdir, steps, Workdir(workdir).vocab_file(config.data))
+    _check_vocabulary(workdir, steps, data_lib.vocab_path(config.data, workdir))
     kwargs.setdefault("search", SearchConfig.from_config(config))
     translator = cls(model, params, tokenizer, **kwargs)
     translator.checkpoint_steps = steps

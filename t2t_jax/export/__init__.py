@@ -19,7 +19,6 @@ from numpy.typing import ArrayLike
 
 from t2t_jax.decoding.config import PAPER_SEARCH, SearchConfig
 from t2t_jax.model import TransformerConfig
-from t2t_jax.run.workdir import Workdir
 from t2t_jax.tokens import BOS_ID, EOS_ID, NUM_RESERVED, PAD_ID, UNK_ID
 
 if TYPE_CHECKING:  # the data package (TFDS, grain) loads only when a workdir is read
@@ -90,7 +89,7 @@ def load_trained(workdir: str, checkpoint: str = "auto") -> Trained:
 
   translator = Translator.from_workdir(workdir, checkpoint)
   config = load_config(workdir)
-  vocab_file = str(Workdir(workdir).vocab_file(config.data))
+  vocab_file = str(data.vocab_path(config.data, workdir))
   params = _to_numpy(translator.params)
   tokenizer = translator.tokenizer
   return Trained(

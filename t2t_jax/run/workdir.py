@@ -8,7 +8,8 @@
     <workdir>/selected.json    the checkpoint choice made on dev
     <workdir>/test.<suffix>    the test split's outputs (test.de; parsing: test.words/gold/trees)
     <workdir>/lock             the trainer's lock (run.lock)
-    <workdir>/vocab.*          the vocabulary, unless config.data puts it elsewhere (data)
+    <workdir>/vocab.*          the vocabulary, unless config.data puts it elsewhere
+                               (named by data.vocab_path: the source decides its kind)
 
 Whoever reads or writes one of these goes through a Workdir, so that a file name is spelled
 once and a reader (t2t-translate, t2t-export, the plots) needs no part of the trainer.
@@ -26,8 +27,6 @@ import ml_collections
 from t2t_jax.run import files
 
 if TYPE_CHECKING:  # checkpoints load orbax, the lock fcntl: imported when asked for
-  from etils import epath
-
   from t2t_jax.run.checkpoint import Checkpoints
   from t2t_jax.run.lock import WorkdirLock
 
@@ -86,12 +85,6 @@ class Workdir:
   def test_file(self, suffix: str) -> str:
     """Where the final test's outputs go: test.<language> or test.<words|gold|trees>."""
     return self._join(f"{self.TEST_PREFIX}{suffix}")
-
-  def vocab_file(self, data_config: ml_collections.ConfigDict) -> "epath.Path":
-    """The vocabulary file: the data package decides it (it may live in config.data_dir)."""
-    from t2t_jax.data.tokenizer import vocab_path
-
-    return vocab_path(data_config, self.path)
 
   def create(self) -> "Workdir":
     """Creates the directory and proves it writable before any data or model work starts."""

@@ -348,7 +348,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   state = init_state(model, model_cfg, config)
   ckpts = checkpoint.Checkpoints(workdir, config.keep_checkpoints, owner=True)
   train_iter = data.train_iter()
-  vocab = str(Workdir(workdir).vocab_file(config.data))
+  vocab = str(data_lib.vocab_path(config.data, workdir))
   current = fingerprint.make(config, sha256_file(vocab))
   state, changes = _resume(ckpts, state, train_iter, current)
   writer = summary.MetricsWriter(
