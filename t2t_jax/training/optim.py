@@ -1,6 +1,8 @@
 """The paper's optimiser (section 5.3): Adam(0.9, 0.98, 1e-9) with the rsqrt warmup of eq. 3
 (t2t_jax.schedule)."""
 
+import functools
+
 import optax
 
 from t2t_jax.schedule import rsqrt_schedule
@@ -10,6 +12,9 @@ ADAM_B2 = 0.98
 ADAM_EPS = 1e-9
 
 
+# One schedule and one optimizer object per setting: the pmapped steps and the TrainState's
+# static optimizer field are cached by identity (training/parallel.py).
+@functools.lru_cache(maxsize=16)
 def optimizer_schedule(
   d_model: int, warmup_steps: int = 4000, factor: float = 1.0
 ) -> optax.Schedule:
@@ -18,6 +23,7 @@ def optimizer_schedule(
   return lambda count: schedule(count + 1)
 
 
+@functools.lru_cache(maxsize=16)
 def make_optimizer(
   d_model: int,
   warmup_steps: int = 4000,

@@ -60,12 +60,21 @@ def _device_sharding() -> jax.NamedSharding:
   return jax.NamedSharding(mesh, jax.P(AXIS))
 
 
+def _reused(build: Callable[..., Any]) -> Callable[..., Any]:
+  """The pmapped steps of one (model, label smoothing, schedule) are built once per process:
+  jax caches traces per function object, so a second Trainer with equal settings (a resumed
+  run, another run in a notebook or test) reuses the first one's programs instead of
+  tracing and compiling them again. Models and configs are frozen, hence hashable."""
+  return functools.lru_cache(maxsize=16)(build)
+
+
 def shard(batch: Batch) -> dict[str, jax.Array]:
   """Puts a [local_devices, ...] host batch onto the devices, one slice each."""
   sharding = _device_sharding()
   return jax.tree.map(lambda x: jax.device_put(x, sharding), batch)
 
 
+@_reused
 def pmap_train_step(
   model: Transformer, label_smoothing: float, schedule: optax.Schedule
 ) -> Callable[..., tuple[steps.TrainState, dict[str, jax.Array]]]:
@@ -78,6 +87,7 @@ def pmap_train_step(
   )
 
 
+@_reused
 def pmap_accumulate_step(
   model: Transformer, label_smoothing: float
 ) -> Callable[..., steps.Accumulator]:
@@ -89,6 +99,7 @@ def pmap_accumulate_step(
   )
 
 
+@_reused
 def pmap_apply_step(
   schedule: optax.Schedule,
 ) -> Callable[..., tuple[steps.TrainState, dict[str, jax.Array]]]:
@@ -99,12 +110,14 @@ def pmap_apply_step(
   )
 
 
+@_reused
 def pmap_zero_accumulator() -> Callable[..., steps.Accumulator]:
   # The same axis name as the steps: zeros carrying another name would make the first
   # accumulate step compile a second program for micro-batch 1's accumulator.
   return jax.pmap(steps.zero_accumulator, axis_name=AXIS)
 
 
+@_reused
 def pmap_eval_step(model: Transformer, label_smoothing: float) -> Callable[..., losses.Sums]:
   return jax.pmap(
     functools.partial(steps.eval_step, model=model, label_smoothing=label_smoothing), axis_name=AXIS
