@@ -3,8 +3,8 @@
     t2t-train --experiment=tiny --workdir=/tmp/tiny
 
 Synthetic task generated in-package (no download): reverse a sequence of 4-12 symbols.
-Expected: >= 99% exact-match translations of the test split after 3,000 steps (a minute or
-two on two CPU cores; README, Results).
+Expected: >= 99% exact-match translations of the test split after 3,000 steps (about three
+minutes on two CPU cores; README, Set up and Results).
 """
 
 from t2t_jax.experiments import base

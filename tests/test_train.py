@@ -338,8 +338,11 @@ def test_fields_an_older_config_lacks_take_the_typed_defaults():
   for name in ("test_at_end", "select_checkpoints", "train_time_limit_minutes"):
     del old[name]
   del old["model"]["loss_chunk_tokens"]
+  del old["data"]["data_dir"], old["data"]["prepared_store"], old["beam_stop"]
   filled = config_lib.with_defaults(ml_collections.ConfigDict(old))
   assert filled.test_at_end is False and filled.select_checkpoints == ""
+  assert filled.data.data_dir == "" and filled.data.prepared_store is True
+  assert filled.beam_stop == "exact"
   assert filled.train_time_limit_minutes == 0.0 and filled.model.loss_chunk_tokens == 512
   assert filled.model.d_model == 32 and filled.num_train_steps == 6
 

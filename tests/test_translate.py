@@ -1,5 +1,6 @@
 """Translation of a trained workdir: Translator, t2t-translate, checkpoint averaging."""
 
+import json
 import os
 import subprocess
 import sys
@@ -222,3 +223,14 @@ def test_beam_stop_comes_from_the_config_and_is_checked(workdir):
   assert len(out) == 2 and all(isinstance(o, str) for o in out)
   with pytest.raises(ValueError, match="beam_stop='never'"):
     translate.Translator(t.model, t.params, t.tokenizer, beam_stop="never")
+
+
+def test_a_config_json_without_newer_data_fields_reads_with_their_defaults(tmp_path):
+  """A workdir written before data_dir and prepared_store existed: the translator reads the
+  fields as their defaults (the vocabulary in the workdir, the prepared store on)."""
+  values = small_config().to_dict()
+  del values["data"]["data_dir"], values["data"]["prepared_store"]
+  (tmp_path / "config.json").write_text(json.dumps(values))
+  config = translate.load_config(str(tmp_path))
+  assert config.data.data_dir == "" and config.data.prepared_store is True
+  assert config.data.source == values["data"]["source"]

@@ -113,10 +113,22 @@ def _check_choice(c: ml_collections.ConfigDict, field: str, choices: Sequence[st
     raise DataError(f"config.data.{field}={c[field]!r} must be one of {choices}")
 
 
+def with_defaults(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """`c`, with every field of default_config() it lacks set to its default: a workdir's
+  config.json holds the fields of the version that wrote it, and readers fill them here
+  instead of a `.get(field, default)` at every read. `c` itself when nothing is missing."""
+  missing = {k: v for k, v in default_config().items() if k not in c}
+  if not missing:
+    return c
+  filled = ml_collections.ConfigDict(c.to_dict())
+  filled.update(missing)
+  return filled
+
+
 def data_root(c: ml_collections.ConfigDict, workdir: str) -> str:
   """Where the vocabulary, the prepared store and textfiles' TFDS copy live: data_dir or the
-  workdir (configs written before data_dir existed have no such field)."""
-  return c.get("data_dir", "") or workdir
+  workdir."""
+  return c.data_dir or workdir
 
 
 def bucket_boundaries(c: ml_collections.ConfigDict) -> tuple[int, ...]:
@@ -147,7 +159,7 @@ def per_device_budget(c: ml_collections.ConfigDict, num_devices_total: int) -> i
 
 def target_language(c: ml_collections.ConfigDict) -> str:
   """The target language code of a data config (for the Moses tokenization of scoring)."""
-  if c.get("target_lang"):
+  if c.target_lang:
     return c.target_lang
-  other = [lang for lang in c.get("pair", "de-en").split("-") if lang != "en"]
+  other = [lang for lang in c.pair.split("-") if lang != "en"]
   return other[0] if other else "en"

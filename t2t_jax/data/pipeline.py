@@ -260,7 +260,7 @@ def get_datasets(
   sharding = batching.Sharding(process_index, process_count, num_local_devices)
   config_lib.per_device_budget(c, sharding.num_devices)  # fail before any expensive work
   stats = DataStats(batching=c.batching, tokens_per_batch_budget=c.tokens_per_batch)
-  if c.get("prepared_store", True):
+  if c.prepared_store:
     return _from_store(c, workdir, sharding, stats)
   with _timed(stats, "open/prepare source"):
     splits = sources.open_splits(c, workdir, process_index=process_index)

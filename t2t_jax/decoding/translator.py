@@ -38,11 +38,16 @@ class TranslateError(ValueError):
 
 
 def load_config(workdir: str) -> ml_collections.ConfigDict:
-  """The resolved config t2t-train wrote to <workdir>/config.json."""
+  """The resolved config t2t-train wrote to <workdir>/config.json; data fields added since
+  that version have their defaults (model and search fields get theirs when
+  TransformerConfig and SearchConfig are built from it)."""
   values = Workdir(workdir).config_values()
   if values is None:
     raise TranslateError(f"{workdir}: no {Workdir.CONFIG} (not a t2t-train workdir?)")
-  return ml_collections.ConfigDict(values)
+  config = ml_collections.ConfigDict(values)
+  if "data" in config:
+    config.data = data_lib.config.with_defaults(config.data)
+  return config
 
 
 def _load_tokenizer(config: ml_collections.ConfigDict, workdir: str) -> Tokenizer:

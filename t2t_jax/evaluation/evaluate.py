@@ -30,7 +30,7 @@ def bleu(
 
 def is_parsing(data_config: ml_collections.ConfigDict) -> bool:
   """A parsing experiment is scored by bracket F1 (paper 6.3), not BLEU."""
-  source = sources.find(data_config.get("source", ""))
+  source = sources.find(data_config.source)
   return source is not None and source.scores_trees
 
 

@@ -99,7 +99,7 @@ def load_trained(workdir: str, checkpoint: str = "auto") -> Trained:
     vocabulary=vocabulary_tokens(tokenizer),
     vocab_file=vocab_file,
     checkpoint_steps=list(translator.checkpoint_steps),
-    source_lang=config.data.get("source_lang", "") or "",
+    source_lang=config.data.source_lang or "",
     target_lang=data.target_language(config.data),
     search=translator.search,
   )

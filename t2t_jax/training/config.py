@@ -7,10 +7,13 @@ default.
 """
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 import ml_collections
 
+from t2t_jax.data import config as data_config
+from t2t_jax.decoding.config import SearchConfig
 from t2t_jax.model.config import TransformerConfig
 
 
@@ -50,22 +53,25 @@ class TrainConfig:
 
 
 def with_defaults(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """`config`, with every training and model field it lacks set to its typed default.
+  """`config`, with every training, search, model and data field it lacks set to its default.
 
   A workdir's config.json holds the fields of the version that wrote it; newer fields get
   their defaults here, in one place, instead of a `.get(field, default)` at every read.
   Returns `config` itself when nothing is missing, otherwise a filled copy.
   """
-  missing = _missing(config, TrainConfig.defaults())
+  missing = _missing(config, {**TrainConfig.defaults(), **SearchConfig().config_fields()})
   missing_model = _missing(config.model, TransformerConfig.defaults()) if "model" in config else {}
-  if not missing and not missing_model:
+  missing_data = _missing(config.data, data_config.default_config()) if "data" in config else {}
+  if not missing and not missing_model and not missing_data:
     return config
   filled = ml_collections.ConfigDict(config.to_dict())
   filled.update(missing)
   if missing_model:
     filled.model.update(missing_model)
+  if missing_data:
+    filled.data.update(missing_data)
   return filled
 
 
-def _missing(fields: Any, defaults: dict[str, Any]) -> dict[str, Any]:
+def _missing(fields: Any, defaults: Mapping[str, Any]) -> dict[str, Any]:
   return {name: value for name, value in defaults.items() if name not in fields}
