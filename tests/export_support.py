@@ -23,7 +23,7 @@ from t2t_jax.export import Trained, vocabulary_tokens
 from t2t_jax.model import Transformer, TransformerConfig
 from tests import support
 
-ENV = dict(os.environ, XLA_FLAGS="", JAX_PLATFORMS="cpu")
+ENV = support.cpu_env()
 
 
 def random_params(cfg: TransformerConfig, seed: int = 0):

@@ -20,6 +20,17 @@ def shared_data_dir() -> pathlib.Path:
   return pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
+def cpu_env(devices: int = 1, **extra: str) -> dict:
+  """The environment for a command a test starts: JAX on `devices` simulated CPU devices, the
+  conftest's fast-compiling XLA flags (the run's compilation cache comes through os.environ)."""
+  from tests.conftest import FAST_COMPILE
+
+  flags = FAST_COMPILE
+  if devices > 1:
+    flags += f" --xla_force_host_platform_device_count={devices}"
+  return dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=flags, **extra)
+
+
 def textfiles_config(
   directory,
   train: str = "train",

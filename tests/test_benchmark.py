@@ -11,6 +11,7 @@ import pytest
 
 from t2t_jax.bench import inputs, train
 from t2t_jax.model import Transformer, TransformerConfig
+from tests import support
 
 
 def test_model_flops_by_hand():
@@ -48,7 +49,7 @@ def test_decode_corpus_choice(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_bench_runs_every_part(tmp_path):
   out = tmp_path / "bench.json"
-  env = dict(os.environ, XLA_FLAGS="", JAX_PLATFORMS="cpu")
+  env = support.cpu_env()
   proc = subprocess.run(
     [
       sys.executable,
@@ -89,7 +90,6 @@ def test_bench_runs_every_part(tmp_path):
 
 @pytest.mark.slow
 def test_paired_ab_runs_two_copies_of_a_checkout_side_by_side():
-  import os
 
   from tools import paired_ab
 

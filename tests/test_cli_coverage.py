@@ -32,6 +32,7 @@ from t2t_jax.run.workdir import read_metrics
 from t2t_jax.tokens import EOS_ID
 from t2t_jax.training import distributed, optim, steps
 from t2t_jax.training import trainer as train
+from tests import support
 from tests.test_train import small_config
 
 # One bucket, so every microbatch has the same shape: the run compiles each step once and
@@ -44,7 +45,7 @@ ACCUM_CONFIG = dict(
   **{"data.bucket_boundaries": (16,)},
 )
 SOURCES = ["1 2 3", "4 5 6 7", "2"]
-SUBPROCESS_ENV = dict(os.environ, XLA_FLAGS="", JAX_PLATFORMS="cpu", T2T_HUGE_PAGES="0")
+SUBPROCESS_ENV = support.cpu_env(T2T_HUGE_PAGES="0")
 
 
 @pytest.fixture(scope="module")

@@ -390,7 +390,7 @@ def test_values_that_make_no_sense_are_refused_in_one_line(case, trained, tmp_pa
   }[case]
   for lang in ("en", "de"):
     (tmp_path / f"t.{lang}").write_text("".join(f"word{i} other{i}\n" for i in range(50)))
-  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="")
+  env = support.cpu_env()
   result = subprocess.run(
     [sys.executable, "-m", f"t2t_jax.cli.{command[0]}", *command[1:]],
     capture_output=True,

@@ -21,6 +21,7 @@ import pytest
 
 from t2t_jax.run import checkpoint
 from t2t_jax.run.workdir import read_metrics
+from tests import support
 
 STEPS = 12
 ARGS = [
@@ -48,10 +49,8 @@ KINDS = ("checkpoint", "evaluation", "step", "checkpoint", "evaluation")
 
 
 def _start(workdir: str, log: str, cache: str) -> subprocess.Popen:
-  env = dict(
-    os.environ,
-    XLA_FLAGS="--xla_force_host_platform_device_count=2",
-    JAX_PLATFORMS="cpu",
+  env = support.cpu_env(
+    devices=2,
     PYTHONUNBUFFERED="1",
     JAX_COMPILATION_CACHE_DIR=cache,  # later starts skip compiling: more kills per minute
     JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from t2t_jax.training import distributed
+from tests import support
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOCAL_DEVICES = 4
@@ -158,12 +159,7 @@ def _free_port():
 
 
 def _launch(mode, out_dir, num_processes=2):
-  env = dict(
-    os.environ,
-    JAX_PLATFORMS="cpu",
-    PYTHONUNBUFFERED="1",
-    XLA_FLAGS=f"--xla_force_host_platform_device_count={LOCAL_DEVICES}",
-  )
+  env = support.cpu_env(devices=LOCAL_DEVICES, PYTHONUNBUFFERED="1")
   for key in [k for k in env if k.startswith(("SLURM_", "TPU_", "JAX_COORDINATOR"))]:
     del env[key]
   coordinator = f"localhost:{_free_port()}"
@@ -325,7 +321,7 @@ def test_one_process_failing_stops_the_other(tmp_path, failure):
 @pytest.mark.slow
 def test_initialization_gives_up_with_a_clear_message(tmp_path):
   """Process 0 of 2 alone: exit 1 after --distributed_init_timeout_s, naming the address."""
-  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="")
+  env = support.cpu_env()
   code = (
     "from t2t_jax.training import distributed as d\n"
     f"p = d.resolve('auto', 'localhost:{_free_port()}', 2, 0, '', environ={{}})\n"

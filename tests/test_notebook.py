@@ -9,6 +9,8 @@ import pathlib
 
 import pytest
 
+from tests import support
+
 pytestmark = pytest.mark.slow  # trains a model end to end
 
 nbformat = pytest.importorskip("nbformat", reason="the notebook test needs nbformat ('dev' extra)")
@@ -54,7 +56,7 @@ def test_notebook_trains_translates_and_saves_every_picture(tmp_path, monkeypatc
   monkeypatch.setenv("T2T_NOTEBOOK_WORKDIR", str(workdir))
   monkeypatch.setenv("T2T_NOTEBOOK_NUM_STEPS", str(STEPS))
   monkeypatch.setenv("T2T_NOTEBOOK_OUT_DIR", str(out))
-  monkeypatch.setenv("XLA_FLAGS", "")  # conftest's 8 simulated devices are for pmap tests
+  monkeypatch.setenv("XLA_FLAGS", support.cpu_env()["XLA_FLAGS"])  # one device, as a user has
   monkeypatch.setenv("JAX_PLATFORMS", "cpu")
   nb = nbformat.read(NOTEBOOK, as_version=4)
   code = [c for c in nb.cells if c.cell_type == "code"]

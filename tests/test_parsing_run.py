@@ -2,7 +2,7 @@
 and t2t-translate --reference on the files it wrote reports the same test F1 (a nonzero one:
 the model is trained until its greedy parses match some gold brackets)."""
 
-import os
+import json
 import re
 import subprocess
 import sys
@@ -13,7 +13,6 @@ from t2t_jax.data import trees
 from t2t_jax.evaluation import evaluate, parseval
 from t2t_jax.experiments import parsing
 from t2t_jax.run.workdir import read_metrics
-from t2t_jax.training import trainer as train
 from tests import support
 
 PTB = support.shared_data_dir() / "ptb_sample"
@@ -50,36 +49,44 @@ def _relabel_first_phrase(tree):
   return walk(tree, 0)
 
 
+# The run: 60 steps at a high rate on one CPU device, as a user runs it (the 8 simulated
+# devices of the test process split the batch otherwise). Greedy parses then open an S over
+# the sentence (repaired into nested S brackets), enough to match some gold brackets; an
+# untrained model emits flat trees, which score 0 whatever the reference.
+TRAIN = """
+import json, sys
+from t2t_jax.experiments import parsing
+from t2t_jax.training import trainer
+config = parsing.get_config()
+config.data.update(
+  treebank_dir=sys.argv[1], treebank_train="1-4", treebank_dev="180", treebank_test="190",
+  bucket_boundaries=(), max_len=96, bucket_min=96,
+)
+config.model.update(d_model=32, d_ff=64, num_heads=2, num_layers=1, max_len=128)
+config.update(
+  num_train_steps=60, warmup_steps=20, learning_rate_factor=2.0, eval_every_steps=30,
+  bleu_every_steps=30, checkpoint_every_steps=30, log_every_steps=30, beam_size=1,
+  max_output_extra=20,
+)
+last = trainer.train_and_evaluate(config, sys.argv[2])
+print(json.dumps({k: v for k, v in last.items() if isinstance(v, int | float)}))
+"""
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not PTB.is_dir(), reason="no ../shared/data/ptb_sample")
 def test_parsing_trains_and_reports_f1(tmp_path):
-  config = parsing.get_config()
-  config.data.update(
-    treebank_dir=str(PTB),
-    treebank_train="1-4",
-    treebank_dev="180",
-    treebank_test="190",
-    bucket_boundaries=(),
-    max_len=96,
-    bucket_min=96,
-  )
-  config.model.update(d_model=32, d_ff=64, num_heads=2, num_layers=1, max_len=128)
-  # 60 steps at a high rate: greedy parses then open an S over the sentence (repaired into
-  # nested S brackets), enough to match some gold brackets; an untrained model emits flat
-  # trees, which score 0 whatever the reference.
-  config.update(
-    num_train_steps=60,
-    warmup_steps=20,
-    learning_rate_factor=2.0,
-    eval_every_steps=30,
-    bleu_every_steps=30,
-    checkpoint_every_steps=30,
-    log_every_steps=30,
-    beam_size=1,
-    max_output_extra=20,
-  )
   workdir = str(tmp_path / "w")
-  last = train.train_and_evaluate(config, workdir)
+  env = support.cpu_env()
+  proc = subprocess.run(
+    [sys.executable, "-c", TRAIN, str(PTB), workdir],
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  last = json.loads(proc.stdout.splitlines()[-1])
   assert "dev_f1" in last and last["step"] == 60
   assert 0 < last["test_f1"] < 100 and min(last["test_precision"], last["test_recall"]) > 0
   records = read_metrics(workdir)
@@ -100,7 +107,6 @@ def test_parsing_trains_and_reports_f1(tmp_path):
   g = score.gold_brackets
   assert parseval.corpus_score(changed, golds).f1 == pytest.approx(100 * (g - 1) / g)
 
-  env = dict(os.environ, XLA_FLAGS="", JAX_PLATFORMS="cpu")
   proc = subprocess.run(
     [
       sys.executable,

@@ -26,7 +26,6 @@ import ml_collections
 import numpy as np
 import optax
 import pytest
-from jax.experimental.compilation_cache import compilation_cache
 
 from t2t_jax.data.tokenizer import SymbolTokenizer
 from t2t_jax.decoding import translator as translate
@@ -175,24 +174,6 @@ def test_accumulated_micro_batches_give_the_one_batch_updates(sgd_training):
 # --- resume ------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def persistent_compilation_cache(tmp_path):
-  """A compilation cache on disk for one test: later runs of the same programs in this
-  process load them instead of compiling again (the trainer builds new jitted functions
-  for every run). Afterwards the process's previous cache settings hold again."""
-  names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs")
-  before = {name: getattr(jax.config, name) for name in names}
-  compilation_cache.reset_cache()
-  jax.config.update("jax_compilation_cache_dir", str(tmp_path / "xla_cache"))
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-  try:
-    yield
-  finally:
-    for name, value in before.items():
-      jax.config.update(name, value)
-    compilation_cache.reset_cache()
-
-
 def _tiny_run(num_train_steps):
   """A small trainer run: one layer of each kind, 8-token sequences, 8 dev pairs, dropout 0.2
   (its keys must continue where the first run stopped), no BLEU or test."""
@@ -215,7 +196,6 @@ def _tiny_run(num_train_steps):
   )
 
 
-@pytest.mark.usefixtures("persistent_compilation_cache")
 def test_stopped_and_resumed_run_equals_the_uninterrupted_run(tmp_path):
   """4 steps straight == 2 steps (saved at the end), then a new run resuming to 4: the same
   logged losses and the same final parameters, bit for bit."""

@@ -348,7 +348,7 @@ def test_fields_an_older_config_lacks_take_the_typed_defaults():
 
 
 def _cli(*args, **kw):
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+  env = support.cpu_env(devices=2)
   return subprocess.Popen(
     [sys.executable, "-m", "t2t_jax.cli.train", *args],
     env=env,

@@ -14,7 +14,7 @@ from t2t_jax.decoding import translator as translate
 from t2t_jax.model import layers
 from t2t_jax.run import checkpoint
 from t2t_jax.training import trainer as train
-from tests import numpy_reference
+from tests import numpy_reference, support
 from tests.test_train import small_config
 
 
@@ -116,7 +116,7 @@ def test_attention_weights_match_forward_and_sum_to_one(workdir):
 
 
 def _cli(*args, stdin=None):
-  env = dict(os.environ, XLA_FLAGS="", JAX_PLATFORMS="cpu")
+  env = support.cpu_env()
   return subprocess.run(
     [sys.executable, "-m", "t2t_jax.cli.translate", *args],
     env=env,
@@ -187,7 +187,7 @@ def test_cli_bad_input(workdir, tmp_path):
 @pytest.mark.slow
 def test_average_command_writes_a_translatable_workdir(workdir, tmp_path):
   out = tmp_path / "avg"
-  env = dict(os.environ, XLA_FLAGS="", JAX_PLATFORMS="cpu")
+  env = support.cpu_env()
   run = lambda: subprocess.run(
     [
       sys.executable,

@@ -1,6 +1,5 @@
 """t2t-translate's n-best lists and scores, and interactive (streaming) translation."""
 
-import os
 import select
 import subprocess
 import sys
@@ -14,10 +13,11 @@ from t2t_jax.decoding import search
 from t2t_jax.decoding.translator import TranslateError, Translator
 from t2t_jax.tokens import EOS_ID
 from t2t_jax.training import trainer
+from tests import support
 from tests.test_train import small_config
 
 SOURCES = ["1 2 3", "4 5 6 7 1 2", "7", "", "3 3 2 1 0 5 6"]
-ENV = dict(os.environ, XLA_FLAGS="", JAX_PLATFORMS="cpu")
+ENV = support.cpu_env()
 
 
 @pytest.fixture(scope="module")
