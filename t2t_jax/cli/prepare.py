@@ -48,7 +48,9 @@ def describe(store: "Store") -> str:
       continue
     c, pairs = store.counts(split), store.pairs(split)
     dropped = (
-      f", {c.dropped_too_long} dropped by length (max_len {m['max_len']})"
+      f", {c.dropped_too_long} dropped by length (max_len {m['max_len']}), "
+      f"{c.dropped_by_ratio} by length ratio (max_length_ratio "
+      f"{m.get('max_length_ratio', 0.0):g})"
       if split == "train"
       else ""
     )
@@ -57,6 +59,13 @@ def describe(store: "Store") -> str:
       f"{c.kept} kept; {len(pairs.inputs_flat)} source + "
       f"{len(pairs.targets_flat)} target tokens (EOS included)"
     )
+    corpora = store.corpus_counts() if split == "train" else []
+    for i, k in enumerate(corpora if len(corpora) > 1 else []):
+      lines.append(
+        f"    corpus {i}: {k.read} read, {k.empty_skipped} empty skipped, "
+        f"{k.dropped_too_long} dropped by length, {k.dropped_by_ratio} by length ratio, "
+        f"{k.kept} kept"
+      )
   vocab = m["vocabulary"]
   lines.append(
     f"  vocabulary: {vocab['path']} ({vocab['size']} ids, sha256 {vocab['sha256'][:12]}...)"

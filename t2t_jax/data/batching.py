@@ -127,17 +127,27 @@ def bucket_of(
   boundaries: np.ndarray,
   chunk: int = CHUNK_PAIRS,
   scratch: Scratch | None = None,
+  sample: np.ndarray | None = None,
 ) -> np.ndarray:
   """[pairs] index of each pair's bucket: the first boundary >= its longer side (EOS
-  included). Read in chunks, so a memory-mapped corpus is not copied whole."""
+  included); with `sample` ([slots] pair indices), [slots] the bucket of each slot's pair.
+  Read in chunks, so a memory-mapped corpus is not copied whole."""
   dtype = np.uint8 if len(boundaries) <= 256 else np.int32
-  out = (scratch or Scratch()).empty(len(pairs), dtype)
-  for start in range(0, len(pairs), chunk):
-    stop = min(start + chunk, len(pairs))
-    lengths = np.maximum(
-      np.diff(pairs.inputs_offsets[start : stop + 1]),
-      np.diff(pairs.targets_offsets[start : stop + 1]),
-    )
+  n = len(pairs) if sample is None else len(sample)
+  out = (scratch or Scratch()).empty(n, dtype)
+  for start in range(0, n, chunk):
+    stop = min(start + chunk, n)
+    if sample is None:
+      lengths = np.maximum(
+        np.diff(pairs.inputs_offsets[start : stop + 1]),
+        np.diff(pairs.targets_offsets[start : stop + 1]),
+      )
+    else:
+      ids = np.asarray(sample[start:stop], np.int64)
+      lengths = np.maximum(
+        pairs.inputs_offsets[ids + 1] - pairs.inputs_offsets[ids],
+        pairs.targets_offsets[ids + 1] - pairs.targets_offsets[ids],
+      )
     out[start:stop] = np.searchsorted(boundaries, lengths)
   return out
 
@@ -216,6 +226,11 @@ class BucketPlan:
   SCRATCH_MIN_PAIRS), live in unnamed scratch files under `scratch_dir`, so the heap does
   not grow with the corpus; smaller corpora, or no `scratch_dir`, keep them on the heap.
   Both give the same batches.
+
+  With `sample` ([slots] pair indices: a weighted mixture of corpora, data.mixture), the plan
+  runs over the slots instead of the pairs, each epoch being the same multiset of pairs, and
+  a batch's rows are the slots' pairs; the state is still just the next step, which fixes
+  every corpus's position.
   """
 
   def __init__(
@@ -228,24 +243,27 @@ class BucketPlan:
     scratch_dir: str | None = None,
     scratch_min_pairs: int | None = None,
     chunk: int = CHUNK_PAIRS,
+    sample: np.ndarray | None = None,
   ) -> None:
     self.pairs = pairs
+    self.sample = sample
+    slots = len(pairs) if sample is None else len(sample)
     self.boundaries = np.asarray(boundaries)
     self.sharding = sharding
     self.seed = seed
     self.chunk = chunk
     if scratch_min_pairs is None:
       scratch_min_pairs = SCRATCH_MIN_PAIRS
-    on_disk = scratch_dir is not None and len(pairs) >= scratch_min_pairs
+    on_disk = scratch_dir is not None and slots >= scratch_min_pairs
     self.scratch = Scratch(scratch_dir if on_disk else None)
-    self.bucket_of = bucket_of(pairs, self.boundaries, chunk, self.scratch)  # [pairs]
+    self.bucket_of = bucket_of(pairs, self.boundaries, chunk, self.scratch, sample)  # [slots]
     self.counts = bucket_counts(self.bucket_of, len(self.boundaries), chunk)
     Scratch.release(self.bucket_of)
     self._starts = np.concatenate([[0], np.cumsum(self.counts)])
     self.rows_per_device = budget_per_device // self.boundaries
     self.global_rows = self.rows_per_device * sharding.num_devices
-    # A pair index per pair and cached epoch (4 bytes per pair below 2**31 pairs).
-    self._index_dtype = np.int32 if len(pairs) < 2**31 else np.int64
+    # A slot index per slot and cached epoch (4 bytes per slot below 2**31 slots).
+    self._index_dtype = np.int32 if slots < 2**31 else np.int64
     self._lock = threading.Lock()
     self._orders = collections.OrderedDict()  # epoch -> members, grouped by bucket
     self._plans = collections.OrderedDict()  # epoch -> (bucket, batch number) per step
@@ -344,6 +362,8 @@ class BucketPlan:
     """This process's batch of `step`: 'inputs'/'targets' [devices, rows, bucket length]."""
     bucket, members = self.global_members(step)
     mine = _host_slice(members, self.sharding)
+    if self.sample is not None:
+      mine = self.sample[mine]
     length = int(self.boundaries[bucket])
     batch = {side: _rows(self.pairs, mine, length, side) for side in ("inputs", "targets")}
     return _device_layout(batch, self.sharding.num_local_devices)
@@ -380,14 +400,19 @@ def pack_dataset(
   sharding: Sharding,
   seed: int,
   prefetch: int,
+  sample: np.ndarray | None = None,
 ) -> grain.IterDataset:
   """Infinite, checkpointable stream of packed batches [devices, rows_per_device, pack_len].
 
   grain's first-fit packer fills `num_bins` rows at a time (a pair goes into the first row
-  where both sides fit) and yields segment ids and positions, which are renamed here.
+  where both sides fit) and yields segment ids and positions, which are renamed here. With
+  `sample` ([slots] pair indices, a weighted mixture) the epochs are shuffles of the slots.
   """
   rows = rows_per_device * sharding.num_local_devices
-  ds = shard_indices(len(pairs), sharding, seed).map(pairs.pair)
+  if sample is None:
+    ds = shard_indices(len(pairs), sharding, seed).map(pairs.pair)
+  else:
+    ds = shard_indices(len(sample), sharding, seed).map(lambda i: pairs.pair(sample[i]))
   ds = ds.to_iter_dataset(grain.ReadOptions(num_threads=0))
   ds = grain.experimental.FirstFitPackIterDataset(
     ds,

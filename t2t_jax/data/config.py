@@ -42,6 +42,13 @@ def default_config() -> ml_collections.ConfigDict:
   c.dev_target = ""
   c.test_source = ""
   c.test_target = ""
+  # Several weighted training corpora instead of train_source/train_target: a tuple of
+  # {'source': path, 'target': path, 'weight': 1.0, 'tag': ''} (weight and tag optional).
+  # weight is an upsampling factor: each epoch of the training stream holds every pair of
+  # the corpus `weight` times (a fraction: a fixed seeded sample of that share once more);
+  # tag, one vocabulary piece such as '<bt>', is put before each source of the corpus.
+  # See docs/data.md, "Several training corpora".
+  c.train_corpora = ()
 
   # --- treebank: wsj_NNNN.mrg files, split by file number ('' = split absent) ---
   c.treebank_dir = ""  # e.g. '../shared/data/ptb_sample' (the NLTK sample, wsj_0001-0199)
@@ -74,6 +81,8 @@ def default_config() -> ml_collections.ConfigDict:
   # --- filtering and batching ---
   c.train_max_pairs = 0  # 0 = all; else only the first N training pairs (quick runs, tests)
   c.max_len = 256  # drop TRAIN pairs with either side longer (tokens incl. EOS); dev/test kept
+  c.max_length_ratio = 0.0  # drop TRAIN pairs whose longer side has more than this many times
+  #                           the tokens of the shorter (Moses clean-corpus-n: 9); 0 = off
   c.batching = "bucket"  # 'bucket' (padded length buckets, paper) | 'pack' (segments per row)
   c.tokens_per_batch = 25000  # GLOBAL budget per side per step (paper: ~25000 src + 25000 tgt)
   c.bucket_boundaries = ()  # explicit bucket lengths; () -> geometric rule below, up to max_len
@@ -101,6 +110,11 @@ def validate(c: ml_collections.ConfigDict) -> None:
     raise DataError(f"config.data.train_max_pairs={c.train_max_pairs} must be >= 0")
   if c.max_len < 2:
     raise DataError(f"config.data.max_len={c.max_len} must be >= 2 (a token plus EOS)")
+  if c.max_length_ratio != 0 and not c.max_length_ratio >= 1:
+    raise DataError(
+      f"config.data.max_length_ratio={c.max_length_ratio} must be 0 (off) or >= 1: it bounds "
+      "the longer side's tokens over the shorter side's"
+    )
   if c.batching == "pack" and c.pack_len < c.max_len:
     raise DataError(
       f"config.data.pack_len={c.pack_len} must be >= max_len={c.max_len}, "

@@ -26,7 +26,7 @@ import grain
 import ml_collections
 import numpy as np
 
-from t2t_jax.data import batching, prepare, sources, tokenized
+from t2t_jax.data import batching, mixture, prepare, sources, tokenized
 from t2t_jax.data import config as config_lib
 from t2t_jax.data import tokenizer as tokenizer_lib
 from t2t_jax.data.errors import DataError
@@ -52,6 +52,8 @@ class DataStats:
   input_slots: int = 0  # array elements yielded (pad included)
   target_slots: int = 0
   setup_seconds: dict = dataclasses.field(default_factory=dict)  # stage -> wall time
+  # With config.data.train_corpora, one line per corpus: its counts and expected shares.
+  corpora: list = dataclasses.field(default_factory=list)
 
   def record(self, batch: dict[str, np.ndarray]) -> None:
     self.batches += 1
@@ -78,7 +80,10 @@ class DataStats:
     t = self.train
     lines = [
       f"train: {t.read} pairs read, {t.empty_skipped} empty skipped, "
-      f"{t.dropped_too_long} dropped by length, {t.kept} kept",
+      f"{t.dropped_too_long} dropped by length, "
+      + (f"{t.dropped_by_ratio} dropped by length ratio, " if t.dropped_by_ratio else "")
+      + f"{t.kept} kept",
+      *self.corpora,
       f"dev: {self.dev.read} pairs read, {self.dev.empty_skipped} empty skipped; "
       f"test: {self.test.read} pairs read, {self.test.empty_skipped} empty skipped",
       f"batching: {self.batching}, budget {self.tokens_per_batch_budget} tokens/side/step "
@@ -148,9 +153,12 @@ class Datasets:
     stats: DataStats,
     sharding: batching.Sharding,
     scratch_dir: str | None = None,
+    corpus_counts: Sequence[SplitCounts] | None = None,
   ) -> None:
     """`scratch_dir` (a local directory, e.g. the workdir) holds the bucket plan's per-pair
-    arrays of a large corpus as unnamed files, off the heap; None keeps them in memory."""
+    arrays of a large corpus as unnamed files, off the heap; None keeps them in memory.
+    `corpus_counts` are the counts of each training corpus, whose kept pairs `train` holds
+    one after the other (None: one corpus)."""
     self.config = c
     self.tokenizer = tokenizer
     self.train_pairs = train  # tokenized, filtered training pairs (all processes' data)
@@ -160,6 +168,12 @@ class Datasets:
     self.sharding = sharding
     self.boundaries = config_lib.bucket_boundaries(c)
     self.budget_per_device = config_lib.per_device_budget(c, sharding.num_devices)
+    self.corpora = mixture.corpora(c)
+    self.corpus_counts = list(corpus_counts or [stats.train])
+    # [slots] pair of each slot of an epoch (None: every pair once): the weighted mixture.
+    self.sample = _mixture_sample(self.corpora, self.corpus_counts, len(train), c.shuffle_seed)
+    if mixture.given(c):
+      stats.corpora = _describe_corpora(self.corpora, self.corpus_counts, self.sample, train)
     self.bucket_plan = None
     if c.batching == "bucket":
       self.bucket_plan = batching.BucketPlan(
@@ -169,6 +183,7 @@ class Datasets:
         sharding,
         c.shuffle_seed,
         scratch_dir=scratch_dir,
+        sample=self.sample,
       )
     self._tokenized = {}
     self._warned = set()
@@ -198,6 +213,7 @@ class Datasets:
       self.sharding,
       c.shuffle_seed,
       c.prefetch_batches,
+      sample=self.sample,
     )
 
   def train_iter(self) -> TrainIterator:
@@ -246,6 +262,45 @@ class Datasets:
     return self._tokenized[split]
 
 
+def _mixture_sample(
+  corpora: Sequence[mixture.Corpus], counts: Sequence[SplitCounts], num_pairs: int, seed: int
+) -> np.ndarray | None:
+  """The weighted multiset of an epoch (mixture.sample); DataError names a corpus that has
+  no pair left, whose weight could not be honoured."""
+  if len(counts) != len(corpora) or sum(k.kept for k in counts) != num_pairs:
+    raise DataError(
+      f"the training pairs ({num_pairs}) do not match the counts of the "
+      f"{len(corpora)} configured corpora ({[k.kept for k in counts]}): the prepared data "
+      "was made for another list of corpora; delete it to prepare again"
+    )
+  for corpus, k in zip(corpora, counts):
+    if not k.kept:
+      raise DataError(
+        f"config.data.{corpus.flag} ({corpus.name}): no training pairs left ({k}); check "
+        "its files, config.data.max_len and max_length_ratio"
+      )
+  return mixture.sample([k.kept for k in counts], [k.weight for k in corpora], seed)
+
+
+def _describe_corpora(
+  corpora: Sequence[mixture.Corpus],
+  counts: Sequence[SplitCounts],
+  sample: np.ndarray | None,
+  train: TokenizedPairs,
+) -> list[str]:
+  """One summary line per corpus: its counts and its expected shares of an epoch."""
+  tokens = np.asarray(train.inputs_lengths) + np.asarray(train.targets_lengths)
+  pair_share, token_share = mixture.shares([k.kept for k in counts], sample, tokens)
+  return [
+    f"  corpus {corpus.flag} ({corpus.name}, weight {corpus.weight:g}"
+    + (f", tag {corpus.tag!r}" if corpus.tag else "")
+    + f"): {k.read} pairs read, {k.empty_skipped} empty skipped, {k.dropped_too_long} "
+    f"dropped by length, {k.dropped_by_ratio} dropped by length ratio, {k.kept} kept; "
+    f"expected share of an epoch: {100 * p:.1f}% of pairs, {100 * q:.1f}% of tokens"
+    for corpus, k, p, q in zip(corpora, counts, pair_share, token_share)
+  ]
+
+
 def get_datasets(
   data_config: ml_collections.ConfigDict,
   workdir: str,
@@ -274,7 +329,13 @@ def get_datasets(
       ),
     )
   with _timed(stats, "read+tokenize train"):
-    train, stats.train = tokenized.tokenize_source(splits["train"], tokenizer, max_len=c.max_len)
+    train, stats.train, corpus_counts = tokenized.tokenize_source(
+      splits["train"],
+      tokenizer,
+      max_len=c.max_len,
+      max_ratio=c.max_length_ratio,
+      tag_ids=tokenizer_lib.tag_ids(tokenizer, c),
+    )
   if not len(train):
     raise DataError(
       f"no training pairs left ({stats.train}); check the training files and config.data.max_len"
@@ -283,7 +344,17 @@ def get_datasets(
     dev_pairs = _read_all(splits["dev"], stats.dev)
     test_pairs = _read_all(splits["test"], stats.test)
   return _finish(
-    Datasets(c, tokenizer, train, dev_pairs, test_pairs, stats, sharding, _scratch_dir(workdir))
+    Datasets(
+      c,
+      tokenizer,
+      train,
+      dev_pairs,
+      test_pairs,
+      stats,
+      sharding,
+      _scratch_dir(workdir),
+      corpus_counts,
+    )
   )
 
 
@@ -313,6 +384,7 @@ def _from_store(
     stats,
     sharding,
     _scratch_dir(workdir),
+    store.corpus_counts(),
   )
   data.store_path = store.path
   data._tokenized = {split: store.pairs(split) for split in ("dev", "test")}

@@ -141,16 +141,18 @@ def _write_arrays(
       ),
     )
   dtype = np.uint16 if tokenizer.vocab_size <= 2**16 else np.int32
-  counts = {}
+  tags = tokenizer_lib.tag_ids(tokenizer, c, tokenizer_lib.vocab_path(c, workdir))
+  counts, corpora = {}, []
   for split in store_lib.SPLITS:
     with _timed(seconds, f"tokenize {split}"):
-      counts[split] = (
-        None
-        if splits[split] is None
-        else _write_split(
-          directory, split, splits[split], tokenizer, c.max_len if split == "train" else None, dtype
+      if splits[split] is None:
+        counts[split] = None
+      elif split == "train":
+        counts[split], corpora = _write_split(
+          directory, split, splits[split], tokenizer, c.max_len, dtype, c.max_length_ratio, tags
         )
-      )
+      else:
+        counts[split], _ = _write_split(directory, split, splits[split], tokenizer, None, dtype)
   if not counts["train"].kept:
     raise DataError(
       f"no training pairs left ({counts['train']}); check the training files "
@@ -163,6 +165,8 @@ def _write_arrays(
     source=identity,
     train_max_pairs=c.train_max_pairs,
     max_len=c.max_len,
+    max_length_ratio=c.max_length_ratio,
+    train_corpora=[k.__dict__ for k in corpora],
     dtype=np.dtype(dtype).name,
     vocabulary=dict(
       path=str(vocab), sha256=store_lib.sha256_file(vocab), size=tokenizer.vocab_size
@@ -194,15 +198,24 @@ def _write_split(
   tokenizer: Tokenizer,
   max_len: int | None,
   dtype: DTypeLike,
-) -> SplitCounts:
-  counts = SplitCounts()
+  max_ratio: float = 0.0,
+  tag_ids: list[int] | None = None,
+) -> tuple[SplitCounts, list[SplitCounts]]:
+  """Tokenizes one split into `directory`, corpus after corpus for training; returns the
+  split's counts and each corpus's."""
+  counts, per_corpus = SplitCounts(), []
   writer = store_lib.SplitWriter(directory, split, dtype, with_text=split != "train")
-  for start in range(0, len(source), CHUNK_PAIRS):
-    pairs = tokenized.non_empty(
-      source.read(range(start, min(start + CHUNK_PAIRS, len(source)))), counts
-    )
-    writer.add(*tokenized.encode_pairs(pairs, tokenizer, max_len, counts), pairs)
-    if (start // CHUNK_PAIRS + 1) % (_LOG_EVERY // CHUNK_PAIRS) == 0:
-      logging.info("%s: %d of %d pairs tokenized", split, start + CHUNK_PAIRS, len(source))
+  for k, part in enumerate(tokenized.corpus_parts(source)):
+    mine = SplitCounts()
+    tag = tag_ids[k] if tag_ids else -1
+    for start in range(0, len(part), CHUNK_PAIRS):
+      pairs = tokenized.non_empty(
+        part.read(range(start, min(start + CHUNK_PAIRS, len(part)))), mine
+      )
+      writer.add(*tokenized.encode_pairs(pairs, tokenizer, max_len, mine, max_ratio, tag), pairs)
+      if (start // CHUNK_PAIRS + 1) % (_LOG_EVERY // CHUNK_PAIRS) == 0:
+        logging.info("%s: %d of %d pairs tokenized", split, start + CHUNK_PAIRS, len(part))
+    per_corpus.append(mine)
+    counts.add(mine)
   writer.close()
-  return counts
+  return counts, per_corpus

@@ -10,9 +10,10 @@
 with split in train/dev/test and side in inputs/targets. Opening maps the arrays
 (np.load(mmap_mode='r')), so a process holds in memory only the pages it reads, and a restart
 tokenizes nothing. The manifest names what the arrays were made from (corpus identity,
-vocabulary sha256, max_len, train_max_pairs) with the counts of skipped and dropped pairs; a
-store whose manifest disagrees with the config is refused, naming the field, rather than
-silently trained on.
+vocabulary sha256, max_len, max_length_ratio, train_max_pairs) with the counts of skipped
+and dropped pairs, per training corpus too (the train arrays hold the corpora of
+config.data.train_corpora one after the other, in order); a store whose manifest disagrees
+with the config is refused, naming the field, rather than silently trained on.
 """
 
 import json
@@ -155,6 +156,9 @@ def check_manifest(
   for field in ("train_max_pairs", "max_len"):
     if manifest[field] != c[field]:
       raise base.store_mismatch(path, field, manifest[field], c[field])
+  ratio = manifest.get("max_length_ratio", 0.0)  # a store made before the ratio filter: off
+  if ratio != c.max_length_ratio:
+    raise base.store_mismatch(path, "max_length_ratio", ratio, c.max_length_ratio)
   _check_files(path, manifest)
 
 
@@ -198,6 +202,11 @@ class Store:
 
   def counts(self, split: str) -> SplitCounts:
     return SplitCounts(**(self.manifest["splits"][split] or {}))
+
+  def corpus_counts(self) -> list[SplitCounts]:
+    """The counts of each training corpus, in order (one corpus: the train split's)."""
+    recorded = self.manifest.get("train_corpora") or [self.manifest["splits"]["train"]]
+    return [SplitCounts(**counts) for counts in recorded]
 
   def pairs(self, split: str) -> TokenizedPairs:
     """The split's tokenized pairs; arrays are read-only memory maps."""

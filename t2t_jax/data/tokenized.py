@@ -64,7 +64,12 @@ class SplitCounts:
   read: int = 0  # pairs (lines) read from the source
   empty_skipped: int = 0  # pairs skipped because a side was empty or whitespace
   dropped_too_long: int = 0  # training pairs dropped because a side exceeded max_len
+  dropped_by_ratio: int = 0  # training pairs dropped by max_length_ratio (after max_len)
   kept: int = 0
+
+  def add(self, other: "SplitCounts") -> None:
+    for field in dataclasses.fields(self):
+      setattr(self, field.name, getattr(self, field.name) + getattr(other, field.name))
 
 
 def is_empty(text: str) -> bool:
@@ -81,16 +86,35 @@ def non_empty(pairs: Sequence[tuple[str, str]], counts: SplitCounts) -> list[tup
 
 
 def tokenize_source(
-  source: PairSource, tokenizer: Tokenizer, *, max_len: int | None, chunk: int = 20000
-) -> tuple[TokenizedPairs, SplitCounts]:
-  """Reads and tokenizes every pair of a PairSource; drops pairs over max_len (None: keep all)."""
-  counts = SplitCounts()
-  parts = []
-  for start in range(0, len(source), chunk):
-    pairs = non_empty(source.read(range(start, min(start + chunk, len(source)))), counts)
-    parts.append(encode_pairs(pairs, tokenizer, max_len, counts))
+  source: PairSource,
+  tokenizer: Tokenizer,
+  *,
+  max_len: int | None,
+  chunk: int = 20000,
+  max_ratio: float = 0.0,
+  tag_ids: Sequence[int] = (),
+) -> tuple[TokenizedPairs, SplitCounts, list[SplitCounts]]:
+  """Reads and tokenizes every pair of a PairSource; drops pairs over max_len (None: keep
+  all) or beyond max_ratio (0: off). A `CorporaPairs` source is tokenized corpus by corpus,
+  corpus k's sources starting with tag_ids[k] (-1: none). Returns the pairs, the split's
+  counts and each corpus's counts."""
+  counts, parts, per_corpus = SplitCounts(), [], []
+  for k, part in enumerate(corpus_parts(source)):
+    mine = SplitCounts()
+    tag = tag_ids[k] if k < len(tag_ids) else -1
+    for start in range(0, len(part), chunk):
+      pairs = non_empty(part.read(range(start, min(start + chunk, len(part)))), mine)
+      parts.append(encode_pairs(pairs, tokenizer, max_len, mine, max_ratio, tag))
+    per_corpus.append(mine)
+    counts.add(mine)
   dtype = np.uint16 if tokenizer.vocab_size <= 2**16 else np.int32
-  return _concatenate(parts, dtype), counts
+  return _concatenate(parts, dtype), counts, per_corpus
+
+
+def corpus_parts(source: PairSource) -> list[PairSource]:
+  """The pairs of each training corpus of `source` (itself alone unless a CorporaPairs)."""
+  parts = getattr(source, "parts", None)
+  return [pairs for _, pairs in parts] if parts is not None else [source]
 
 
 def empty_pairs() -> TokenizedPairs:
@@ -121,19 +145,44 @@ def truncate(pairs: TokenizedPairs, max_len: int) -> tuple[TokenizedPairs, int]:
 
 
 def encode_pairs(
-  pairs: Sequence[tuple[str, str]], tokenizer: Tokenizer, max_len: int | None, counts: SplitCounts
+  pairs: Sequence[tuple[str, str]],
+  tokenizer: Tokenizer,
+  max_len: int | None,
+  counts: SplitCounts,
+  max_ratio: float = 0.0,
+  tag_id: int = -1,
 ) -> tuple[list[list[int]], list[list[int]]]:
-  """Token ids (no EOS) of non-empty pairs; pairs with a side of max_len or more tokens
-  (max_len counts the EOS to come) are dropped and counted; None keeps all."""
+  """Token ids (no EOS) of non-empty pairs. With a tag (tag_id >= 0) each source starts
+  with it. Pairs with a side of max_len or more tokens (max_len counts the EOS to come, and
+  the source its tag) are dropped and counted, then, with max_ratio > 0, pairs whose longer
+  side has more than max_ratio times the tokens of the shorter (text tokens: no tag, no
+  EOS); max_len None keeps all."""
   sources = tokenizer.encode_batch([p[0] for p in pairs])
   targets = tokenizer.encode_batch([p[1] for p in pairs])
-  if max_len is not None:
-    keep = [len(s) < max_len and len(t) < max_len for s, t in zip(sources, targets)]  # + EOS
-    counts.dropped_too_long += len(keep) - sum(keep)
+  in_ratio = [
+    not max_ratio or not beyond_ratio(len(s), len(t), max_ratio) for s, t in zip(sources, targets)
+  ]
+  if tag_id >= 0:
+    sources = [[tag_id, *s] for s in sources]
+  if max_len is not None or max_ratio:
+    fits = [
+      max_len is None or (len(s) < max_len and len(t) < max_len)  # + EOS
+      for s, t in zip(sources, targets)
+    ]
+    counts.dropped_too_long += len(fits) - sum(fits)
+    counts.dropped_by_ratio += sum(f and not r for f, r in zip(fits, in_ratio))
+    keep = [f and r for f, r in zip(fits, in_ratio)]
     sources = list(itertools.compress(sources, keep))
     targets = list(itertools.compress(targets, keep))
   counts.kept += len(sources)
   return sources, targets
+
+
+def beyond_ratio(source_tokens: int, target_tokens: int, max_ratio: float) -> bool:
+  """Whether a pair's longer side has more than `max_ratio` times the tokens of its shorter
+  side, in either direction as Moses' clean-corpus-n.perl checks it."""
+  longer, shorter = max(source_tokens, target_tokens), min(source_tokens, target_tokens)
+  return longer > max_ratio * max(1, shorter)
 
 
 def flatten(seqs: list[list[int]], dtype: DTypeLike) -> tuple[np.ndarray, np.ndarray]:

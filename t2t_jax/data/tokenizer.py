@@ -23,7 +23,7 @@ from numpy.typing import ArrayLike
 from sentencepiece import sentencepiece_model_pb2
 
 from t2t_jax.data import config as config_lib
-from t2t_jax.data import sources
+from t2t_jax.data import mixture, sources
 from t2t_jax.data.errors import DataError
 from t2t_jax.data.sources.base import SENTENCEPIECE_FILE, PairSource  # noqa: F401
 from t2t_jax.data.symbols import (  # noqa: F401 (every tokenizer kind is importable from here)
@@ -63,6 +63,14 @@ class SentencePieceTokenizer:
   def normalize(self, text: str) -> str:
     """The text as decode(encode(text)) returns it (NFKC, whitespace collapsed and trimmed)."""
     return self._sp.decode(self._sp.encode(text))
+
+  def piece_id(self, piece: str) -> int | None:
+    """The id of `piece` when the vocabulary holds it as one ordinary or user-defined piece
+    (a corpus tag); None for an absent piece and for the reserved pad/EOS/BOS/unk."""
+    token_id = self._sp.piece_to_id(piece)
+    if self._sp.is_unknown(token_id) or self._sp.is_control(token_id):
+      return None
+    return token_id
 
   def id_to_piece(self, token_id: int) -> str:
     """The piece of one id as the model stores it ('▁' marks a word start): for labels."""
@@ -186,6 +194,27 @@ def _check_matches_config(
       f"{path} is a {model_type} model but config.data.vocab_type="
       f"{c.vocab_type!r}; delete it or fix the config"
     )
+  tag_ids(tokenizer, c, path)
+
+
+def tag_ids(tokenizer: Tokenizer, c: ml_collections.ConfigDict, path: object = "") -> list[int]:
+  """The id of each training corpus's tag (-1: no tag), in corpus order; DataError names
+  the corpus whose tag the vocabulary does not hold as one piece."""
+  ids = []
+  for corpus in mixture.corpora(c):
+    if not corpus.tag:
+      ids.append(-1)
+      continue
+    token_id = tokenizer.piece_id(corpus.tag) if hasattr(tokenizer, "piece_id") else None
+    if token_id is None:
+      raise DataError(
+        f"config.data.{corpus.flag}.tag={corpus.tag!r} is not one piece of the vocabulary "
+        f"{path}: a vocabulary built without that tag cannot hold it; "
+        "delete the vocabulary (and the prepared store) to build one with the tag as a "
+        "user-defined symbol, or use a tag it holds"
+      )
+    ids.append(token_id)
+  return ids
 
 
 def _write_atomic(path: epath.Path, data: bytes) -> None:
@@ -213,6 +242,8 @@ def train_sentencepiece(sentences: Iterable[str], c: ml_collections.ConfigDict) 
       character_coverage=c.vocab_character_coverage,
       byte_fallback=c.vocab_byte_fallback,
       num_threads=c.tokenize_threads or os.cpu_count() or 1,
+      # Each corpus tag is one piece whatever the corpus (its id is put before the source).
+      user_defined_symbols=mixture.tags(c),
       input_sentence_size=0,  # the caller already sampled a bounded number of sentences
       minloglevel=2,
     )

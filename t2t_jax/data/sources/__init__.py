@@ -10,9 +10,11 @@ Adding a source is one module here with one `base.register(...)` call, imported 
 import ml_collections
 
 from t2t_jax.data import config as config_lib
+from t2t_jax.data.errors import DataError
 from t2t_jax.data.sources import synthetic, textfiles, treebank, wmt  # noqa: F401 (register)
 from t2t_jax.data.sources.base import (
   SPLITS,
+  CorporaPairs,
   HeadPairs,
   ListPairs,
   PairSource,
@@ -27,6 +29,7 @@ from t2t_jax.data.sources.base import (
 
 __all__ = [
   "SPLITS",
+  "CorporaPairs",
   "HeadPairs",
   "ListPairs",
   "PairSource",
@@ -48,14 +51,25 @@ def validate(c: ml_collections.ConfigDict) -> Source:
   returns the source. DataError names the `config.data.*` flag."""
   source = get_source(c)
   config_lib.validate(c)
+  if c.get("train_corpora") and not source.takes_train_corpora:
+    raise DataError(
+      f"config.data.train_corpora is set, but config.data.source={source.name!r} reads its "
+      "own training data; several weighted corpora are read by the textfiles source"
+    )
   source.validate(c)
   return source
 
 
 def head(splits: Splits, c: ml_collections.ConfigDict) -> Splits:
-  """The splits with training cut to config.data.train_max_pairs (0: all)."""
+  """The splits with training cut to config.data.train_max_pairs (0: all; several corpora:
+  the first N pairs of each)."""
   if c.train_max_pairs:
-    splits = dict(splits, train=HeadPairs(splits["train"], c.train_max_pairs))
+    train = splits["train"]
+    if isinstance(train, CorporaPairs):
+      train = train.head(c.train_max_pairs)
+    else:
+      train = HeadPairs(train, c.train_max_pairs)
+    splits = dict(splits, train=train)
   return splits
 
 

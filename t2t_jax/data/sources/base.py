@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Protocol
 
 import ml_collections
+import numpy as np
 
 from t2t_jax.data.errors import DataError
 
@@ -61,14 +62,42 @@ class HeadPairs:
     return self._source.read(indices)
 
 
+class CorporaPairs:
+  """The training pairs of several corpora, one after the other: `parts` holds each
+  corpus (a `mixture.Corpus`) with its pairs, so tokenization can tag and count each."""
+
+  def __init__(self, parts: Sequence[tuple[Any, PairSource]]):
+    self.parts = list(parts)
+    self._starts = np.cumsum([0] + [len(pairs) for _, pairs in self.parts])
+
+  def __len__(self) -> int:
+    return int(self._starts[-1])
+
+  def read(self, indices: Sequence[int]) -> list[tuple[str, str]]:
+    indices = np.asarray(indices, np.int64)
+    part = np.searchsorted(self._starts, indices, side="right") - 1
+    out = [None] * len(indices)
+    for k in np.unique(part):
+      where = np.flatnonzero(part == k)
+      pairs = self.parts[k][1].read((indices[where] - self._starts[k]).tolist())
+      for i, pair in zip(where, pairs):
+        out[i] = pair
+    return out
+
+  def head(self, n: int) -> "CorporaPairs":
+    """The first `n` pairs of EACH corpus (config.data.train_max_pairs)."""
+    return CorporaPairs([(corpus, HeadPairs(pairs, n)) for corpus, pairs in self.parts])
+
+
 class Source(abc.ABC):
   """One kind of corpus, registered under its `config.data.source` string.
 
   Class attributes answer the yes/no questions of the callers: `vocab_file` is the name of
   the stored vocabulary (its suffix picks the tokenizer kind), `vocab_size_from_task` says
   that the config alone fixes the vocabulary size (the benchmark needs no data for it),
-  `needs_download` that opening it may fetch archives, and `scores_trees` that its dev and
-  test sets are scored by bracket F1 rather than BLEU.
+  `needs_download` that opening it may fetch archives, `scores_trees` that its dev and
+  test sets are scored by bracket F1 rather than BLEU, and `takes_train_corpora` that it
+  reads config.data.train_corpora (its training split is then a `CorporaPairs`).
   """
 
   name: str
@@ -76,6 +105,7 @@ class Source(abc.ABC):
   vocab_size_from_task: ClassVar[bool] = False
   needs_download: ClassVar[bool] = False
   scores_trees: ClassVar[bool] = False
+  takes_train_corpora: ClassVar[bool] = False
 
   def validate(self, c: ml_collections.ConfigDict) -> None:  # noqa: B027 (optional)
     """Raises DataError naming the `config.data.*` flag of a bad source field."""

@@ -26,6 +26,7 @@ import tensorflow_datasets as tfds
 from etils import epath
 
 from t2t_jax.data import config as config_lib
+from t2t_jax.data import mixture
 from t2t_jax.data.errors import DataError
 from t2t_jax.data.sources import base
 from t2t_jax.data.sources.tfds_pairs import TFDS_SPLIT, TfdsPairs
@@ -125,13 +126,17 @@ class LineFile:
 class AlignedFiles:
   """A PairSource over two aligned files: pair i is (line i of source, line i of target)."""
 
-  def __init__(self, source_path: str, target_path: str, split: str = ""):
+  def __init__(self, source_path: str, target_path: str, split: str = "", flag: str = ""):
+    """`split` ('train') names the flags config.data.<split>_source/_target in messages,
+    `flag` ('train_corpora[1]') config.data.<flag>.source/.target instead."""
     src_flag, tgt_flag = (f"{split}_source", f"{split}_target") if split else ("", "")
+    if flag:
+      src_flag, tgt_flag = f"{flag}.source", f"{flag}.target"
     self.source = LineFile(source_path, src_flag)
     self.target = LineFile(target_path, tgt_flag)
     if len(self.source) != len(self.target):
       raise DataError(
-        f"{split or 'parallel'} files are not aligned: {source_path} has "
+        f"{flag or split or 'parallel'} files are not aligned: {source_path} has "
         f"{len(self.source)} lines but {target_path} has {len(self.target)} lines"
       )
 
@@ -275,10 +280,39 @@ def _files(c: ml_collections.ConfigDict) -> dict[str, tuple[str, str]]:
   }
 
 
+def _configured_files(c: ml_collections.ConfigDict) -> dict[str, str]:
+  """{flag: path} of every configured file: '{split}_{side}', and with train_corpora
+  'train_corpora[i].{side}' in place of the train files."""
+  files = {flag: c[flag] for flag in FILE_FLAGS if c[flag]}
+  if mixture.given(c):
+    for corpus in mixture.corpora(c):
+      files[f"{corpus.flag}.source"] = corpus.source
+      files[f"{corpus.flag}.target"] = corpus.target
+  return files
+
+
+def _open_in_place(c: ml_collections.ConfigDict) -> base.Splits:
+  """Every split read in place through the line index; train is a `CorporaPairs` when the
+  config lists train_corpora."""
+  files = _files(c)
+  splits = {
+    split: AlignedFiles(*files[split], split) if split in files else None for split in base.SPLITS
+  }
+  if mixture.given(c):
+    splits["train"] = base.CorporaPairs(
+      [
+        (corpus, AlignedFiles(corpus.source, corpus.target, flag=corpus.flag))
+        for corpus in mixture.corpora(c)
+      ]
+    )
+  return splits
+
+
 class TextfilesSource(base.Source):
   """Aligned plain-text files per split; a SentencePiece vocabulary is trained on train."""
 
   name = "textfiles"
+  takes_train_corpora = True
 
   def validate(self, c: ml_collections.ConfigDict) -> None:
     for split in base.SPLITS:
@@ -288,13 +322,21 @@ class TextfilesSource(base.Source):
           f"config.data.{split}_source={src!r} and {split}_target={tgt!r}: "
           "give both files of a split or neither"
         )
-    if not c.train_source:
-      raise DataError("config.data.train_source/train_target are required for textfiles")
+    if mixture.given(c):
+      mixture.check(c)
+    elif not c.train_source:
+      raise DataError(
+        "config.data.train_corpora is empty and train_source/train_target are unset: "
+        "textfiles needs at least one training corpus"
+      )
 
   def open_splits(
     self, c: ml_collections.ConfigDict, workdir: str, process_index: int
   ) -> base.Splits:
-    """The files through their TFDS copy, prepared once (by process 0)."""
+    """The files through their TFDS copy, prepared once (by process 0); several training
+    corpora are read in place instead (their pairs are the same either way)."""
+    if mixture.given(c):
+      return _open_in_place(c)
     files = _files(c)
     data_dir = c.tfds_data_dir or str(epath.Path(config_lib.data_root(c, workdir)) / "tfds")
     builder = Textfiles(files=files, data_dir=data_dir, file_format="array_record")
@@ -318,26 +360,37 @@ class TextfilesSource(base.Source):
     self, c: ml_collections.ConfigDict, workdir: str
   ) -> tuple[base.Splits, dict[str, Any]]:
     """The files read in place through their line index: no TFDS copy for the store."""
-    files = _files(c)
-    splits = {
-      split: AlignedFiles(*files[split], split) if split in files else None for split in base.SPLITS
-    }
+    splits = _open_in_place(c)
     return splits, self.identity(c, splits)
 
   def identity(self, c: ml_collections.ConfigDict, splits: base.Splits) -> dict[str, Any]:
-    """Path, size, mtime and sha256 of every file, from the `AlignedFiles` splits."""
-    files = {}
+    """Path, size, mtime and sha256 of every file, from the `AlignedFiles` splits (and the
+    training corpora's tags, which are part of their tokens)."""
+    files, tags = {}, None
     for split, pairs in splits.items():
-      if pairs is not None:
+      if isinstance(pairs, base.CorporaPairs):
+        tags = [corpus.tag for corpus, _ in pairs.parts]
+        for corpus, part in pairs.parts:
+          files[f"{corpus.flag}.source"] = part.source.identity()
+          files[f"{corpus.flag}.target"] = part.target.identity()
+      elif pairs is not None:
         files[f"{split}_source"] = pairs.source.identity()
         files[f"{split}_target"] = pairs.target.identity()
-    return dict(name=self.name, files=files)
+    identity = dict(name=self.name, files=files)
+    if tags is not None:
+      identity["tags"] = tags
+    return identity
 
   def check_identity(
     self, path: pathlib.Path, recorded: dict[str, Any], c: ml_collections.ConfigDict
   ) -> None:
-    for flag in FILE_FLAGS:
-      _check_file(path, flag, recorded["files"].get(flag), c[flag])
+    configured = _configured_files(c)
+    for flag in dict.fromkeys([*FILE_FLAGS, *recorded["files"], *configured]):
+      _check_file(path, flag, recorded["files"].get(flag), configured.get(flag, ""))
+    if mixture.given(c):  # the files agree, so the two lists have the same corpora
+      for corpus, tag in zip(mixture.corpora(c), recorded["tags"]):
+        if corpus.tag != tag:
+          raise base.store_mismatch(path, f"{corpus.flag}.tag", tag, corpus.tag)
 
   def split_name(self, c: ml_collections.ConfigDict, split: str) -> str:
     if c.get(f"{split}_source"):
