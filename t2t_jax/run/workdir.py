@@ -134,9 +134,11 @@ class Workdir:
     config: ml_collections.ConfigDict,
     step: int = 0,
     changes: dict[str, list[Any]] | None = None,
+    parent: dict[str, Any] | None = None,
   ) -> None:
     """config.json: the resolved config (after overrides) of the latest start; starts.jsonl:
-    one record per start (time, host, step, the fields changed on resume, config)."""
+    one record per start (time, host, step, the fields changed on resume, the workdir and
+    checkpoints a warm start began from, config)."""
     text = config.to_json_best_effort(indent=2, sort_keys=True)
     files.atomic_write_text(self.config_file, text + "\n")
     record = dict(
@@ -147,6 +149,8 @@ class Workdir:
       changed=changes or {},
       config=json.loads(text),
     )
+    if parent is not None:
+      record["parent"] = parent
     files.append_line(self.starts_file, json.dumps(record, sort_keys=True))
 
   def copy_model_files(self, output: str) -> None:
