@@ -105,6 +105,15 @@ class Workdir:
 
     return Checkpoints(self.path, max_to_keep, owner)
 
+  def has_checkpoints(self) -> bool:
+    """Whether the checkpoint directory holds any step directory, complete or not (an
+    interrupted first save's orbax temporary does not count)."""
+    directory = self.checkpoint_dir
+    return os.path.isdir(directory) and any(
+      name.isdigit() and os.path.isdir(os.path.join(directory, name))
+      for name in os.listdir(directory)
+    )
+
   def lock(self) -> "WorkdirLock":
     from t2t_jax.run.lock import WorkdirLock
 

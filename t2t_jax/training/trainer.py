@@ -346,8 +346,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
 def _train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   """The initial state comes from the workdir's own newest checkpoint, else from
   config.init_from (warm_start), else from config.seed; never from two of them."""
-  ckpts = checkpoint.Checkpoints(workdir, config.keep_checkpoints, owner=True)
-  parent = warm_start.resolve(config, workdir, ckpts)  # None: no init_from, or own checkpoints
+  parent = warm_start.resolve(config, workdir)  # None: no init_from, or own checkpoints
   if parent is not None:
     warm_start.adopt_vocabulary(config, workdir, parent, jax.process_index())
   data = data_lib.get_datasets(
@@ -359,6 +358,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   )
   model, model_cfg = build_model(config, data.tokenizer.vocab_size)
   state = init_state(model, model_cfg, config)
+  ckpts = checkpoint.Checkpoints(workdir, config.keep_checkpoints, owner=True)
   train_iter = data.train_iter()
   vocab = str(data_lib.vocab_path(config.data, workdir))
   current = fingerprint.make(config, sha256_file(vocab), parent and parent.record())

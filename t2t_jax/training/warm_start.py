@@ -84,11 +84,10 @@ def parse(value: str) -> tuple[str, str | None]:
   )
 
 
-def resolve(
-  config: ml_collections.ConfigDict, workdir: str, own: checkpoint.Checkpoints
-) -> Parent | None:
+def resolve(config: ml_collections.ConfigDict, workdir: str) -> Parent | None:
   """The parent of `config.init_from`, checked against `config`; None when there is no
-  init_from or when `own` (this workdir's checkpoints) holds any step, which comes first.
+  init_from or when `workdir` holds a checkpoint step of its own (complete or damaged: the
+  resume deals with it), which comes first.
 
   Reads the parent's config.json, selected.json, checkpoint list and metadata and
   vocabulary, nothing else: no data, no compilation. Raises WarmStartError naming the
@@ -98,12 +97,13 @@ def resolve(
   value = config.init_from
   if not value:
     return None
-  if own.steps() or own.damaged():
+  own = Workdir(workdir)
+  if own.has_checkpoints():
     logging.info(
       "config.init_from=%s not used: %s has checkpoints of its own, and a run resumes its "
       "own checkpoint first",
       value,
-      own.directory,
+      own.checkpoint_dir,
     )
     return None
   what = f"config.init_from={value}"
@@ -117,6 +117,21 @@ def resolve(
   if not os.path.isdir(run_dir.checkpoint_dir):
     raise WarmStartError(f"{what}: {path} holds no checkpoints (no {run_dir.checkpoint_dir})")
   ckpts = checkpoint.Checkpoints(path)
+  try:
+    return _check(config, workdir, what, path, spec, ckpts)
+  finally:
+    ckpts.close()
+
+
+def _check(
+  config: ml_collections.ConfigDict,
+  workdir: str,
+  what: str,
+  path: str,
+  spec: str | None,
+  ckpts: checkpoint.Checkpoints,
+) -> Parent:
+  run_dir = Workdir(path)
   if not ckpts.steps():
     raise WarmStartError(f"{what}: {path} holds no complete checkpoint in {run_dir.checkpoint_dir}")
   if spec is None:
@@ -260,14 +275,17 @@ def initial_state(state: steps.TrainState, parent: Parent) -> steps.TrainState:
   `parent.keep_optimizer`, its optimizer state with the schedule restarted. Shapes are
   checked against `state` (CheckpointMismatchError names the parameter)."""
   ckpts = checkpoint.Checkpoints(parent.workdir)
-  if parent.keep_optimizer:
-    (step,) = parent.steps
-    restored, _ = ckpts.restore(step, state)
-    params, opt_state = restored.params, restart_schedule(restored.opt_state)
-  else:
-    trees = [ckpts.restore_params(step, state.params) for step in parent.steps]
-    params = trees[0] if len(trees) == 1 else checkpoint.average_params(trees)
-    opt_state = state.opt_state
+  try:
+    if parent.keep_optimizer:
+      (step,) = parent.steps
+      restored, _ = ckpts.restore(step, state)
+      params, opt_state = restored.params, restart_schedule(restored.opt_state)
+    else:
+      trees = [ckpts.restore_params(step, state.params) for step in parent.steps]
+      params = trees[0] if len(trees) == 1 else checkpoint.average_params(trees)
+      opt_state = state.opt_state
+  finally:
+    ckpts.close()
   # The fresh tree's structure and dtypes, with the parent's values.
   params = jax.tree.map(lambda ref, x: np.asarray(x, dtype=ref.dtype), state.params, params)
   logging.info(
