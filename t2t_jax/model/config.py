@@ -102,6 +102,28 @@ class TransformerConfig:
   def decoder_layers(self) -> int:
     return self.num_decoder_layers or self.num_layers
 
+  def parameter_fields(self) -> dict[str, Any]:
+    """{field: resolved value} of every field that decides the parameter tree and its shapes
+    (d_k=0 resolved to d_model / h, layer counts 0 to num_layers; max_len only names a
+    parameter with learned positions). Two configs with equal values can load each other's
+    parameters; dropout, dtype or the attention implementation may differ."""
+    fields = dict(
+      vocab_size=self.vocab_size,
+      d_model=self.d_model,
+      d_ff=self.d_ff,
+      num_heads=self.num_heads,
+      d_k=self.key_dim,
+      d_v=self.value_dim,
+      num_encoder_layers=self.encoder_layers,
+      num_decoder_layers=self.decoder_layers,
+      norm=self.norm,
+      positional=self.positional,
+      share_embeddings=self.share_embeddings,
+    )
+    if self.positional == "learned":
+      fields["max_len"] = self.max_len
+    return fields
+
   def replace(self, **changes: Any) -> "TransformerConfig":
     return dataclasses.replace(self, **changes)
 

@@ -303,6 +303,12 @@ class Checkpoints:
     )
     return restored[STATE]["params"]
 
+  def has_optimizer_state(self, step: int) -> bool:
+    """Whether checkpoint `step` holds Adam's moments (t2t-average's output holds only the
+    parameters)."""
+    meta = self.manager.item_metadata(step)[STATE]
+    return "opt_state" in getattr(meta, "tree", meta)
+
   def check_shapes(self, step: int, params_like: VariableDict) -> None:
     """Raises CheckpointMismatchError naming the first parameter whose shape differs."""
     meta = self.manager.item_metadata(step)[STATE]
@@ -373,59 +379,59 @@ def write_averaged_workdir(workdir: str, steps: Sequence[int], output: str) -> s
   return os.path.join(target_dir, str(max(steps)))
 
 
-def average_count(spec: str) -> int:
-  """N of 'average:N'; anything but a positive integer is a CheckpointSpecError."""
+def average_count(spec: str, what: str | None = None) -> int:
+  """N of 'average:N'; anything but a positive integer is a CheckpointSpecError (its message
+  starts with `what`, by default '--checkpoint=SPEC')."""
+  what = what or f"--checkpoint={spec}"
   text = spec.split(":", 1)[1]
   if not text.isdigit() or int(text) < 1:
     raise CheckpointSpecError(
-      f"--checkpoint={spec}: N of average:N must be a positive integer (the number of latest "
+      f"{what}: N of average:N must be a positive integer (the number of latest "
       "checkpoints to average)"
     )
   return int(text)
 
 
-def choose_steps(ckpts: Checkpoints, spec: str) -> list[int]:
-  """'latest' -> [last]; 'average:N' -> the last N steps; 'STEP' -> [STEP]."""
+def choose_steps(ckpts: Checkpoints, spec: str, what: str | None = None) -> list[int]:
+  """'latest' -> [last]; 'average:N' -> the last N steps; 'STEP' -> [STEP]. A spec the
+  workdir cannot meet is a CheckpointSpecError whose message starts with `what` (by default
+  '--checkpoint=SPEC': the flag the user wrote)."""
+  what = what or f"--checkpoint={spec}"
   available = ckpts.steps()
   if not available:
     raise CheckpointSpecError(f"{ckpts.directory}: no checkpoint to translate with")
   if spec == "latest":
     return available[-1:]
   if spec.startswith("average:"):
-    n = average_count(spec)
+    n = average_count(spec, what)
     if n > len(available):
       raise CheckpointSpecError(
-        f"--checkpoint={spec}: {ckpts.directory} holds {len(available)} "
+        f"{what}: {ckpts.directory} holds {len(available)} "
         f"checkpoint(s) {available}, fewer than {n}"
       )
     return available[-n:]
   if spec.isdigit() and int(spec) in available:
     return [int(spec)]
   raise CheckpointSpecError(
-    f"--checkpoint={spec}: not 'latest', 'average:N' or one of the steps "
-    f"{available} in {ckpts.directory}"
+    f"{what}: not 'latest', 'average:N' or one of the steps {available} in {ckpts.directory}"
   )
 
 
-def selected_spec(workdir: str) -> str:
-  """The checkpoint choice t2t-train made on dev (written to <workdir>/selected.json)."""
+def selected_spec(workdir: str, what: str = "--checkpoint=selected") -> str:
+  """The checkpoint choice t2t-train made on dev (written to <workdir>/selected.json); a
+  missing or broken file is a CheckpointSpecError whose message starts with `what`."""
   run_dir = Workdir(workdir)
   path = run_dir.selected_file
   try:
     record = run_dir.read_selection()
   except ValueError as e:
-    raise CheckpointSpecError(
-      f"--checkpoint=selected: {path} is not a selection file: {e}"
-    ) from None
+    raise CheckpointSpecError(f"{what}: {path} is not a selection file: {e}") from None
   if record is None:
     raise CheckpointSpecError(
-      f"--checkpoint=selected: {path} does not exist (set "
-      "config.select_checkpoints in training to write it)"
+      f"{what}: {path} does not exist (set config.select_checkpoints in training to write it)"
     )
   if not isinstance(record, dict) or "checkpoint" not in record:
-    raise CheckpointSpecError(
-      f"--checkpoint=selected: {path} is not a selection file: no 'checkpoint' entry"
-    )
+    raise CheckpointSpecError(f"{what}: {path} is not a selection file: no 'checkpoint' entry")
   return record["checkpoint"]
 
 

@@ -74,3 +74,11 @@ def read_json_lines(path: str) -> tuple[list[dict[str, Any]], bool]:
     with contextlib.suppress(ValueError):
       records.append(json.loads(tail))
   return records, not tail.strip()
+
+
+def atomic_copy(source: str | os.PathLike, path: str) -> None:
+  """Copies `source` to `path` through a temporary beside it: another host waiting for
+  `path` sees no file or the whole file."""
+  with open(source, "rb") as src, atomic_open(path, "wb") as dst:
+    for block in iter(lambda: src.read(1 << 20), b""):
+      dst.write(block)

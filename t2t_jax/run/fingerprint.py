@@ -24,6 +24,9 @@ MAY_CHANGE_ON_RESUME = frozenset(
     "bleu_num_sentences",
     "checkpoint_every_steps",
     "eval_every_steps",
+    # Read only when the workdir has no checkpoint: a resume never looks at them.
+    "init_from",
+    "init_keep_optimizer",
     "keep_checkpoints",
     "log_every_steps",
     "max_output_extra",
@@ -49,9 +52,16 @@ class FingerprintError(ValueError):
   """A resume or a translation whose config or vocabulary differs from the checkpoint's."""
 
 
-def make(config: ml_collections.ConfigDict, vocab_sha256: str) -> dict[str, Any]:
-  """{'vocab_sha256': hex, 'config': the resolved config as JSON values}."""
-  return dict(vocab_sha256=vocab_sha256, config=json.loads(config.to_json_best_effort()))
+def make(
+  config: ml_collections.ConfigDict, vocab_sha256: str, parent: dict[str, Any] | None = None
+) -> dict[str, Any]:
+  """{'vocab_sha256': hex, 'config': the resolved config as JSON values}, and 'parent' (the
+  workdir, spec, steps and vocabulary sha256 a warm start took its parameters from) when the
+  run began from another workdir; `compare` checks only the first two."""
+  out = dict(vocab_sha256=vocab_sha256, config=json.loads(config.to_json_best_effort()))
+  if parent is not None:
+    out["parent"] = parent
+  return out
 
 
 def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -105,6 +105,15 @@ class Workdir:
 
     return Checkpoints(self.path, max_to_keep, owner)
 
+  def has_checkpoints(self) -> bool:
+    """Whether the checkpoint directory holds any step directory, complete or not (an
+    interrupted first save's orbax temporary does not count)."""
+    directory = self.checkpoint_dir
+    return os.path.isdir(directory) and any(
+      name.isdigit() and os.path.isdir(os.path.join(directory, name))
+      for name in os.listdir(directory)
+    )
+
   def lock(self) -> "WorkdirLock":
     from t2t_jax.run.lock import WorkdirLock
 
@@ -134,9 +143,11 @@ class Workdir:
     config: ml_collections.ConfigDict,
     step: int = 0,
     changes: dict[str, list[Any]] | None = None,
+    parent: dict[str, Any] | None = None,
   ) -> None:
     """config.json: the resolved config (after overrides) of the latest start; starts.jsonl:
-    one record per start (time, host, step, the fields changed on resume, config)."""
+    one record per start (time, host, step, the fields changed on resume, the workdir and
+    checkpoints a warm start began from, config)."""
     text = config.to_json_best_effort(indent=2, sort_keys=True)
     files.atomic_write_text(self.config_file, text + "\n")
     record = dict(
@@ -147,6 +158,8 @@ class Workdir:
       changed=changes or {},
       config=json.loads(text),
     )
+    if parent is not None:
+      record["parent"] = parent
     files.append_line(self.starts_file, json.dumps(record, sort_keys=True))
 
   def copy_model_files(self, output: str) -> None:

@@ -45,6 +45,14 @@ class TrainConfig:
   select_checkpoints: str = ""
   select_num_sentences: int = 0  # dev sentences scored per candidate (0: all)
   train_time_limit_minutes: float = 0.0  # stop, save and evaluate after this long (0: none)
+  # Warm start (fine-tuning): 'WORKDIR[:SPEC]' starts a run that has no checkpoint of its own
+  # from another workdir's parameters and vocabulary (SPEC as t2t-translate's --checkpoint;
+  # default: its selected checkpoint, else its latest); step and schedule start at 0, so
+  # warmup_steps is the new run's warmup. '': initialise from `seed`.
+  init_from: str = ""
+  # With init_from: keep the parent's Adam moments (and Adam's bias-correction count) instead
+  # of zeros; the learning-rate schedule still starts at step 0.
+  init_keep_optimizer: bool = False
 
   @classmethod
   def defaults(cls) -> dict[str, Any]:

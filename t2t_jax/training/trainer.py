@@ -31,7 +31,7 @@ from t2t_jax.run.files import sha256_file
 from t2t_jax.run.lock import WorkdirLock, WorkdirLockedError
 from t2t_jax.run.workdir import Workdir
 from t2t_jax.training import config as config_lib
-from t2t_jax.training import evaluation, optim, parallel, steps, summary
+from t2t_jax.training import evaluation, optim, parallel, steps, summary, warm_start
 
 
 class NonFiniteLossError(RuntimeError):
@@ -65,6 +65,13 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
   for field in ("bleu_every_steps", "bleu_beam_size"):
     if config[field] < 0:
       raise ConfigError(f"config.{field}={config[field]} must be >= 0")
+  if not isinstance(config.init_from, str):
+    raise ConfigError(f"config.init_from={config.init_from!r} must be a path: WORKDIR[:SPEC]")
+  if config.init_keep_optimizer and not config.init_from:
+    raise ConfigError(
+      "config.init_keep_optimizer=True needs config.init_from (the workdir whose optimizer "
+      "state to keep)"
+    )
   try:
     SearchConfig.from_config(config)
   except ValueError as e:
@@ -337,6 +344,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
 
 
 def _train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
+  """The initial state comes from the workdir's own newest checkpoint, else from
+  config.init_from (warm_start), else from config.seed; never from two of them."""
+  parent = warm_start.resolve(config, workdir)  # None: no init_from, or own checkpoints
+  if parent is not None:
+    warm_start.adopt_vocabulary(config, workdir, parent, jax.process_index())
   data = data_lib.get_datasets(
     config.data,
     workdir,
@@ -349,13 +361,15 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   ckpts = checkpoint.Checkpoints(workdir, config.keep_checkpoints, owner=True)
   train_iter = data.train_iter()
   vocab = str(data_lib.vocab_path(config.data, workdir))
-  current = fingerprint.make(config, sha256_file(vocab))
-  state, changes = _resume(ckpts, state, train_iter, current)
+  current = fingerprint.make(config, sha256_file(vocab), parent and parent.record())
+  state, changes, resumed = _resume(ckpts, state, train_iter, current)
+  if resumed is None and parent is not None:
+    state = warm_start.initial_state(state, parent)
   writer = summary.MetricsWriter(
     workdir, enabled=jax.process_index() == 0, resume_step=int(state.step)
   )
   if jax.process_index() == 0:
-    Workdir(workdir).write_start(config, int(state.step), changes)
+    Workdir(workdir).write_start(config, int(state.step), changes, current.get("parent"))
   _log_sizes(config, state, data)
   trainer = Trainer(config, workdir, model, data, ckpts, writer, config.num_train_steps)
   trainer.last_saved = ckpts.latest_step()
@@ -385,9 +399,12 @@ def _resume(
   state: steps.TrainState,
   train_iter: parallel.StatefulIterator,
   current: dict[str, Any],
-) -> tuple[steps.TrainState, dict[str, list[Any]]]:
-  """(state, changed config fields) from the newest checkpoint that restores and whose
-  fingerprint matches `current`; a fresh state when the workdir has no checkpoint."""
+) -> tuple[steps.TrainState, dict[str, list[Any]], int | None]:
+  """(state, changed config fields, step) from the newest checkpoint that restores and whose
+  fingerprint matches `current`; (`state`, {}, None) when the workdir has no checkpoint.
+
+  A resumed warm-started run keeps naming its parent: the checkpoint's 'parent' record goes
+  into `current`, which later checkpoints store."""
   changes = {}
 
   def check(step: int, saved: dict[str, Any] | None) -> None:
@@ -397,17 +414,21 @@ def _resume(
       logging.warning("%s has no fingerprint: its config and vocabulary are not checked", where)
       return
     changes = fingerprint.compare(saved, current, where)
+    current.pop("parent", None)
+    if "parent" in saved:
+      current["parent"] = saved["parent"]
 
   state, data_state, step = ckpts.restore_newest(state, check)
   if step is None:
-    logging.info("no checkpoint in %s: starting from scratch", ckpts.directory)
-    return state, {}
+    how = "config.init_from" if "parent" in current else "scratch"
+    logging.info("no checkpoint in %s: starting from %s", ckpts.directory, how)
+    return state, {}, None
   if data_state is not None:
     train_iter.set_state(data_state)
   for field, (old, new) in changes.items():
     logging.info("resuming with config.%s changed from %r to %r", field, old, new)
   logging.info("resumed from %s/%d", ckpts.directory, step)
-  return state, changes
+  return state, changes, step
 
 
 def _log_sizes(
@@ -438,6 +459,7 @@ EXPLAINED_ERRORS = (
   fingerprint.FingerprintError,
   WorkdirLockedError,
   NonFiniteLossError,
+  warm_start.WarmStartError,
 )
 
 MAX_STEPS_AHEAD = 2
