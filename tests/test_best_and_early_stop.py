@@ -226,14 +226,18 @@ def test_early_stop_ends_the_run_normally_and_a_second_start_says_so(stopped, ca
 
 @pytest.mark.slow
 def test_killed_and_resumed_run_stops_at_the_same_step(stopped, tmp_path):
-  """A run that wrote best.json at step 4 and was killed before checkpoint 4 was committed
-  resumes from 3, forgets the evaluation of 4, does it again and stops at 6 with the
-  uninterrupted run's evaluations, bit for bit."""
+  """A run that wrote best.json up to its stop at step 6 and was killed before checkpoints 4
+  and 6 were committed resumes from 3, forgets the evaluations after 3 (it has not stopped
+  yet), does them again and stops at 6 with the uninterrupted run's evaluations, bit for
+  bit."""
   straight, _ = stopped
   split = str(tmp_path / "split")
-  train.train_and_evaluate(small_config(**{**EARLY, "num_train_steps": 4}), split)
-  assert [s for s, _ in Workdir(split).read_best()["history"]] == [2, 4]
-  shutil.rmtree(checkpoint.Checkpoints(split).path(4))  # the kill: no checkpoint 4
+  train.train_and_evaluate(small_config(**EARLY), split)
+  assert Workdir(split).read_best()["stopped"]["step"] == 6
+  ckpts = checkpoint.Checkpoints(split)
+  assert ckpts.steps() == [2, 3, 4, 6]  # 2 and 4 entered the best, 3 is due, 6 is the last
+  for step in (4, 6):  # the kill: neither was committed
+    shutil.rmtree(ckpts.path(step))
   out = train.train_and_evaluate(small_config(**EARLY), split)
   with open(Workdir(split).starts_file, encoding="utf-8") as f:
     assert [json.loads(line)["step"] for line in f] == [0, 3]
