@@ -110,7 +110,7 @@ def _string_constants(tree: ast.AST) -> list[str]:
   ]
 
 
-WORKDIR_FILES = (Workdir.CONFIG, Workdir.STARTS, Workdir.METRICS, Workdir.SELECTED)
+WORKDIR_FILES = (Workdir.CONFIG, Workdir.STARTS, Workdir.METRICS, Workdir.SELECTED, Workdir.BEST)
 # The exporters write a model directory of another format, with that format's config.json.
 OTHER_FORMATS = {"export/to_huggingface.py", "export/to_ctranslate2.py"}
 

@@ -515,8 +515,8 @@ def test_bad_selection_candidate_names_the_config_field(tmp_path):
     checkpoint_every_steps=2,
     eval_every_steps=100,
     test_at_end=True,
-    select_checkpoints="latest,best",
+    select_checkpoints="latest,newest",
   )
-  with pytest.raises(ValueError, match="config.select_checkpoints: candidate 'best'"):
+  with pytest.raises(ValueError, match="config.select_checkpoints: candidate 'newest'"):
     train.train_and_evaluate(config, str(tmp_path / "w"))
   assert checkpoint.Checkpoints(str(tmp_path / "w")).steps() == [2]  # training kept

@@ -1,9 +1,12 @@
-"""t2t-average: write the mean of a workdir's last N checkpoints as a new workdir.
+"""t2t-average: write the mean of checkpoints of a workdir as a new workdir.
 
     t2t-average --workdir=DIR --num=5 --output=DIR_avg
+    t2t-average --workdir=DIR --checkpoint=best:3 --output=DIR_best3
     t2t-translate --workdir=DIR_avg --input=... --reference=...
 
 The paper averages the last 5 (base) or 20 (big) checkpoints, written at 10-minute intervals.
+--checkpoint takes t2t-translate's choices instead ('best': the best checkpoint by the dev
+metric t2t-train ranked by, 'best:N' the N best, 'average:N', 'latest', a step).
 `t2t-translate --checkpoint=average:N` does the same on the fly without writing anything.
 """
 
@@ -16,8 +19,19 @@ from t2t_jax.run import checkpoint
 
 flags.DEFINE_string("workdir", None, "a t2t-train workdir")
 flags.DEFINE_integer("num", 5, "how many of the latest checkpoints to average")
+flags.DEFINE_string(
+  "checkpoint",
+  None,
+  "instead of --num: 'best', 'best:N', 'average:N', 'latest' or a step (as t2t-translate)",
+)
 flags.DEFINE_string("output", None, "new workdir for the averaged checkpoint")
 FLAGS = flags.FLAGS
+
+
+def average(workdir: str, spec: str, output: str) -> tuple[list[int], str]:
+  """(the steps of `spec`, the checkpoint written): their mean as the workdir `output`."""
+  steps = checkpoint.choose_steps(checkpoint.Checkpoints(workdir), spec)
+  return steps, checkpoint.write_averaged_workdir(workdir, steps, output)
 
 
 def main(argv: Sequence[str]) -> None:
@@ -25,12 +39,14 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError(f"unexpected arguments {argv[1:]}")
   if not FLAGS.workdir or not FLAGS.output:
     raise app.UsageError("--workdir and --output are required")
+  if FLAGS.checkpoint is not None and FLAGS["num"].present:
+    raise app.UsageError("give --num or --checkpoint, not both")
   if FLAGS.num < 1:
     raise SystemExit(f"t2t-average: --num={FLAGS.num} must be >= 1")
   common.quiet_library_logs()
+  spec = FLAGS.checkpoint if FLAGS.checkpoint is not None else f"average:{FLAGS.num}"
   try:
-    steps = checkpoint.choose_steps(checkpoint.Checkpoints(FLAGS.workdir), f"average:{FLAGS.num}")
-    path = checkpoint.write_averaged_workdir(FLAGS.workdir, steps, FLAGS.output)
+    steps, path = average(FLAGS.workdir, spec, FLAGS.output)
   except (checkpoint.CheckpointSpecError, FileExistsError) as e:
     raise SystemExit(f"t2t-average: {e}") from None
   print(f"averaged steps {steps} -> {path}")

@@ -2,7 +2,7 @@
 
     t2t-export --workdir=DIR --format=ctranslate2 --output=OUT [--quantization=int8]
     t2t-export --workdir=DIR --format=huggingface --output=OUT
-               [--checkpoint=auto|latest|average:N|selected|STEP]
+               [--checkpoint=auto|latest|average:N|best[:N]|selected|STEP]
 
 --checkpoint chooses the parameters as t2t-translate does ('auto': the checkpoint t2t-train
 selected on dev when there is one, else the latest); --beam_size and --alpha (the defaults
@@ -26,7 +26,9 @@ flags.DEFINE_string("workdir", None, "a t2t-train workdir (config.json, vocabula
 flags.DEFINE_enum("format", "ctranslate2", FORMATS, "what to write")
 flags.DEFINE_string("output", None, "new model directory (must not exist or be empty)")
 flags.DEFINE_string(
-  "checkpoint", "auto", "'latest', 'average:N', a step, 'selected' or 'auto' (as t2t-translate)"
+  "checkpoint",
+  "auto",
+  "'latest', 'average:N', 'best', 'best:N', a step, 'selected' or 'auto' (as t2t-translate)",
 )
 flags.DEFINE_string(
   "quantization",

@@ -1,7 +1,8 @@
 """t2t-translate: translate a file (or stdin) with a trained workdir, and score it.
 
     t2t-translate --workdir=DIR [--input=FILE] [--output=FILE] [--reference=FILE]
-                  [--beam_size=N] [--alpha=A] [--checkpoint=auto|latest|average:N|STEP|selected]
+                  [--beam_size=N] [--alpha=A]
+                  [--checkpoint=auto|latest|average:N|best[:N]|STEP|selected]
                   [--interactive] [--nbest=N | --scores]
 
 Reads stdin and writes stdout by default: one output line per input line, in input order.
@@ -117,7 +118,8 @@ def _define_flags() -> flags.FlagValues:
   flags.DEFINE_string(
     "checkpoint",
     "auto",
-    "'latest', 'average:N' (last N), a step, "
+    "'latest', 'average:N' (last N), 'best' or 'best:N' (the best by the dev metric t2t-train "
+    "ranked by; best:N averages the N best), a step, "
     "'selected' (the choice t2t-train made on dev), or 'auto': 'selected' "
     "when the workdir has one, else 'latest'",
   )

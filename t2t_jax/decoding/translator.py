@@ -315,7 +315,8 @@ class Translator:
   def from_workdir(
     cls, workdir: str, checkpoint_spec: str = "latest", **kwargs: Any
   ) -> "Translator":
-    """Loads config.json, the vocabulary and checkpoint(s) ('latest', 'average:N', 'STEP');
+    """Loads config.json, the vocabulary and checkpoint(s) ('latest', 'average:N', 'best[:N]',
+    'STEP');
     the search defaults to the config's (SearchConfig.from_config), `kwargs` go to
     Translator()."""
     config = load_config(workdir)

@@ -80,9 +80,9 @@ def vocabulary_tokens(tokenizer: "Tokenizer") -> list[str]:
 def load_trained(workdir: str, checkpoint: str = "auto") -> Trained:
   """Reads a t2t-train workdir: config.json, the vocabulary and checkpoint(s).
 
-  `checkpoint` is t2t-translate's --checkpoint: 'auto', 'latest', 'average:N', 'selected' or
-  a step. Raises TranslateError or CheckpointSpecError (naming the path) for a workdir that
-  is not usable.
+  `checkpoint` is t2t-translate's --checkpoint: 'auto', 'latest', 'average:N', 'best[:N]',
+  'selected' or a step. Raises TranslateError or CheckpointSpecError (naming the path) for a
+  workdir that is not usable.
   """
   from t2t_jax import data
   from t2t_jax.decoding.translator import Translator, load_config

@@ -34,7 +34,8 @@ class CheckpointMismatchError(ValueError):
 
 
 class CheckpointSpecError(ValueError):
-  """A checkpoint choice ('latest', 'average:N', a step, 'selected') the workdir cannot meet."""
+  """A checkpoint choice ('latest', 'average:N', 'best[:N]', a step, 'selected') the workdir
+  cannot meet."""
 
 
 class CheckpointDamagedError(RuntimeError):
@@ -106,13 +107,28 @@ class _CommittedSteps(ocp.path.step.NameFormat):
     return metadata
 
 
+@dataclasses.dataclass
+class _NewestAndProtected:
+  """Orbax's pruning rule: keep the newest `n` checkpoints and every step in `protected`
+  (the best ones by the dev metric, which recency alone would prune). `protected` is
+  replaced whole, never mutated, so a background save's pruning reads a consistent set."""
+
+  n: int | None
+  protected: frozenset[int] = frozenset()
+
+  def should_preserve(self, checkpoints: Sequence[Any], *, context: Any) -> list[bool]:
+    newest = ocp.checkpoint_managers.LatestN(self.n).should_preserve(checkpoints, context=context)
+    return [keep or info.step in self.protected for keep, info in zip(newest, checkpoints)]
+
+
 def _first_line(error: BaseException) -> str:
   text = str(error).strip().splitlines()
   return f"{type(error).__name__}: {text[0] if text else ''}"[:300]
 
 
 class Checkpoints:
-  """Keeps the last `max_to_keep` checkpoints of a run (async saves, one writer per host).
+  """Keeps the last `max_to_keep` checkpoints of a run and the steps given to `protect` (async
+  saves, one writer per host).
 
   `owner=True` (the trainer, which holds the workdir lock) removes the temporary directories
   of saves that a kill interrupted; readers (t2t-translate, t2t-average) never touch them,
@@ -120,14 +136,16 @@ class Checkpoints:
   """
 
   def __init__(self, workdir: str, max_to_keep: int = 5, owner: bool = False) -> None:
-    self.directory = Workdir(workdir).checkpoint_dir
+    self.workdir = Workdir(workdir)
+    self.directory = self.workdir.checkpoint_dir
+    self._keep = _NewestAndProtected(max_to_keep)
     self.skip: set[int] = set()
     self.pending: int | None = None
     self._why: dict[int, str] = {}
     if owner:
       self._report_unfinished()
     options = ocp.CheckpointManagerOptions(
-      max_to_keep=max_to_keep,
+      preservation_policy=self._keep,
       create=True,
       cleanup_tmp_directories=owner,
       step_name_format=_CommittedSteps(ocp.path.step.standard_name_format(), self.skip),
@@ -154,6 +172,15 @@ class Checkpoints:
 
   def path(self, step: int) -> str:
     return os.path.join(self.directory, str(step))
+
+  def protect(self, steps: Sequence[int]) -> None:
+    """Steps never pruned by recency (the best by the dev metric); replaces the previous set.
+    Takes effect at the next save, where orbax prunes."""
+    self._keep.protected = frozenset(int(s) for s in steps)
+
+  @property
+  def protected(self) -> frozenset[int]:
+    return self._keep.protected
 
   def steps(self) -> list[int]:
     return sorted(self.manager.all_steps())
@@ -393,8 +420,9 @@ def average_count(spec: str, what: str | None = None) -> int:
 
 
 def choose_steps(ckpts: Checkpoints, spec: str, what: str | None = None) -> list[int]:
-  """'latest' -> [last]; 'average:N' -> the last N steps; 'STEP' -> [STEP]. A spec the
-  workdir cannot meet is a CheckpointSpecError whose message starts with `what` (by default
+  """'latest' -> [last]; 'average:N' -> the last N steps; 'best' -> [the best kept step by
+  the dev metric]; 'best:N' -> the N best, best first; 'STEP' -> [STEP]. A spec the workdir
+  cannot meet is a CheckpointSpecError whose message starts with `what` (by default
   '--checkpoint=SPEC': the flag the user wrote)."""
   what = what or f"--checkpoint={spec}"
   available = ckpts.steps()
@@ -410,11 +438,65 @@ def choose_steps(ckpts: Checkpoints, spec: str, what: str | None = None) -> list
         f"checkpoint(s) {available}, fewer than {n}"
       )
     return available[-n:]
+  if spec == "best" or spec.startswith("best:"):
+    return best_steps(ckpts, spec, available, what)
   if spec.isdigit() and int(spec) in available:
     return [int(spec)]
   raise CheckpointSpecError(
-    f"{what}: not 'latest', 'average:N' or one of the steps {available} in {ckpts.directory}"
+    f"{what}: not 'latest', 'average:N', 'best', 'best:N' or one of the steps "
+    f"{available} in {ckpts.directory}"
   )
+
+
+def best_steps(
+  ckpts: Checkpoints, spec: str, available: Sequence[int], what: str | None = None
+) -> list[int]:
+  """The steps of 'best' (1) or 'best:N' (N), best first, from <workdir>/best.json (written
+  by t2t-train when config.keep_best_checkpoints > 0)."""
+  what = what or f"--checkpoint={spec}"
+  n = 1
+  if spec != "best":
+    text = spec.split(":", 1)[1]
+    if not text.isdigit() or int(text) < 1:
+      raise CheckpointSpecError(
+        f"{what}: N of best:N must be a positive integer (the number of best "
+        "checkpoints to average)"
+      )
+    n = int(text)
+  path = ckpts.workdir.best_file
+  try:
+    record = ckpts.workdir.read_best()
+  except ValueError as e:
+    raise CheckpointSpecError(f"{what}: {path} is not a best record: {e}") from None
+  if record is None:
+    raise CheckpointSpecError(
+      f"{what}: {path} does not exist: the workdir has no record of its best "
+      "checkpoints (t2t-train writes it at each dev evaluation)"
+    )
+  try:
+    ranked = [int(entry["step"]) for entry in record["best"]]
+    metric = record["metric"]
+  except (KeyError, TypeError, ValueError):
+    raise CheckpointSpecError(
+      f"{what}: {path} is not a best record: no 'metric' and 'best' list"
+    ) from None
+  if not ranked:
+    raise CheckpointSpecError(
+      f"{what}: {path} records no best checkpoint (the run kept none: "
+      "config.keep_best_checkpoints=0)"
+    )
+  if n > len(ranked):
+    raise CheckpointSpecError(
+      f"{what}: {path} records {len(ranked)} best checkpoint(s) {ranked} by "
+      f"{metric}, fewer than {n} (config.keep_best_checkpoints sets how many are kept)"
+    )
+  missing = [step for step in ranked[:n] if step not in available]
+  if missing:
+    raise CheckpointSpecError(
+      f"{what}: the best step(s) {missing} by {metric} recorded in {path} are "
+      f"not among the usable checkpoints {list(available)} in {ckpts.directory}"
+    )
+  return ranked[:n]
 
 
 def selected_spec(workdir: str, what: str = "--checkpoint=selected") -> str:

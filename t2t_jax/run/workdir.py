@@ -6,6 +6,8 @@
     <workdir>/tensorboard/     the same metrics as TensorBoard events
     <workdir>/checkpoints/     orbax checkpoints, one directory per step (run.checkpoint)
     <workdir>/selected.json    the checkpoint choice made on dev
+    <workdir>/best.json        the dev metric of each evaluation, the best checkpoints, an
+                               early stop (training.best)
     <workdir>/test.<suffix>    the test split's outputs (test.de; parsing: test.words/gold/trees)
     <workdir>/lock             the trainer's lock (run.lock)
     <workdir>/vocab.*          the vocabulary, unless config.data puts it elsewhere
@@ -40,6 +42,7 @@ class Workdir:
   TENSORBOARD = "tensorboard"
   CHECKPOINTS = "checkpoints"
   SELECTED = "selected.json"
+  BEST = "best.json"
   LOCK = "lock"
   VOCAB_PREFIX = "vocab."
   TEST_PREFIX = "test."
@@ -77,6 +80,10 @@ class Workdir:
   @property
   def selected_file(self) -> str:
     return self._join(self.SELECTED)
+
+  @property
+  def best_file(self) -> str:
+    return self._join(self.BEST)
 
   @property
   def lock_file(self) -> str:
@@ -208,6 +215,27 @@ class Workdir:
   def write_selection(self, record: dict[str, Any]) -> str:
     files.atomic_write_text(self.selected_file, json.dumps(record, indent=1))
     return self.selected_file
+
+  # ------------------------------------------------------------------------ best record
+
+  def read_best(self) -> dict[str, Any] | None:
+    """best.json (the evaluations of the best metric and the best checkpoints); None when
+    absent; ValueError (naming the file) when it is not a JSON object."""
+    if not os.path.exists(self.best_file):
+      return None
+    with open(self.best_file, encoding="utf-8") as f:
+      try:
+        record = json.load(f)
+      except ValueError as e:
+        raise ValueError(f"{self.best_file}: not JSON ({e})") from None
+    if not isinstance(record, dict):
+      raise ValueError(f"{self.best_file}: not a JSON object")
+    return record
+
+  def write_best(self, record: dict[str, Any]) -> str:
+    """Replaces best.json in one rename: a kill leaves the previous record or this one."""
+    files.atomic_write_text(self.best_file, json.dumps(record, indent=1) + "\n")
+    return self.best_file
 
 
 def read_metrics(workdir: str | os.PathLike) -> list[dict[str, Any]]:

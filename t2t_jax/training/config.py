@@ -40,8 +40,9 @@ class TrainConfig:
   bleu_beam_size: int = 0  # beam of those dev scores (0: beam_size; 1: greedy, cheaper)
   test_at_end: bool = False  # translate and score the test split after training (6.1)
   # Checkpoint selection on dev only (6.2 chose on the development set): candidates
-  # ('latest', 'average:N', 'STEP', comma separated) are scored by dev sacreBLEU and the best
-  # one translates the test split; '': the average of the last `average_checkpoints` (6.1).
+  # ('latest', 'average:N', 'best', 'best:N', 'STEP', comma separated) are scored by dev
+  # sacreBLEU and the best one translates the test split; '': the average of the last
+  # `average_checkpoints` (6.1).
   select_checkpoints: str = ""
   select_num_sentences: int = 0  # dev sentences scored per candidate (0: all)
   train_time_limit_minutes: float = 0.0  # stop, save and evaluate after this long (0: none)
@@ -53,6 +54,17 @@ class TrainConfig:
   # With init_from: keep the parent's Adam moments (and Adam's bias-correction count) instead
   # of zeros; the learning-rate schedule still starts at step 0.
   init_keep_optimizer: bool = False
+  # The dev metric that ranks checkpoints: 'eval_loss' (lower is better), 'dev_bleu' or
+  # 'dev_f1' (parsing; higher is better); 'auto': the task's dev score when bleu_every_steps
+  # computes one, else eval_loss.
+  best_metric: str = "auto"
+  # The best N checkpoints by best_metric, kept apart from the newest keep_checkpoints and
+  # never pruned by recency (an evaluation that enters them is saved); 0: none.
+  keep_best_checkpoints: int = 1
+  # Early stopping: end the run after this many evaluations without an improvement of at
+  # least min_delta in best_metric (0: off).
+  patience: int = 0
+  min_delta: float = 0.0
 
   @classmethod
   def defaults(cls) -> dict[str, Any]:

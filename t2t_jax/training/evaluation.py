@@ -78,7 +78,7 @@ def select_checkpoint(
   alpha: float,
   metric: Callable[["Translator", Pairs, int, float], float] = evaluate.bleu,
 ) -> Selection:
-  """Scores each candidate of `candidates` ('latest,average:3,...') by dev sacreBLEU (or by
+  """Scores each candidate of `candidates` ('latest,average:3,best,...') by dev sacreBLEU (or by
   `metric(translator, pairs, beam_size, alpha)`, higher is better).
 
   `translator_for(spec)` builds a Translator on that checkpoint spec. Averages of more
@@ -95,8 +95,8 @@ def select_checkpoint(
       steps_of[spec] = checkpoint.choose_steps(ckpts, spec)
     except checkpoint.CheckpointSpecError as e:  # name the config field, not a flag
       raise ValueError(
-        f"config.select_checkpoints: candidate {spec!r} is not 'latest', 'average:N' or a "
-        f"kept step ({e})"
+        f"config.select_checkpoints: candidate {spec!r} is not 'latest', 'average:N', "
+        f"'best', 'best:N' or a kept step ({e})"
       ) from None
     scores[spec] = metric(translator_for(spec), pairs, beam_size, alpha)
   if not scores:

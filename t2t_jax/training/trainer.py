@@ -30,8 +30,8 @@ from t2t_jax.run import checkpoint, fingerprint
 from t2t_jax.run.files import sha256_file
 from t2t_jax.run.lock import WorkdirLock, WorkdirLockedError
 from t2t_jax.run.workdir import Workdir
+from t2t_jax.training import best, evaluation, optim, parallel, steps, summary, warm_start
 from t2t_jax.training import config as config_lib
-from t2t_jax.training import evaluation, optim, parallel, steps, summary, warm_start
 
 
 class NonFiniteLossError(RuntimeError):
@@ -74,6 +74,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     )
   try:
     SearchConfig.from_config(config)
+    best.check_config(config)
   except ValueError as e:
     raise ConfigError(str(e)) from None
 
@@ -168,6 +169,7 @@ class Trainer:
     self.num_devices = jax.device_count()
     self.last_saved = None
     self.fingerprint = None
+    self.best: best.Tracker | None = None  # set by _train before the loop
 
   def train_step(
     self, p_state: steps.TrainState, batches: parallel.Prefetcher
@@ -356,6 +358,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     process_count=jax.process_count(),
     num_local_devices=parallel.local_device_count(),
   )
+  tracker = best.Tracker(config, workdir, write=jax.process_index() == 0)
   model, model_cfg = build_model(config, data.tokenizer.vocab_size)
   state = init_state(model, model_cfg, config)
   ckpts = checkpoint.Checkpoints(workdir, config.keep_checkpoints, owner=True)
@@ -365,6 +368,20 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   state, changes, resumed = _resume(ckpts, state, train_iter, current)
   if resumed is None and parent is not None:
     state = warm_start.initial_state(state, parent)
+  standing = tracker.rewind(int(state.step))
+  ckpts.protect(standing.best_steps)
+  if standing.stopped_at is not None:
+    summary.log(
+      f"{workdir} has stopped: {tracker.stop_line()}; not training on (raise config.patience, "
+      "or set it to 0, to continue)"
+    )
+    ckpts.close()
+    return dict(
+      step=int(state.step),
+      stopped_by=None,
+      time_limit_reached=False,
+      early_stopped_at=standing.stopped_at,
+    )
   writer = summary.MetricsWriter(
     workdir, enabled=jax.process_index() == 0, resume_step=int(state.step)
   )
@@ -374,6 +391,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   trainer = Trainer(config, workdir, model, data, ckpts, writer, config.num_train_steps)
   trainer.last_saved = ckpts.latest_step()
   trainer.fingerprint = current
+  trainer.best = tracker
   try:
     last, p_state = _loop(trainer, state, train_iter)
     if last["stopped_by"] is None and config.test_at_end:
@@ -457,6 +475,7 @@ EXPLAINED_ERRORS = (
   checkpoint.CheckpointDamagedError,
   checkpoint.CheckpointSaveError,
   fingerprint.FingerprintError,
+  best.MetricChangedError,
   WorkdirLockedError,
   NonFiniteLossError,
   warm_start.WarmStartError,
@@ -489,7 +508,7 @@ def _loop(
   t_last, step_last = time.time(), step
   limit_s = 60.0 * config.train_time_limit_minutes
   deadline = time.time() + limit_s if limit_s > 0 else None
-  timed_out, stopping = False, None
+  timed_out, stopping, early_stop = False, None, None
   # Wall-clock curves start here, not at the first progress line.
   trainer.writer.write(step, dict(train_start=1.0))
   try:
@@ -509,6 +528,7 @@ def _loop(
       if timed_out:
         logging.info("train_time_limit_minutes=%s reached at step %d", limit_s / 60, step)
       stopping = _agreed_stop(stop, step, config.log_every_steps)
+      entered_best = False
       final = step == trainer.num_steps or timed_out
       eval_due = step % config.eval_every_steps == 0 or final
       if step % config.log_every_steps == 0 or eval_due or stopping:
@@ -543,8 +563,14 @@ def _loop(
             )
           )
         last.update(eval_metrics)
-      if step % config.checkpoint_every_steps == 0 or final or stopping:
+        entered_best, early_stop = _rank(trainer, step, eval_metrics)
+      # An evaluation among the best is saved: the best checkpoints are kept apart.
+      due = step % config.checkpoint_every_steps == 0 or final or entered_best
+      if due or stopping or early_stop:
         trainer.save(p_state, prefetcher)
+      if early_stop:
+        summary.log(trainer.best.stop_line())
+        break
       if stopping:
         logging.info(
           "%s received: saved step %d to %s; exiting", stopping, step, trainer.ckpts.directory
@@ -555,4 +581,16 @@ def _loop(
   last["step"] = step
   last["stopped_by"] = stopping
   last["time_limit_reached"] = timed_out
+  last["early_stopped_at"] = early_stop
   return last, p_state
+
+
+def _rank(trainer: Trainer, step: int, eval_metrics: dict[str, float]) -> tuple[bool, int | None]:
+  """Records the evaluation of the best metric (if made at `step`) in best.json and protects
+  the best checkpoints from pruning; (whether `step` is among the best kept, the step of an
+  early stop or None)."""
+  standing = trainer.best.add(step, eval_metrics)
+  if standing is None:
+    return False, None
+  trainer.ckpts.protect(standing.best_steps)
+  return step in standing.best_steps, standing.stopped_at
