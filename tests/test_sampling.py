@@ -16,18 +16,13 @@ from t2t_jax.decoding import SearchConfig, search, search_batch
 from t2t_jax.decoding.translator import TranslateError, Translator
 from t2t_jax.run.workdir import Workdir
 from t2t_jax.tokens import BOS_ID, EOS_ID, PAD_ID
-from t2t_jax.training import trainer as train
 from tests import support
 from tests.test_train import small_config
 
 
 @pytest.fixture(scope="module")
 def workdir():
-  """A tiny model trained for six steps (read only: shared with tests/test_score.py)."""
-  return support.made_once(
-    "decoding_small_workdir",
-    lambda p: train.train_and_evaluate(small_config(eval_every_steps=100), p),
-  )
+  return support.small_trained_workdir()
 
 
 @pytest.fixture(scope="module")

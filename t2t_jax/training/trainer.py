@@ -66,9 +66,14 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     if config[field] < 0:
       raise ConfigError(f"config.{field}={config[field]} must be >= 0")
   try:
-    SearchConfig.from_config(config)
+    search = SearchConfig.from_config(config)
   except ValueError as e:
     raise ConfigError(str(e)) from None
+  if search.sampling and config.bleu_beam_size > 1:  # dev translations sample too: beam 1
+    raise ConfigError(
+      f"config.sampling=True decodes with beam 1: config.bleu_beam_size={config.bleu_beam_size} "
+      "must be 0 or 1"
+    )
 
 
 def build_model(
