@@ -344,3 +344,16 @@ def test_translate_command_prints_the_translators_samples(workdir, tmp_path, mon
     for i, hyps in enumerate(want)
     for r, h in enumerate(hyps, start=1)
   ]
+
+
+@pytest.mark.slow
+def test_bench_times_sampling_with_the_configs_fields():
+  from t2t_jax.bench import decode, report
+
+  config = small_config(sampling_topk=5, num_samples=2)
+  search = SearchConfig.from_config(config)
+  out = decode.measure_decode(config, 40, 4, search, sampling=True)
+  assert [out[name]["beam_size"] for name in ("beam", "greedy", "sampling")] == [4, 1, 1]
+  assert out["sampling"]["target_tokens"] > 0
+  assert any(line.startswith("  sampling 1: ") for line in report._decode_lines(out))
+  assert "sampling" not in decode.measure_decode(config, 40, 4, search)

@@ -32,33 +32,52 @@ def translator(workdir):
   return Translator.from_workdir(workdir, batch_tokens=32)  # several batches of SOURCES
 
 
-def _training_log_likelihood(t: Translator, source: str, target: str) -> np.ndarray:
-  """-nll per target token from the training loss (no label smoothing), one pair unpadded."""
-  src = np.array([t._source_ids([source])[0]], np.int32)
-  tgt = np.array([list(t.tokenizer.encode(target)) + [EOS_ID]], np.int32)
-  logits = t.model.apply({"params": t.params}, src, tgt)
-  _, nll = losses.token_losses(logits, tgt, label_smoothing=0.0)
-  return -np.asarray(nll, np.float64)[0]
+class _IdTokenizer:
+  """Words are token ids: '5 6 7' -> [5, 6, 7]."""
+
+  vocab_size = support.SMALL_MODEL["vocab_size"]
+
+  def encode(self, text):
+    return [int(w) for w in text.split()]
+
+  def decode(self, ids):
+    return " ".join(str(i) for i in ids if i > EOS_ID)
 
 
-def test_scores_equal_the_training_log_likelihood(translator):
+def _training_log_likelihood(t: Translator, sources, targets) -> list[np.ndarray]:
+  """-nll per target token from the training loss (no label smoothing), all pairs in one
+  padded batch in input order."""
+  src = [t._source_ids([s])[0] for s in sources]
+  tgt = [list(t.tokenizer.encode(s)) + [EOS_ID] for s in targets]
+  pad = lambda rows: np.array([r + [0] * (max(map(len, rows)) - len(r)) for r in rows], np.int32)
+  logits = t.model.apply({"params": t.params}, pad(src), pad(tgt))
+  _, nll = losses.token_losses(logits, pad(tgt), label_smoothing=0.0)
+  return [-np.asarray(row[: len(ids)], np.float64) for row, ids in zip(nll, tgt)]
+
+
+@pytest.mark.slow
+def test_scores_equal_the_training_log_likelihood():
+  model, params = support.small_model(seed=3)
+  translator = Translator(model, params, _IdTokenizer(), batch_tokens=8)
+  sources = ["5 6 7", "4 5 6 7 11 12", "", "7"]
+  targets = ["5 6 7", "9 9", "5", ""]
   scorer = scoring.Scorer(translator)
-  got = scorer.score(SOURCES, TARGETS)
-  batches = scorer._batches(translator._source_ids(SOURCES), scorer.target_ids(TARGETS))
+  got = scorer.score(sources, targets)
+  batches = scorer._batches(translator._source_ids(sources), scorer.target_ids(targets))
   assert len(list(batches)) > 1  # so that input order is restored across batches
   alpha = translator.search.alpha
-  for source, target, score in zip(SOURCES, TARGETS, got):
-    want = _training_log_likelihood(translator, source, target)
+  for want, score in zip(_training_log_likelihood(translator, sources, targets), got):
     np.testing.assert_allclose(score.tokens, want, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(score.log_prob, want.sum(), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(score.mean, want.mean(), rtol=1e-5, atol=1e-5)
     penalty = ((5 + len(want)) / 6) ** alpha  # GNMT, eq. 14, length with EOS
     np.testing.assert_allclose(score.normalised, want.sum() / penalty, rtol=1e-5, atol=1e-5)
-  assert scoring.Scorer(translator, alpha=0.0).score(SOURCES[:1], TARGETS[:1])[0].normalised == (
+  assert scoring.Scorer(translator, alpha=0.0).score(sources[:1], targets[:1])[0].normalised == (
     pytest.approx(got[0].log_prob)
   )
 
 
+@pytest.mark.slow
 def test_a_translations_score_is_the_searchs_score(translator):
   """Beam search's n-best score and log-probability of its own output, scored again."""
   best = [h[0] for h in translator.translate(SOURCES, beam_size=2, nbest=1)]
@@ -68,7 +87,9 @@ def test_a_translations_score_is_the_searchs_score(translator):
     assert score.normalised == pytest.approx(h.score, abs=1e-4)
 
 
-def test_a_target_longer_than_max_len_is_refused_naming_its_line(translator):
+def test_a_target_longer_than_max_len_is_refused_naming_its_line():
+  model, params = support.small_model()
+  translator = Translator(model, params, _IdTokenizer())
   with pytest.raises(
     TranslateError,
     match=r"^refs: 1 target\(s\) have more tokens \(with EOS\) than the model's max_len=16 "
@@ -140,12 +161,11 @@ def test_score_command_prints_tsv_in_input_order(workdir, translator, tmp_path):
   lines = output.read_text().splitlines()
   want = scoring.Scorer(translator).score(SOURCES, TARGETS)
   assert lines == [score_cli.format_score(s, per_token=True).rstrip("\n") for s in want]
-  for line, source_text, target_text in zip(lines, SOURCES, TARGETS):
+  reference = _training_log_likelihood(translator, SOURCES, TARGETS)
+  for line, target_text, want_tokens in zip(lines, TARGETS, reference):
     total, mean, _, tokens = line.split("\t")
     tokens = [float(x) for x in tokens.split()]
     assert len(tokens) == len(translator.tokenizer.encode(target_text)) + 1
     assert float(total) == pytest.approx(sum(tokens), abs=1e-4)
     assert float(mean) == pytest.approx(sum(tokens) / len(tokens), abs=1e-4)
-    assert float(total) == pytest.approx(
-      _training_log_likelihood(translator, source_text, target_text).sum(), abs=1e-4
-    )
+    assert float(total) == pytest.approx(want_tokens.sum(), abs=1e-4)
