@@ -436,7 +436,8 @@ class Translator:
 
     The search is `search` (default: the Translator's), with `beam_size` and `alpha`, when
     given, replacing its own. Returns one string per sentence, or with `nbest` (1 <= nbest
-    <= max(beam_size, 1)) a list per sentence of its nbest best `Hypothesis`es, best first
+    <= max(beam_size, 1), or num_samples when sampling) a list per sentence of its nbest best
+    `Hypothesis`es, best first
     (the first one's text is the string translate() returns without nbest). `source_name`
     (a file name) labels the warning about sentences cut to max_len.
     """
