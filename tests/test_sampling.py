@@ -106,7 +106,6 @@ def test_sampling_distribution_matches_numpy(temperature, topk, topp):
 VOCAB = 7
 # A Markov chain over VOCAB tokens: the next token's logits depend on the last token only.
 TABLE = np.random.default_rng(3).normal(size=(VOCAB, VOCAB)).astype(np.float32) * 1.5
-TABLE[:, PAD_ID] = -1e9  # the model never emits PAD
 TABLE[BOS_ID, EOS_ID] = -1e9  # nor an empty output
 
 
@@ -129,8 +128,13 @@ def _draw(temperature, topk, topp, seed, rows, length):
   )
 
 
+def _without_pad_and_bos(log_probs: np.ndarray) -> np.ndarray:
+  """What sampling draws from: the model's distribution with PAD and BOS removed."""
+  return np.where(np.isin(np.arange(log_probs.shape[-1]), [PAD_ID, BOS_ID]), -np.inf, log_probs)
+
+
 def _conditional(prev: int, temperature, topk, topp) -> np.ndarray:
-  log_probs = np.asarray(jax.nn.log_softmax(jnp.asarray(TABLE[prev])))[None]
+  log_probs = _without_pad_and_bos(np.asarray(jax.nn.log_softmax(jnp.asarray(TABLE[prev]))))[None]
   return np_sampling_probs(log_probs, temperature, topk, topp)[0]
 
 
@@ -193,7 +197,8 @@ def test_model_first_tokens_follow_its_top_k_softmax():
   )
   first = np.asarray(seqs)[0, :, 0]
   logits = model.apply({"params": params}, inputs, np.array([[EOS_ID]], np.int32))[0, 0]
-  want = np_sampling_probs(np.asarray(jax.nn.log_softmax(logits))[None], topk=5)[0]
+  log_probs = _without_pad_and_bos(np.asarray(jax.nn.log_softmax(logits)))
+  want = np_sampling_probs(log_probs[None], topk=5)[0]
   assert set(first) <= set(np.flatnonzero(want))
   keep = want > 0
   observed = np.bincount(first, minlength=len(want))[keep]

@@ -757,7 +757,8 @@ def sample_search(
   bos_id: int = BOS_ID,
 ) -> tuple[jax.Array, jax.Array]:
   """Draws every output token from `sampling_log_probs` of the model's next-token
-  distribution (ancestral sampling) until EOS, or the forced EOS at the limit.
+  distribution without PAD and BOS (ancestral sampling) until EOS, or the forced EOS at the
+  limit.
 
   Args: as `greedy_search`, one row per sample (`cache` and `max_lengths` with leading dim
     rows); keys: uint32 key data [rows, 2] (`sample_keys`), the token of step t in row r
@@ -789,7 +790,11 @@ def sample_search(
     log_probs, cache = _next_log_probs(
       tokens_to_logits, ids, state.cache, state.step, max_lengths, eos_id
     )
-    drawn_from = sampling_log_probs(log_probs, temperature, topk, topp)
+    # PAD and BOS are never outputs (fairseq's sampler masks PAD the same way).
+    never = (jnp.arange(log_probs.shape[-1]) == PAD_ID) | (
+      jnp.arange(log_probs.shape[-1]) == bos_id
+    )
+    drawn_from = sampling_log_probs(jnp.where(never, NEG_INF, log_probs), temperature, topk, topp)
     step_keys = jax.vmap(lambda k: jax.random.fold_in(k, state.step))(keys)
     token = jax.vmap(jax.random.categorical)(step_keys, drawn_from).astype(jnp.int32)
     token_log_prob = jnp.take_along_axis(log_probs, token[:, None], axis=-1)[:, 0]
