@@ -103,3 +103,16 @@ def _private_scratch() -> str:
   path = tempfile.mkdtemp(prefix="t2t-test-shared-")
   atexit.register(shutil.rmtree, path, ignore_errors=True)
   return path
+
+
+def small_trained_workdir() -> str:
+  """A workdir of tests/test_train.py's small_config trained for its six steps, made once per
+  test run (read only)."""
+
+  def make(path: str) -> None:
+    from t2t_jax.training import trainer
+    from tests.test_train import small_config
+
+    trainer.train_and_evaluate(small_config(eval_every_steps=100), path)
+
+  return made_once("small_trained_workdir", make)

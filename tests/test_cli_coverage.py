@@ -255,8 +255,8 @@ def test_translate_checkpoint_step(trained, tmp_path, run_translate):
   with pytest.raises(SystemExit) as exit_info:
     run_translate(f"--workdir={workdir}", f"--input={src}", "--checkpoint=7")
   assert str(exit_info.value.code) == (
-    "t2t-translate: --checkpoint=7: not 'latest', 'average:N' or one of the steps [1, 2, 3] "
-    f"in {workdir}/checkpoints"
+    "t2t-translate: --checkpoint=7: not 'latest', 'average:N', 'best', 'best:N' or one of "
+    f"the steps [1, 2, 3] in {workdir}/checkpoints"
   )
 
 

@@ -19,7 +19,11 @@ EXPECTED = {
   "t2t-translate": ("t2t-translate --workdir=DIR", ["--beam_size", "--nbest", "--checkpoint"]),
   "t2t-average": ("t2t-average --workdir=DIR --num=5", ["--num", "--output"]),
   "t2t-export": ("t2t-export --workdir=DIR --format=ctranslate2", ["--format", "--quantization"]),
-  "t2t-bench": ("t2t-bench --experiment=tiny", ["--parts", "--beam_size", "--vs"]),
+  "t2t-bench": ("t2t-bench --experiment=tiny", ["--parts", "--beam_size", "--vs", "--sampling"]),
+  "t2t-score": (
+    "t2t-score --workdir=DIR --source=FILE --target=FILE",
+    ["--source", "--target", "--per_token", "--checkpoint"],
+  ),
 }
 
 

@@ -106,15 +106,21 @@ def measure_decode(
   search: SearchConfig,
   workdir: str | None = None,
   corpus: str = "",
+  sampling: bool = False,
 ) -> dict[str, Any]:
-  """The decode figure of t2t-bench: `search` and greedy decoding of n sentences in one batch."""
+  """The decode figure of t2t-bench: `search` and greedy decoding of n sentences in one batch;
+  with `sampling`, also sampling with `search`'s sampling fields (beam 1, num_samples per
+  sentence)."""
   ids, what, params, model = decode_inputs(config, vocab_size, n, workdir, corpus)
   trained = workdir is not None
   extra = search.max_output_extra if trained else 0
   batch, limits, max_decode_len = _batch(ids, model.config.max_len, extra)
   out = {}
-  for name, beam in (("beam", search.beam_size), ("greedy", 1)):
-    settings = dataclasses.replace(search, beam_size=beam)
+  search = dataclasses.replace(search, sampling=False)
+  runs = [("beam", search), ("greedy", dataclasses.replace(search, beam_size=1))]
+  if sampling:
+    runs.append(("sampling", dataclasses.replace(search, beam_size=1, sampling=True)))
+  for name, settings in runs:
     run = lambda settings=settings: np.asarray(
       search_batch(
         params,
@@ -126,7 +132,7 @@ def measure_decode(
         suppress_eos=not trained,
       )
     )
-    out[name] = _timed_search(run, len(ids), beam)
+    out[name] = _timed_search(run, len(ids), settings.beam_size)
   out["inputs"] = what
   out["mean_source_tokens"] = float(np.mean([len(s) for s in ids]))
   return out

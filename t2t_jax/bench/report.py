@@ -31,7 +31,9 @@ def _train_lines(t: dict[str, Any], peak: float | None) -> list[str]:
 
 def _decode_lines(d: dict[str, Any]) -> list[str]:
   lines = [f"decode ({d['inputs']}; mean source {d['mean_source_tokens']:.1f} tokens):"]
-  for name in ("beam", "greedy"):
+  for name in ("beam", "greedy", "sampling"):
+    if name not in d:
+      continue
     r = d[name]
     lines.append(
       f"  {name} {r['beam_size']}: {r['sentences_per_s']:.1f} sentences/s, "

@@ -50,6 +50,12 @@ flags.DEFINE_enum(
 flags.DEFINE_integer(
   "beam_size", None, "beam width for the decoding figure (default: the config's beam_size)"
 )
+flags.DEFINE_boolean(
+  "sampling",
+  False,
+  "decoding figure: also time sampling (beam 1, the config's sampling_temperature, "
+  "sampling_topk, sampling_topp and num_samples)",
+)
 flags.DEFINE_enum(
   "vs",
   "",
@@ -111,7 +117,9 @@ def _decode_part(config: ml_collections.ConfigDict, vocab: int, results: dict) -
       **where,
     )
     return
-  results["decode"] = decode.measure_decode(config, vocab, FLAGS.decode_sentences, search, **where)
+  results["decode"] = decode.measure_decode(
+    config, vocab, FLAGS.decode_sentences, search, sampling=FLAGS.sampling, **where
+  )
 
 
 def main(argv: Sequence[str]) -> None:

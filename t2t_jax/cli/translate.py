@@ -4,6 +4,8 @@
                   [--beam_size=N] [--alpha=A]
                   [--checkpoint=auto|latest|average:N|best[:N]|STEP|selected]
                   [--interactive] [--nbest=N | --scores]
+                  [--sampling [--num_samples=N] [--sampling_temperature=T]
+                   [--sampling_topk=K] [--sampling_topp=P] [--seed=S]]
 
 Reads stdin and writes stdout by default: one output line per input line, in input order.
 With --reference it prints sacreBLEU (with its signature), the paper-style tokenized BLEU,
@@ -18,6 +20,12 @@ compiled once, up front, for a few padded source lengths; the prompt and the rea
 to stderr. --nbest=N prints the N best hypotheses per input as TSV (input index from 0, rank
 from 1, score, log-probability, text); --scores prints the 1-best as score, log-probability,
 text. The score is log p / ((5 + length) / 6)^alpha, the number beam search ranks by.
+
+--sampling draws each output token from the model's distribution (divided by
+--sampling_temperature, cut to the --sampling_topk most probable tokens and to the
+--sampling_topp nucleus) instead of searching; it decodes with beam 1, and --num_samples
+outputs are drawn per input (the best-scoring one is printed, or --nbest=N of them). The
+samples of the input at line i depend only on --seed and i, not on the other lines.
 """
 
 import os
@@ -139,15 +147,76 @@ def _define_flags() -> flags.FlagValues:
   flags.DEFINE_boolean(
     "scores", False, "print 'score<TAB>log-probability<TAB>text' for each input's translation"
   )
+  flags.DEFINE_boolean(
+    "sampling",
+    None,
+    "draw each token from the model's distribution instead of beam search (beam 1) "
+    "(default: the workdir's config.sampling, else off)",
+  )
+  flags.DEFINE_float(
+    "sampling_temperature",
+    None,
+    "with --sampling: divide the log-probabilities by T > 0 (< 1: sharper; default 1)",
+  )
+  flags.DEFINE_integer(
+    "sampling_topk", None, "with --sampling: draw from the K most probable tokens (0: all)"
+  )
+  flags.DEFINE_float(
+    "sampling_topp",
+    None,
+    "with --sampling: draw from the nucleus, the most probable tokens holding probability "
+    "P in (0, 1] (1: all)",
+  )
+  flags.DEFINE_integer("num_samples", None, "with --sampling: outputs drawn per input (default 1)")
+  flags.DEFINE_integer(
+    "seed",
+    None,
+    "with --sampling: the random seed (default: the workdir's config.sampling_seed, 0)",
+  )
   return flags.FLAGS
 
 
-def _check_flags(args: flags.FlagValues, beam_size: int, interactive: bool) -> None:
+SAMPLING_FLAGS = {  # flag -> SearchConfig field
+  "sampling_temperature": "sampling_temperature",
+  "sampling_topk": "sampling_topk",
+  "sampling_topp": "sampling_topp",
+  "num_samples": "num_samples",
+  "seed": "sampling_seed",
+}
+
+
+def _check_sampling_flags(args: flags.FlagValues, sampling: bool) -> None:
+  """One line naming the flag for a sampling setting that cannot be used."""
+  given = [name for name in SAMPLING_FLAGS if args[name].value is not None]
+  if given and not sampling:
+    raise TranslateError(f"--{given[0]} shapes sampling: add --sampling")
+  if not sampling:
+    return
+  if args.beam_size is not None and args.beam_size != 1:
+    raise TranslateError(
+      f"--sampling draws tokens instead of searching: --beam_size={args.beam_size} must be 1"
+    )
+  if args.sampling_temperature is not None and not args.sampling_temperature > 0:
+    raise TranslateError(f"--sampling_temperature={args.sampling_temperature} must be > 0")
+  if args.sampling_topk is not None and args.sampling_topk < 0:
+    raise TranslateError(f"--sampling_topk={args.sampling_topk} must be >= 0 (0: all tokens)")
+  if args.sampling_topp is not None and not 0 < args.sampling_topp <= 1:
+    raise TranslateError(f"--sampling_topp={args.sampling_topp} must be in (0, 1] (1: all tokens)")
+  if args.num_samples is not None and args.num_samples < 1:
+    raise TranslateError(f"--num_samples={args.num_samples} must be >= 1")
+
+
+def _check_flags(args: flags.FlagValues, search: SearchConfig, interactive: bool) -> None:
   if not args.workdir:
     raise TranslateError("--workdir is required")
+  beam_size = search.beam_size
   if beam_size < 1:
     raise TranslateError(f"--beam_size={beam_size} must be >= 1 (1: greedy)")
-  if not 0 <= args.nbest <= max(beam_size, 1):
+  if search.sampling and not 0 <= args.nbest <= search.num_samples:
+    raise TranslateError(
+      f"--nbest={args.nbest}: more than the --num_samples={search.num_samples} drawn (0: off)"
+    )
+  if not search.sampling and not 0 <= args.nbest <= max(beam_size, 1):
     raise TranslateError(
       f"--nbest={args.nbest}: must be between 1 and --beam_size={beam_size} (0: off)"
     )
@@ -195,7 +264,7 @@ def main(argv: Sequence[str]) -> None:
     interactive = from_stdin and sys.stdin.isatty()
   try:
     search, parsing = _decoding_defaults(args)
-    _check_flags(args, search.beam_size, interactive)
+    _check_flags(args, search, interactive)
     _check_output(args.output)
     translator = Translator.from_workdir(
       args.workdir, args.checkpoint, batch_tokens=args.batch_tokens, search=search
@@ -211,8 +280,8 @@ def main(argv: Sequence[str]) -> None:
 
 def _decoding_defaults(args: flags.FlagValues) -> tuple[SearchConfig, bool]:
   """The search of this run: the workdir's (its experiment's, SearchConfig.from_config) with
-  the --beam_size, --alpha and --beam_stop given replacing its own; and whether the workdir
-  is a parsing one (scored by bracket F1)."""
+  the --beam_size, --alpha, --beam_stop and sampling flags given replacing its own (sampling
+  decodes with beam 1); and whether the workdir is a parsing one (scored by bracket F1)."""
   if not args.workdir:
     return SearchConfig(), False
   config = load_config(args.workdir)
@@ -220,7 +289,20 @@ def _decoding_defaults(args: flags.FlagValues) -> tuple[SearchConfig, bool]:
     search = SearchConfig.from_config(config)
   except ValueError as e:
     raise TranslateError(f"{args.workdir}/config.json: {e}") from None
-  search = search.override(beam_size=args.beam_size, alpha=args.alpha, beam_stop=args.beam_stop)
+  sampling = search.sampling if args.sampling is None else args.sampling
+  _check_sampling_flags(args, sampling)
+  beam_size = 1 if sampling else args.beam_size
+  fields = {field: args[name].value for name, field in SAMPLING_FLAGS.items()}
+  try:
+    search = search.override(
+      beam_size=beam_size,
+      alpha=args.alpha,
+      beam_stop=args.beam_stop,
+      sampling=sampling,
+      **fields,
+    )
+  except ValueError as e:  # a flag's value is checked above: here a config.json field
+    raise TranslateError(f"{args.workdir}/config.json: config.{e}") from None
   return search, evaluate.is_parsing(config.data)
 
 

@@ -28,21 +28,55 @@ class SearchConfig:
     beam_stop: when a sentence is done: 'exact' (tensor2tensor's rule: no live hypothesis can
       still enter the finished set) or 'heuristic' (none would if it ended at the next step:
       faster, may differ; search._beam_search_done).
+    sampling: draw each output token from the model's distribution instead of searching
+      (search.sample_search); needs beam_size 1. The fields below shape that distribution.
+    sampling_temperature: the log-probabilities are divided by it (> 0; below 1 sharper,
+      towards 0 greedy).
+    sampling_topk: only the k most probable tokens of each step can be drawn (0: all).
+    sampling_topp: only the nucleus (Holtzman et al. 2020), the most probable tokens whose
+      probabilities add up to at least p, can be drawn ((0, 1]; 1: all).
+    num_samples: outputs drawn per sentence.
+    sampling_seed: sample j of the sentence at input index i uses the key
+      fold_in(fold_in(PRNGKey(seed), i), j), so it does not depend on the batch it is in.
   """
 
   beam_size: int = 4
   alpha: float = 0.6
   max_output_extra: int = 50
   beam_stop: str = "exact"
+  sampling: bool = False
+  sampling_temperature: float = 1.0
+  sampling_topk: int = 0
+  sampling_topp: float = 1.0
+  num_samples: int = 1
+  sampling_seed: int = 0
 
   def __post_init__(self) -> None:
     if self.beam_stop not in STOP_RULES:
       raise ValueError(f"beam_stop={self.beam_stop!r} must be one of {', '.join(STOP_RULES)}")
+    if not self.sampling_temperature > 0:
+      raise ValueError(f"sampling_temperature={self.sampling_temperature} must be > 0")
+    if self.sampling_topk < 0:
+      raise ValueError(f"sampling_topk={self.sampling_topk} must be >= 0 (0: no top-k)")
+    if not 0 < self.sampling_topp <= 1:
+      raise ValueError(f"sampling_topp={self.sampling_topp} must be in (0, 1] (1: no top-p)")
+    if self.num_samples < 1:
+      raise ValueError(f"num_samples={self.num_samples} must be >= 1")
+    if self.sampling and self.beam_size != 1:
+      raise ValueError(
+        f"sampling=True draws tokens, it does not search: beam_size={self.beam_size} must be 1"
+      )
+
+  @property
+  def hypotheses(self) -> int:
+    """Outputs the search returns per sentence: num_samples when sampling, else beam_size."""
+    return self.num_samples if self.sampling else self.beam_size
 
   @classmethod
   def from_config(cls, config: Mapping[str, Any]) -> "SearchConfig":
     """The search an experiment config (or a workdir's config.json) asks for: its
-    beam_size, alpha, max_output_extra and beam_stop, each defaulting to the paper's.
+    beam_size, alpha, max_output_extra, beam_stop and sampling fields, each defaulting to
+    the paper's (no sampling).
 
     A bad value raises ValueError naming the config field (config.beam_stop=...)."""
     values = {f.name: config[f.name] for f in dataclasses.fields(cls) if f.name in config}

@@ -672,3 +672,141 @@ def greedy_search(
 
   final = lax.while_loop(cond, body, init)
   return final.seqs, final.log_probs
+
+
+# --- sampling ---------------------------------------------------------------------------------
+
+
+def top_k_log_probs(log_probs: jax.Array, k: int | jax.Array) -> jax.Array:
+  """log_probs [..., vocab] with every token below the k-th largest set to -inf (k <= 0 or
+  k >= vocab: unchanged). Tokens equal to the k-th largest are kept, so a tie at the
+  boundary keeps more than k; nothing is renormalised. `k` may be traced."""
+  vocab = log_probs.shape[-1]
+  ordered = -jnp.sort(-log_probs, axis=-1)  # descending
+  index = jnp.clip(jnp.asarray(k, jnp.int32) - 1, 0, vocab - 1)
+  kth = jnp.take_along_axis(ordered, jnp.broadcast_to(index, ordered.shape[:-1])[..., None], -1)
+  keep = (log_probs >= kth) | (jnp.asarray(k) <= 0)
+  return jnp.where(keep, log_probs, NEG_INF)
+
+
+def top_p_log_probs(log_probs: jax.Array, p: float | jax.Array) -> jax.Array:
+  """log_probs [..., vocab] (normalised) restricted to the nucleus: the most probable tokens
+  whose probabilities first add up to at least p (Holtzman et al. 2020); the others get
+  -inf, nothing is renormalised. A token is in the nucleus when the tokens more probable
+  than it hold less than p; the most probable token always is, ties with the last token in
+  are kept, and p >= 1 keeps everything (rounding in the sum cannot drop the tail). `p`
+  may be traced."""
+  ordered = -jnp.sort(-log_probs, axis=-1)
+  probs = jnp.exp(ordered)
+  before = jnp.cumsum(probs, axis=-1) - probs  # mass of the tokens ranked above each one
+  inside = (before < p) | (jnp.arange(ordered.shape[-1]) == 0)
+  last = jnp.min(jnp.where(inside, ordered, jnp.inf), axis=-1, keepdims=True)
+  keep = (log_probs >= last) | (jnp.asarray(p) >= 1.0)
+  return jnp.where(keep, log_probs, NEG_INF)
+
+
+def sampling_log_probs(
+  log_probs: jax.Array,
+  temperature: float | jax.Array = 1.0,
+  topk: int | jax.Array = 0,
+  topp: float | jax.Array = 1.0,
+) -> jax.Array:
+  """The distribution a token is drawn from, as normalised log-probabilities [..., vocab]:
+  the model's log_probs divided by `temperature` and renormalised, cut to the `topk` best
+  and renormalised, then cut to the `topp` nucleus and renormalised (the order of
+  fairseq's and Hugging Face's samplers: top-p is taken within the top-k)."""
+  tempered = jax.nn.log_softmax(log_probs / temperature, axis=-1)
+  kept = jax.nn.log_softmax(top_k_log_probs(tempered, topk), axis=-1)
+  return jax.nn.log_softmax(top_p_log_probs(kept, topp), axis=-1)
+
+
+def sample_keys(seed: int | jax.Array, sentence_ids: ArrayLike, num_samples: int) -> jax.Array:
+  """One key per (sentence, sample): fold_in(fold_in(PRNGKey(seed), sentence id), sample),
+  uint32 key data [len(sentence_ids) * num_samples, 2], sentence-major. A sentence's
+  samples depend on its id (its index in the input) only, not on its batch or row."""
+  root = jax.random.PRNGKey(seed)
+  samples = jnp.arange(num_samples)
+
+  def of_sentence(i: jax.Array) -> jax.Array:
+    key = jax.random.fold_in(root, i)
+    return jax.vmap(lambda j: jax.random.fold_in(key, j))(samples)
+
+  keys = jax.vmap(of_sentence)(jnp.asarray(sentence_ids))
+  return keys.reshape(-1, keys.shape[-1])
+
+
+class _SampleState(NamedTuple):
+  step: jax.Array  # int32 scalar: tokens drawn so far
+  seqs: jax.Array  # int32 [rows, max_decode_len]
+  log_probs: jax.Array  # float32 [rows]: the model's log p of the tokens drawn (EOS included)
+  finished: jax.Array  # bool [rows]
+  cache: Cache  # leaves [rows, ...]
+
+
+def sample_search(
+  tokens_to_logits: TokensToLogits,
+  cache: Cache,
+  *,
+  max_lengths: ArrayLike,
+  max_decode_len: int,
+  keys: jax.Array,
+  temperature: float | jax.Array = 1.0,
+  topk: int | jax.Array = 0,
+  topp: float | jax.Array = 1.0,
+  eos_id: int = EOS_ID,
+  bos_id: int = BOS_ID,
+) -> tuple[jax.Array, jax.Array]:
+  """Draws every output token from `sampling_log_probs` of the model's next-token
+  distribution without PAD and BOS (ancestral sampling) until EOS, or the forced EOS at the
+  limit.
+
+  Args: as `greedy_search`, one row per sample (`cache` and `max_lengths` with leading dim
+    rows); keys: uint32 key data [rows, 2] (`sample_keys`), the token of step t in row r
+    drawn with fold_in(keys[r], t); temperature, topk, topp: see `sampling_log_probs`
+    (may be traced).
+
+  Returns:
+    sequences int32 [rows, max_decode_len] (no BOS, EOS then PAD) and their log-probs
+    float32 [rows] under the model itself (before temperature and truncation), so that
+    they rank and compare with beam search's.
+  """
+  max_lengths = _check_args(cache, max_lengths, max_decode_len)
+  rows = max_lengths.shape[0]
+  if keys.shape != (rows, 2):
+    raise ValueError(f"keys of shape {keys.shape}: need one key per row, ({rows}, 2)")
+  init = _SampleState(
+    step=jnp.array(0, jnp.int32),
+    seqs=jnp.full((rows, max_decode_len), PAD_ID, jnp.int32),
+    log_probs=jnp.zeros((rows,), jnp.float32),
+    finished=jnp.zeros((rows,), bool),
+    cache=_materialized(cache),
+  )
+
+  def cond(state: _SampleState) -> jax.Array:
+    return (state.step < max_decode_len) & ~jnp.all(state.finished)
+
+  def body(state: _SampleState) -> _SampleState:
+    ids = _last_tokens(state.seqs, state.step, bos_id)
+    log_probs, cache = _next_log_probs(
+      tokens_to_logits, ids, state.cache, state.step, max_lengths, eos_id
+    )
+    # PAD and BOS are never outputs (fairseq's sampler masks PAD the same way).
+    never = (jnp.arange(log_probs.shape[-1]) == PAD_ID) | (
+      jnp.arange(log_probs.shape[-1]) == bos_id
+    )
+    drawn_from = sampling_log_probs(jnp.where(never, NEG_INF, log_probs), temperature, topk, topp)
+    step_keys = jax.vmap(lambda k: jax.random.fold_in(k, state.step))(keys)
+    token = jax.vmap(jax.random.categorical)(step_keys, drawn_from).astype(jnp.int32)
+    token_log_prob = jnp.take_along_axis(log_probs, token[:, None], axis=-1)[:, 0]
+    token = jnp.where(state.finished, PAD_ID, token)
+    seqs = lax.dynamic_update_slice_in_dim(state.seqs, token[:, None], state.step, axis=1)
+    return _SampleState(
+      step=state.step + 1,
+      seqs=seqs,
+      log_probs=state.log_probs + jnp.where(state.finished, 0.0, token_log_prob),
+      finished=state.finished | (token == eos_id),
+      cache=cache,
+    )
+
+  final = lax.while_loop(cond, body, init)
+  return final.seqs, final.log_probs

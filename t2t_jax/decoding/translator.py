@@ -85,8 +85,11 @@ def decode(
   beam_size: int,
   suppress_eos: bool = False,
   stop: str = SearchConfig.beam_stop,
+  draw: "Draw | None" = None,
+  num_samples: int = 1,
 ) -> tuple[jax.Array, jax.Array]:
-  """Encodes once, builds the cache, then beam search (beam_size > 1) or greedy decoding.
+  """Encodes once, builds the cache, then beam search (beam_size > 1), greedy decoding, or
+  with `draw` sampling (`num_samples` per sentence, `search.sample_search`).
 
   Beam search runs the decoder on [batch, beam] ids (`Transformer.decode_beam_step`): the
   hypotheses of a sentence share its encoder keys/values, and their self-attention entries
@@ -98,11 +101,18 @@ def decode(
   are offered only at the limit, `eos_only_at_limit`; greedy: EOS's logit is set to -1e9).
   stop: beam search's stopping rule (`search.beam_search`): "exact" or "heuristic".
 
+  Sampling repeats each sentence's encoder output num_samples times (the encoder runs once)
+  and draws every sample on its own row of the per-row cache.
+
   Returns:
     beam search: `search.beam_search`'s (sequences [batch, beam, max_decode_len], scores
-    [batch, beam]); greedy: (sequences [batch, 1, max_decode_len], log-probs [batch, 1]).
+    [batch, beam]); greedy: (sequences [batch, 1, max_decode_len], log-probs [batch, 1]);
+    sampling: (sequences [batch, num_samples, max_decode_len], log-probs [batch,
+    num_samples]), ordered by length-normalised score, best first (ties: sample order).
   """
   encoded = model.apply({"params": params}, inputs, method=Transformer.encode)
+  if draw is not None:
+    encoded, inputs = (jnp.repeat(x, num_samples, axis=0) for x in (encoded, inputs))
   _, state = model.apply(
     {"params": params},
     encoded,
@@ -117,14 +127,30 @@ def decode(
       return logits
     return jnp.where(jnp.arange(logits.shape[-1]) == EOS_ID, -1e9, logits)
 
+  def tokens_to_logits(ids: jax.Array, cache: VariableDict) -> tuple[jax.Array, VariableDict]:
+    logits, new = model.apply(
+      {"params": params, "cache": cache}, ids, method=Transformer.decode_step, mutable=["cache"]
+    )
+    return no_eos(logits), new["cache"]
+
+  if draw is not None:
+    seqs, log_probs = search.sample_search(
+      tokens_to_logits,
+      state["cache"],
+      max_lengths=jnp.repeat(max_lengths, num_samples),
+      max_decode_len=max_decode_len,
+      keys=search.sample_keys(draw.seed, draw.sentence_ids, num_samples),
+      temperature=draw.temperature,
+      topk=draw.topk,
+      topp=draw.topp,
+    )
+    seqs = seqs.reshape(-1, num_samples, max_decode_len)
+    log_probs = log_probs.reshape(-1, num_samples)
+    lengths = jnp.sum(seqs != PAD_ID, axis=-1)
+    order = jnp.argsort(-(log_probs / search.length_penalty(lengths, alpha)), axis=1, stable=True)
+    return search.gather_beams(seqs, order), jnp.take_along_axis(log_probs, order, axis=1)
+
   if beam_size == 1:
-
-    def tokens_to_logits(ids: jax.Array, cache: VariableDict) -> tuple[jax.Array, VariableDict]:
-      logits, new = model.apply(
-        {"params": params, "cache": cache}, ids, method=Transformer.decode_step, mutable=["cache"]
-      )
-      return no_eos(logits), new["cache"]
-
     seqs, log_probs = search.greedy_search(
       tokens_to_logits, state["cache"], max_lengths=max_lengths, max_decode_len=max_decode_len
     )
@@ -176,7 +202,27 @@ def decode(
   )
 
 
-_STATIC = ("model", "max_decode_len", "beam_size", "suppress_eos", "stop")
+class Draw(NamedTuple):
+  """The traced settings of sampling (`decode`'s draw): other values reuse the compilation."""
+
+  temperature: jax.Array  # float32 scalar
+  topk: jax.Array  # int32 scalar, 0: all tokens
+  topp: jax.Array  # float32 scalar, 1: all tokens
+  seed: jax.Array  # int32 scalar
+  sentence_ids: jax.Array  # int32 [batch]: each row's index in the input (search.sample_keys)
+
+  @classmethod
+  def of(cls, settings: SearchConfig, sentence_ids: ArrayLike) -> "Draw":
+    return cls(
+      temperature=jnp.float32(settings.sampling_temperature),
+      topk=jnp.int32(settings.sampling_topk),
+      topp=jnp.float32(settings.sampling_topp),
+      seed=jnp.int32(settings.sampling_seed),
+      sentence_ids=jnp.asarray(sentence_ids, jnp.int32),
+    )
+
+
+_STATIC = ("model", "max_decode_len", "beam_size", "suppress_eos", "stop", "num_samples")
 
 
 @functools.partial(jax.jit, static_argnames=_STATIC)
@@ -185,10 +231,11 @@ def _best(
   inputs: jax.Array,
   max_lengths: jax.Array,
   alpha: float | jax.Array,
+  draw: Draw | None = None,
   **static: Any,
 ) -> jax.Array:
   """The best output of `decode` per sentence: int32 [batch, max_decode_len]."""
-  seqs, _ = decode(params, inputs, max_lengths, alpha, **static)
+  seqs, _ = decode(params, inputs, max_lengths, alpha, draw=draw, **static)
   return seqs[:, 0]
 
 
@@ -198,10 +245,11 @@ def _nbest(
   inputs: jax.Array,
   max_lengths: jax.Array,
   alpha: float | jax.Array,
+  draw: Draw | None = None,
   **static: Any,
 ) -> tuple[jax.Array, jax.Array]:
   """Every hypothesis `decode` keeps (see search_batch)."""
-  return decode(params, inputs, max_lengths, alpha, **static)
+  return decode(params, inputs, max_lengths, alpha, draw=draw, **static)
 
 
 def search_batch(
@@ -214,6 +262,7 @@ def search_batch(
   search: SearchConfig = PAPER_SEARCH,
   suppress_eos: bool = False,
   nbest: bool = False,
+  sentence_ids: ArrayLike | None = None,
 ) -> jax.Array | tuple[jax.Array, jax.Array]:
   """Decodes one padded batch with the jitted search, the entry for code that holds a model
   and parameters but no Translator (benchmarks, A/B timing).
@@ -223,21 +272,33 @@ def search_batch(
   `suppress_eos` (see `decode`); alpha is traced, so other alphas reuse the compilation.
   search.max_output_extra is the caller's business: it is already in `max_lengths`.
 
+  With search.sampling, row r's samples are keyed by sentence_ids[r] (default: r), its
+  index in the caller's input, so that a sentence's samples do not depend on its batch;
+  the temperature, top-k, top-p and seed are traced too.
+
   Returns the best output per sentence, int32 [batch, max_decode_len]; with `nbest`, every
   hypothesis kept: (sequences int32 [batch, beam, max_decode_len], scores float32 [batch,
-  beam]; beam search: length-normalised, greedy: raw log-probs).
+  beam]; beam search: length-normalised, greedy: raw log-probs; sampling: [batch,
+  num_samples, ...] with raw log-probs, best length-normalised score first).
   """
   run = _nbest if nbest else _best
+  inputs = jnp.asarray(inputs)
+  draw = None
+  if search.sampling:
+    ids = np.arange(inputs.shape[0]) if sentence_ids is None else sentence_ids
+    draw = Draw.of(search, ids)
   return run(
     params,
-    jnp.asarray(inputs),
+    inputs,
     jnp.asarray(max_lengths),
     jnp.float32(search.alpha),
+    draw,
     model=model,
     max_decode_len=max_decode_len,
     beam_size=search.beam_size,
     suppress_eos=suppress_eos,
     stop=search.beam_stop,
+    num_samples=search.num_samples if search.sampling else 1,
   )
 
 
@@ -376,25 +437,60 @@ class Translator:
 
     The search is `search` (default: the Translator's), with `beam_size` and `alpha`, when
     given, replacing its own. Returns one string per sentence, or with `nbest` (1 <= nbest
-    <= max(beam_size, 1)) a list per sentence of its nbest best `Hypothesis`es, best first
+    <= max(beam_size, 1), or num_samples when sampling) a list per sentence of its nbest best
+    `Hypothesis`es, best first
     (the first one's text is the string translate() returns without nbest). `source_name`
     (a file name) labels the warning about sentences cut to max_len.
     """
     settings = self._settings(beam_size, alpha, search)
-    self._check_nbest(nbest, settings.beam_size)
+    self._check_nbest(nbest, settings)
     sources = self._source_ids(sentences, source_name)
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     outputs: list = [None] * len(sources)
     for batch in self._batches(order, sources):
-      results = self._translate_batch([sources[i] for i in batch], settings, nbest)
+      results = self._translate_batch([sources[i] for i in batch], settings, nbest, ids=batch)
       for i, result in zip(batch, results):
         outputs[i] = result
     return outputs
 
   @staticmethod
-  def _check_nbest(nbest: int | None, beam_size: int) -> None:
-    if nbest is not None and not 1 <= nbest <= max(beam_size, 1):
-      raise TranslateError(f"nbest={nbest}: must be between 1 and the beam size {beam_size}")
+  def _check_nbest(nbest: int | None, settings: SearchConfig) -> None:
+    if nbest is None or 1 <= nbest <= settings.hypotheses:
+      return
+    if settings.sampling:
+      raise TranslateError(
+        f"nbest={nbest}: must be between 1 and num_samples={settings.num_samples}"
+      )
+    raise TranslateError(f"nbest={nbest}: must be between 1 and the beam size {settings.beam_size}")
+
+  def sample(
+    self,
+    sentences: Sequence[str],
+    num_samples: int = 1,
+    temperature: float | None = None,
+    topk: int | None = None,
+    topp: float | None = None,
+    seed: int | None = None,
+    nbest: int | None = None,
+    source_name: str = "input",
+  ) -> list[str] | list[list[Hypothesis]]:
+    """translate() by sampling (search.sample_search): `num_samples` outputs drawn per
+    sentence from the model's distribution at `temperature`, cut to the `topk` best and the
+    `topp` nucleus (None: the Translator's search fields, by default no cut, temperature 1,
+    seed 0). Returns the best-scoring sample per sentence, or with `nbest` (<= num_samples)
+    the nbest best samples as `Hypothesis`es (score: log p / lp, as beam search ranks). The
+    same seed gives the same samples for the sentence at the same input index, whatever
+    else is translated with it."""
+    settings = self.search.override(
+      sampling=True,
+      beam_size=1,
+      num_samples=num_samples,
+      sampling_temperature=temperature,
+      sampling_topk=topk,
+      sampling_topp=topp,
+      sampling_seed=seed,
+    )
+    return self.translate(sentences, nbest=nbest, source_name=source_name, search=settings)
 
   def buckets(self) -> list[int]:
     """Padded source lengths of streaming translation: 16, 32, 64, ... up to max_len."""
@@ -420,7 +516,7 @@ class Translator:
     settings = self._settings(beam_size, alpha, search)
     for bucket in self.buckets():
       shape = self._bucket_shape(bucket, settings.max_output_extra)
-      self._translate_batch([[EOS_ID]], settings, nbest, shape)
+      self._translate_batch([[EOS_ID]], settings, nbest, shape, ids=[0])
 
   def translate_stream(
     self,
@@ -438,11 +534,11 @@ class Translator:
     The per-sentence output limit is the same as translate()'s, and so are the outputs.
     """
     settings = self._settings(beam_size, alpha, search)
-    self._check_nbest(nbest, settings.beam_size)
-    for line in lines:
+    self._check_nbest(nbest, settings)
+    for index, line in enumerate(lines):
       source = self._source_ids([line])[0]
       shape = self._bucket_shape(len(source), settings.max_output_extra)
-      yield self._translate_batch([source], settings, nbest, shape)[0]
+      yield self._translate_batch([source], settings, nbest, shape, ids=[index])[0]
 
   def _batches(self, order: Sequence[int], sources: Sequence[Sequence[int]]) -> Iterator[list[int]]:
     batch, longest = [], 0
@@ -486,10 +582,16 @@ class Translator:
     settings: SearchConfig,
     nbest: int | None = None,
     shape: tuple[int, int] | None = None,
+    ids: Sequence[int] | None = None,
   ) -> list[str] | list[list[Hypothesis]]:
-    """Translates sentences (id lists) in one padded batch (`_padded_batch`)."""
+    """Translates sentences (id lists) in one padded batch (`_padded_batch`); `ids` are
+    their indices in the input, which key their samples when sampling."""
     inputs, limits, max_decode_len = self._padded_batch(sources, settings.max_output_extra, shape)
-    kw = dict(model=self.model, max_decode_len=max_decode_len, search=settings)
+    sentence_ids = np.zeros(inputs.shape[0], np.int32)
+    sentence_ids[: len(sources)] = range(len(sources)) if ids is None else ids
+    kw = dict(
+      model=self.model, max_decode_len=max_decode_len, search=settings, sentence_ids=sentence_ids
+    )
     if nbest is None:
       seqs = np.asarray(search_batch(self.params, inputs, limits, **kw))
       return [self.tokenizer.decode(row) for row in seqs[: len(sources)]]

@@ -73,10 +73,15 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
       "state to keep)"
     )
   try:
-    SearchConfig.from_config(config)
+    search = SearchConfig.from_config(config)
     best.check_config(config)
   except ValueError as e:
     raise ConfigError(str(e)) from None
+  if search.sampling and config.bleu_beam_size > 1:  # dev translations sample too: beam 1
+    raise ConfigError(
+      f"config.sampling=True decodes with beam 1: config.bleu_beam_size={config.bleu_beam_size} "
+      "must be 0 or 1"
+    )
 
 
 def build_model(

@@ -1,0 +1,101 @@
+"""t2t-score: the log-probability a trained workdir's model gives each given translation.
+
+    t2t-score --workdir=DIR --source=FILE --target=FILE [--output=FILE] [--per_token]
+              [--checkpoint=auto|latest|average:N|STEP|selected] [--alpha=A]
+
+Line i of --target is scored as the translation of line i of --source, teacher-forced (no
+search). One TSV line per pair, in input order: log p(target | source) summed over the
+target's tokens (EOS included), its mean per token, and the sum divided by the GNMT length
+penalty ((5 + tokens) / 6)^alpha with the workdir's alpha (or --alpha), the score beam search
+ranks by and t2t-translate --scores prints. --per_token adds a fourth column: each token's
+log-probability, space-separated. Pairs are batched by length; the two files must have the
+same number of lines.
+"""
+
+import sys
+from collections.abc import Sequence
+
+from absl import flags
+
+from t2t_jax.cli import common, host
+from t2t_jax.cli.translate import _check_output, read_lines
+from t2t_jax.decoding.scoring import PairScore, Scorer
+from t2t_jax.decoding.translator import TranslateError, Translator
+from t2t_jax.run.checkpoint import CheckpointSpecError
+from t2t_jax.run.files import atomic_write_text
+
+
+def _define_flags() -> flags.FlagValues:
+  flags.DEFINE_string("workdir", None, "a t2t-train workdir (config.json, vocabulary, checkpoints)")
+  flags.DEFINE_string("source", None, "source sentences, one per line")
+  flags.DEFINE_string("target", None, "their translations to score, one per line")
+  flags.DEFINE_string("output", None, "where the scores go (default: stdout)")
+  flags.DEFINE_boolean(
+    "per_token", False, "add a column of each target token's log-probability (EOS last)"
+  )
+  flags.DEFINE_string(
+    "checkpoint",
+    "auto",
+    "'latest', 'average:N' (last N), a step, "
+    "'selected' (the choice t2t-train made on dev), or 'auto': 'selected' "
+    "when the workdir has one, else 'latest'",
+  )
+  flags.DEFINE_float(
+    "alpha", None, "length penalty exponent of the third column (default: the workdir's alpha)"
+  )
+  flags.DEFINE_integer("batch_tokens", 4096, "tokens per side of a scoring batch")
+  return flags.FLAGS
+
+
+def format_score(score: PairScore, per_token: bool) -> str:
+  """'log_prob<TAB>mean<TAB>normalised[<TAB>token log-probs]' and a newline."""
+  line = f"{score.log_prob:.6f}\t{score.mean:.6f}\t{score.normalised:.6f}"
+  if per_token:
+    line += "\t" + " ".join(f"{x:.6f}" for x in score.tokens)
+  return line + "\n"
+
+
+def main(argv: Sequence[str]) -> None:
+  common.quiet_library_logs()
+  args = _define_flags.flags
+  if len(argv) > 1:
+    raise SystemExit(f"t2t-score: unexpected arguments {argv[1:]}")
+  try:
+    for name in ("workdir", "source", "target"):
+      if not args[name].value:
+        raise TranslateError(f"--{name} is required")
+    if args.batch_tokens < 1:
+      raise TranslateError(f"--batch_tokens={args.batch_tokens} must be >= 1")
+    sources, targets = read_lines(args.source), read_lines(args.target)
+    if len(sources) != len(targets):
+      raise TranslateError(
+        f"--source={args.source} has {len(sources)} lines but --target={args.target} has "
+        f"{len(targets)}"
+      )
+    _check_output(args.output)
+    translator = Translator.from_workdir(
+      args.workdir, args.checkpoint, batch_tokens=args.batch_tokens
+    )
+    scorer = Scorer(translator, alpha=args.alpha)
+    scores = scorer.score(sources, targets, f"--source={args.source}", f"--target={args.target}")
+  except (TranslateError, CheckpointSpecError) as e:
+    raise SystemExit(f"t2t-score: {e}") from None
+  text = "".join(format_score(s, args.per_token) for s in scores)
+  if args.output:  # a reader never sees half a file
+    try:
+      atomic_write_text(args.output, text)
+    except OSError as e:
+      raise SystemExit(f"t2t-score: --output={args.output}: cannot write ({e.strerror})") from None
+  else:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def run() -> None:
+  host.use_huge_pages()
+  _define_flags.flags = _define_flags()
+  common.run(main, __doc__)
+
+
+if __name__ == "__main__":
+  run()

@@ -1,0 +1,171 @@
+"""Scoring given translations: decoding.scoring against the training loss's log-likelihood,
+t2t-score's TSV in input order, and its bad input refused in one line."""
+
+import functools
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from absl import flags
+
+from t2t_jax.cli import score as score_cli
+from t2t_jax.decoding import scoring
+from t2t_jax.decoding.translator import TranslateError, Translator
+from t2t_jax.tokens import EOS_ID
+from t2t_jax.training import losses
+from tests import support
+
+SUBPROCESS_ENV = dict(os.environ, XLA_FLAGS="", JAX_PLATFORMS="cpu", T2T_HUGE_PAGES="0")
+SOURCES = ["1 2 3", "4 5 6 7 1 2", "", "7", "3 3 3 3 3 3 3 3", "2 1"]
+TARGETS = ["1 2 3", "7 7", "5", "", "3 3 3 3 3 3 3 3 3 3 3 3", "4 5 6"]
+
+
+@pytest.fixture(scope="module")
+def workdir():
+  return support.small_trained_workdir()
+
+
+@pytest.fixture(scope="module")
+def translator(workdir):
+  return Translator.from_workdir(workdir, batch_tokens=32)  # several batches of SOURCES
+
+
+class _IdTokenizer:
+  """Words are token ids: '5 6 7' -> [5, 6, 7]."""
+
+  vocab_size = support.SMALL_MODEL["vocab_size"]
+
+  def encode(self, text):
+    return [int(w) for w in text.split()]
+
+  def decode(self, ids):
+    return " ".join(str(i) for i in ids if i > EOS_ID)
+
+
+def _training_log_likelihood(t: Translator, sources, targets) -> list[np.ndarray]:
+  """-nll per target token from the training loss (no label smoothing), all pairs in one
+  padded batch in input order."""
+  src = [t._source_ids([s])[0] for s in sources]
+  tgt = [list(t.tokenizer.encode(s)) + [EOS_ID] for s in targets]
+  pad = lambda rows: np.array([r + [0] * (max(map(len, rows)) - len(r)) for r in rows], np.int32)
+  logits = t.model.apply({"params": t.params}, pad(src), pad(tgt))
+  _, nll = losses.token_losses(logits, pad(tgt), label_smoothing=0.0)
+  return [-np.asarray(row[: len(ids)], np.float64) for row, ids in zip(nll, tgt)]
+
+
+@pytest.mark.slow
+def test_scores_equal_the_training_log_likelihood():
+  model, params = support.small_model(seed=3)
+  translator = Translator(model, params, _IdTokenizer(), batch_tokens=8)
+  sources = ["5 6 7", "4 5 6 7 11 12", "", "7"]
+  targets = ["5 6 7", "9 9", "5", ""]
+  scorer = scoring.Scorer(translator)
+  got = scorer.score(sources, targets)
+  batches = scorer._batches(translator._source_ids(sources), scorer.target_ids(targets))
+  assert len(list(batches)) > 1  # so that input order is restored across batches
+  alpha = translator.search.alpha
+  for want, score in zip(_training_log_likelihood(translator, sources, targets), got):
+    np.testing.assert_allclose(score.tokens, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(score.log_prob, want.sum(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(score.mean, want.mean(), rtol=1e-5, atol=1e-5)
+    penalty = ((5 + len(want)) / 6) ** alpha  # GNMT, eq. 14, length with EOS
+    np.testing.assert_allclose(score.normalised, want.sum() / penalty, rtol=1e-5, atol=1e-5)
+  assert scoring.Scorer(translator, alpha=0.0).score(sources[:1], targets[:1])[0].normalised == (
+    pytest.approx(got[0].log_prob)
+  )
+
+
+@pytest.mark.slow
+def test_a_translations_score_is_the_searchs_score(translator):
+  """Beam search's n-best score and log-probability of its own output, scored again."""
+  best = [h[0] for h in translator.translate(SOURCES, beam_size=2, nbest=1)]
+  got = scoring.Scorer(translator).score(SOURCES, [h.text for h in best])
+  for h, score in zip(best, got):
+    assert score.log_prob == pytest.approx(h.log_prob, abs=1e-4)
+    assert score.normalised == pytest.approx(h.score, abs=1e-4)
+
+
+def test_a_target_longer_than_max_len_is_refused_naming_its_line():
+  model, params = support.small_model()
+  translator = Translator(model, params, _IdTokenizer())
+  with pytest.raises(
+    TranslateError,
+    match=r"^refs: 1 target\(s\) have more tokens \(with EOS\) than the model's max_len=16 "
+    r"\(lines 2\)$",
+  ):
+    scoring.Scorer(translator).score(["1", "2"], ["1", " ".join(["3"] * 20)], target_name="refs")
+
+
+class _OwnFlags:
+  """absl.flags aimed at a private FlagValues, so that each run defines t2t-score's flags
+  afresh."""
+
+  def __init__(self) -> None:
+    self.FLAGS = flags.FlagValues()
+
+  def __getattr__(self, name):
+    value = getattr(flags, name)
+    if name.startswith("DEFINE"):
+      return functools.partial(value, flag_values=self.FLAGS)
+    return value
+
+
+def _score(monkeypatch, *args):
+  monkeypatch.setattr(score_cli, "flags", _OwnFlags())
+  parsed = score_cli._define_flags()
+  parsed(["t2t-score", *args])
+  monkeypatch.setattr(score_cli._define_flags, "flags", parsed, raising=False)
+  score_cli.main(["t2t-score"])
+
+
+def test_a_line_count_mismatch_names_both_files_and_counts(tmp_path, monkeypatch):
+  source, target = tmp_path / "src.txt", tmp_path / "tgt.txt"
+  source.write_text("1 2\n3\n4\n")
+  target.write_text("1 2\n3\n")
+  loaded = []
+  monkeypatch.setattr(score_cli.Translator, "from_workdir", lambda *a, **k: loaded.append(a))
+  with pytest.raises(SystemExit) as e:
+    _score(monkeypatch, f"--workdir={tmp_path}", f"--source={source}", f"--target={target}")
+  assert str(e.value) == (f"t2t-score: --source={source} has 3 lines but --target={target} has 2")
+  with pytest.raises(SystemExit, match="^t2t-score: --target is required$"):
+    _score(monkeypatch, f"--workdir={tmp_path}", f"--source={source}")
+  assert not loaded
+
+
+@pytest.mark.slow
+def test_score_command_prints_tsv_in_input_order(workdir, translator, tmp_path):
+  source, target, output = tmp_path / "src.txt", tmp_path / "tgt.txt", tmp_path / "out.tsv"
+  source.write_text("".join(s + "\n" for s in SOURCES))
+  target.write_text("".join(t + "\n" for t in TARGETS))
+  proc = subprocess.run(
+    [
+      sys.executable,
+      "-m",
+      "t2t_jax.cli.score",
+      f"--workdir={workdir}",
+      f"--source={source}",
+      f"--target={target}",
+      f"--output={output}",
+      "--per_token",
+      "--checkpoint=latest",
+      "--batch_tokens=32",
+    ],
+    env=SUBPROCESS_ENV,
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  lines = output.read_text().splitlines()
+  want = scoring.Scorer(translator).score(SOURCES, TARGETS)
+  assert lines == [score_cli.format_score(s, per_token=True).rstrip("\n") for s in want]
+  reference = _training_log_likelihood(translator, SOURCES, TARGETS)
+  for line, target_text, want_tokens in zip(lines, TARGETS, reference):
+    total, mean, _, tokens = line.split("\t")
+    tokens = [float(x) for x in tokens.split()]
+    assert len(tokens) == len(translator.tokenizer.encode(target_text)) + 1
+    assert float(total) == pytest.approx(sum(tokens), abs=1e-4)
+    assert float(mean) == pytest.approx(sum(tokens) / len(tokens), abs=1e-4)
+    assert float(total) == pytest.approx(want_tokens.sum(), abs=1e-4)
