@@ -2,7 +2,6 @@
 t2t-score's TSV in input order, and its bad input refused in one line."""
 
 import functools
-import os
 import subprocess
 import sys
 
@@ -17,7 +16,7 @@ from t2t_jax.tokens import EOS_ID
 from t2t_jax.training import losses
 from tests import support
 
-SUBPROCESS_ENV = dict(os.environ, XLA_FLAGS="", JAX_PLATFORMS="cpu", T2T_HUGE_PAGES="0")
+SUBPROCESS_ENV = support.cpu_env(T2T_HUGE_PAGES="0")
 SOURCES = ["1 2 3", "4 5 6 7 1 2", "", "7", "3 3 3 3 3 3 3 3", "2 1"]
 TARGETS = ["1 2 3", "7 7", "5", "", "3 3 3 3 3 3 3 3 3 3 3 3", "4 5 6"]
 
