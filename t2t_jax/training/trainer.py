@@ -29,7 +29,7 @@ from t2t_jax.model import Transformer, TransformerConfig
 from t2t_jax.run import checkpoint, fingerprint
 from t2t_jax.run.files import sha256_file
 from t2t_jax.run.lock import WorkdirLock, WorkdirLockedError
-from t2t_jax.run.workdir import Workdir
+from t2t_jax.run.workdir import Workdir, WorkdirError
 from t2t_jax.training import config as config_lib
 from t2t_jax.training import evaluation, optim, parallel, steps, summary
 
@@ -437,6 +437,7 @@ EXPLAINED_ERRORS = (
   checkpoint.CheckpointSaveError,
   fingerprint.FingerprintError,
   WorkdirLockedError,
+  WorkdirError,
   NonFiniteLossError,
 )
 
