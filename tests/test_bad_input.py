@@ -75,8 +75,7 @@ def _cases(root: str) -> dict[str, tuple[str, list[str], str]]:
     "train-misspelled-field": (
       "train",
       [f"--workdir={root}/new", "--config.num_train_step=5"],
-      "--config.num_train_step=5: config has no field 'num_train_step' "
-      "(nearest: num_train_steps)",
+      "--config.num_train_step=5: config has no field 'num_train_step' (nearest: num_train_steps)",
     ),
     "train-misspelled-model-field": (
       "train",
