@@ -93,6 +93,11 @@ def _cases(root: str) -> dict[str, tuple[str, list[str], str]]:
       [f"--workdir={good}", f"--input={src}", "--output=/no/such/dir/x"],
       "--output=/no/such/dir/x: cannot write (No such file or directory)",
     ),
+    "translate-selection-entry-is-no-choice": (
+      "translate",
+      [f"--workdir={root}/numbered", f"--input={src}", "--checkpoint=selected"],
+      f"{root}/numbered/selected.json is not a selection file: its 'checkpoint' entry 6 is not",
+    ),
     "average-output-is-a-file": (
       "average",
       [f"--workdir={good}", f"--output={a_file}"],
@@ -137,13 +142,15 @@ def results(tmp_path_factory):
     f.write("not a workdir\n")
   with open(f"{root}/src.txt", "w") as f:
     f.write("1 2 3\n")
-  for name in ("good", "corrupt", "listed"):
+  for name in ("good", "corrupt", "listed", "numbered"):
     os.makedirs(f"{root}/{name}")
     Workdir(f"{root}/{name}").write_start(small_config())
   with open(f"{root}/corrupt/config.json", "w") as f:
     f.write('{"model": ')  # cut short
   with open(f"{root}/listed/selected.json", "w") as f:
     json.dump(["latest", "average:2"], f)
+  with open(f"{root}/numbered/selected.json", "w") as f:
+    json.dump({"checkpoint": 6}, f)  # a step, not the spec "6"
   cases = [[name, command, args] for name, (command, args, _) in _cases(root).items()]
   env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="", T2T_HUGE_PAGES="0")
   proc = subprocess.run(
