@@ -451,3 +451,134 @@ def test_decoding_settings_are_checked_before_training(field, value, expected):
   config[field] = value
   with pytest.raises(train.ConfigError, match=re.escape(expected)):
     train.validate_config(config)
+
+
+# --- 10. a checkpoint missing an item its save wrote --------------------------------------
+
+FINGERPRINT_SAVED = {"vocab_sha256": "ab" * 32, "config": {"seed": 0}}
+
+
+def _two_checkpoints(workdir: str, data: bool = True):
+  """Checkpoints 1 and 2 of the small model, saved as the trainer saves them (data position
+  and fingerprint) or, with data=False, as an averaged workdir's (no data item)."""
+  _, state = support.small_state()
+  ckpts = checkpoint.Checkpoints(workdir, owner=True)
+  for step in (1, 2):
+    ckpts.save(step, state, {"position": step} if data else None, FINGERPRINT_SAVED)
+  ckpts.wait()
+  ckpts.close()
+  return state
+
+
+@pytest.mark.parametrize("item", [checkpoint.DATA, checkpoint.FINGERPRINT])
+def test_a_checkpoint_missing_an_item_its_save_wrote_is_damaged_kept_and_skipped(
+  item, tmp_path, caplog
+):
+  caplog.set_level("INFO")
+  workdir = str(tmp_path / "w")
+  state = _two_checkpoints(workdir)
+  step_dir = os.path.join(workdir, "checkpoints", "2")
+  shutil.rmtree(os.path.join(step_dir, item))
+  ckpts = checkpoint.Checkpoints(workdir, owner=True)
+  assert ckpts.steps() == [1]  # neither resumed from nor counted among the kept ones
+  why = f"step 2 at {step_dir}: no {item} item ({step_dir}/{item} is missing"
+  assert len(ckpts.damaged()) == 1 and ckpts.damaged()[0].startswith(why)
+  checked = []
+  _, data_state, step = ckpts.restore_newest(state, lambda s, saved: checked.append((s, saved)))
+  assert (step, data_state, checked) == (1, {"position": 1}, [(1, FINGERPRINT_SAVED)])
+  assert why in caplog.text and "left in place and skipped" in caplog.text
+  assert os.path.isdir(step_dir) and os.listdir(step_dir)  # kept as it was
+  shutil.rmtree(os.path.join(workdir, "checkpoints", "1", item))
+  with pytest.raises(checkpoint.CheckpointDamagedError, match=f"no {item} item") as e:
+    checkpoint.Checkpoints(workdir, owner=True).restore_newest(state, lambda *a: None)
+  assert f"step 1 at {workdir}/checkpoints/1" in str(e.value) and why in str(e.value)
+
+
+def test_a_checkpoint_saved_without_data_is_intact_and_readers_create_nothing(tmp_path):
+  workdir = str(tmp_path / "w")
+  state = _two_checkpoints(workdir, data=False)  # as t2t-average writes one
+  ckpts = checkpoint.Checkpoints(workdir)
+  assert ckpts.steps() == [1, 2] and ckpts.damaged() == []
+  _, data_state, step = ckpts.restore_newest(state, lambda *a: None)
+  assert (step, data_state) == (2, None)
+  typo = tmp_path / "typo"
+  assert checkpoint.Checkpoints(str(typo)).steps() == [] and not typo.exists()
+
+
+# --- 11. a fresh start in a used workdir ----------------------------------------------------
+
+
+def _contents(root) -> dict[str, bytes]:
+  root = str(root)
+  return {
+    os.path.relpath(os.path.join(d, n), root): open(os.path.join(d, n), "rb").read()
+    for d, _, names in os.walk(root)
+    for n in names
+  }
+
+
+def test_a_fresh_start_sets_the_earlier_runs_logs_aside_and_deletes_nothing(tmp_path, caplog):
+  workdir = Workdir(str(tmp_path))
+  workdir.write_start(small_config())
+  earlier = summary.MetricsWriter(str(tmp_path))
+  for step in (1, 2, 3):
+    earlier.write(step, dict(loss=4.0 - step))
+  earlier.close()
+  workdir.write_selection({"checkpoint": "latest"})
+  workdir.write_best({"metric": "eval_loss", "history": [[3, 1.0]], "best": [{"step": 3}]})
+  (tmp_path / "test.de").write_text("ein Test\n")
+  logs = {n: v for n, v in _contents(tmp_path).items() if n != "starts.jsonl"}
+  starts = (tmp_path / "starts.jsonl").read_text()
+
+  fresh = summary.MetricsWriter(str(tmp_path), resume_step=0)  # no checkpoint to resume from
+  fresh.write(1, dict(loss=9.0))
+  fresh.close()
+  (aside,) = [n for n in os.listdir(tmp_path) if n.startswith("before-")]
+  assert _contents(tmp_path / aside) == logs  # every byte of the earlier run, config included
+  assert [(r["step"], r["loss"]) for r in read_metrics(str(tmp_path))] == [(1, 9.0)]
+  assert os.listdir(tmp_path / "tensorboard") and not (tmp_path / "selected.json").exists()
+  assert (tmp_path / "config.json").exists() and (tmp_path / "starts.jsonl").read_text() == starts
+  assert not (tmp_path / "best.json").exists()
+  moved = "best.json, metrics.jsonl, selected.json, tensorboard, test.de"
+  assert f"moved {moved} to {tmp_path}/{aside}" in (
+    caplog.text
+  )
+  # A second fresh start keeps the first one's aside as it was, beside its own.
+  kept = _contents(tmp_path / aside)
+  summary.MetricsWriter(str(tmp_path), resume_step=0).close()
+  asides = sorted(n for n in os.listdir(tmp_path) if n.startswith("before-"))
+  assert len(asides) == 2 and _contents(tmp_path / aside) == kept
+  # A resume sets nothing aside.
+  summary.MetricsWriter(str(tmp_path), resume_step=4).close()
+  assert sorted(n for n in os.listdir(tmp_path) if n.startswith("before-")) == asides
+
+
+@pytest.mark.slow
+def test_training_from_scratch_in_a_used_workdir_keeps_the_earlier_metrics(trained, tmp_path):
+  workdir = _copy(trained, tmp_path)
+  before = open(os.path.join(workdir, "metrics.jsonl"), "rb").read()
+  ckpt = os.path.join(workdir, "checkpoints")
+  os.rename(ckpt, f"{tmp_path}/damaged_checkpoints")  # as CheckpointDamagedError advises
+  out = train.train_and_evaluate(_six_steps(), workdir)
+  assert out["step"] == 6
+  (aside,) = [n for n in os.listdir(workdir) if n.startswith("before-")]
+  assert open(os.path.join(workdir, aside, "metrics.jsonl"), "rb").read() == before
+  steps = [r["step"] for r in read_metrics(workdir) if "loss" in r]
+  assert steps == [1, 2, 3, 4, 5, 6]  # the new run's, each once
+
+
+@pytest.mark.slow
+def test_resume_skips_a_checkpoint_without_its_data_item_and_ends_the_same(
+  trained, tmp_path, caplog
+):
+  caplog.set_level("INFO")
+  workdir = _copy(trained, tmp_path)
+  ckpt = os.path.join(workdir, "checkpoints")
+  shutil.rmtree(os.path.join(ckpt, "6", checkpoint.DATA))
+  reference = checkpoint.Checkpoints(trained).restore_params(6)
+  train.train_and_evaluate(_six_steps(), workdir)
+  assert f"step 6 at {ckpt}/6: no data item" in caplog.text and f"{ckpt}/4" in caplog.text
+  assert os.path.isdir(f"{ckpt}/6.damaged")  # set aside when step 6 was saved anew
+  redone = checkpoint.Checkpoints(workdir).restore_params(6)  # the data order was kept
+  for x, y in zip(jax.tree.leaves(reference), jax.tree.leaves(redone), strict=True):
+    np.testing.assert_array_equal(x, y)

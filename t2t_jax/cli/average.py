@@ -10,12 +10,14 @@ metric t2t-train ranked by, 'best:N' the N best, 'average:N', 'latest', a step).
 `t2t-translate --checkpoint=average:N` does the same on the fly without writing anything.
 """
 
+import os
 from collections.abc import Sequence
 
 from absl import app, flags
 
 from t2t_jax.cli import common
 from t2t_jax.run import checkpoint
+from t2t_jax.run.workdir import Workdir, WorkdirError, WorkdirFileError
 
 flags.DEFINE_string("workdir", None, "a t2t-train workdir")
 flags.DEFINE_integer("num", 5, "how many of the latest checkpoints to average")
@@ -46,10 +48,26 @@ def main(argv: Sequence[str]) -> None:
   common.quiet_library_logs()
   spec = FLAGS.checkpoint if FLAGS.checkpoint is not None else f"average:{FLAGS.num}"
   try:
+    _check_paths(FLAGS.workdir, FLAGS.output)
     steps, path = average(FLAGS.workdir, spec, FLAGS.output)
-  except (checkpoint.CheckpointSpecError, FileExistsError) as e:
+  except (checkpoint.CheckpointSpecError, FileExistsError, WorkdirError, WorkdirFileError) as e:
     raise SystemExit(f"t2t-average: {e}") from None
   print(f"averaged steps {steps} -> {path}")
+
+
+def _check_paths(workdir: str, output: str) -> None:
+  """Refuses, before any checkpoint is read, an input that is not a t2t-train workdir (it is
+  only read: nothing is created in it) and an output that is a file or holds checkpoints."""
+  source = Workdir(workdir).require()
+  if source.config_values() is None:  # the averaged workdir needs it to be translated
+    raise WorkdirError(f"--workdir={workdir}: no {Workdir.CONFIG} (not a t2t-train workdir?)")
+  target = Workdir(output)
+  if os.path.exists(output) and not os.path.isdir(output):
+    raise WorkdirError(f"--output={output} is not a directory (a file is in its place)")
+  if os.path.isdir(target.checkpoint_dir) and os.listdir(target.checkpoint_dir):
+    raise FileExistsError(
+      f"{target.checkpoint_dir} already holds checkpoints; choose a new --output"
+    )
 
 
 def run() -> None:

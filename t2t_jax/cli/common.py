@@ -1,11 +1,14 @@
 """Command-line plumbing shared by the commands: `run` (absl's app.run with a useful --help)
 and, for t2t-train, t2t-prepare and t2t-bench, --experiment -> the --config flag."""
 
+import difflib
+import importlib.util
 import logging as std_logging
 import os
 import sys
 from collections.abc import Callable, Sequence
 
+import ml_collections
 from absl import app, flags, logging
 from ml_collections import config_flags
 
@@ -51,14 +54,55 @@ def experiment_from_argv(argv: Sequence[str]) -> str:
 
 
 def define_config_flag(tool: str) -> None:
-  """Defines --config from --experiment in sys.argv; exits with the known names if unknown."""
+  """Defines --config from --experiment in sys.argv; exits with the known names if unknown,
+  and with one line naming the flag and the nearest fields for an override of a field the
+  experiment's config lacks (ml_collections applies the overrides here, and would end in
+  chained tracebacks)."""
   try:
     path = experiment_path(experiment_from_argv(sys.argv))
   except app.UsageError as e:
     sys.exit(f"{tool}: {e}")
-  config_flags.DEFINE_config_file(
-    "config", path, "experiment config (set by --experiment)", lock_config=True
-  )
+  try:
+    config_flags.DEFINE_config_file(
+      "config", path, "experiment config (set by --experiment)", lock_config=True
+    )
+  except (KeyError, AttributeError):
+    unknown = unknown_override(load_experiment(path), sys.argv)
+    if unknown is None:
+      raise
+    sys.exit(f"{tool}: {unknown}")
+
+
+def load_experiment(path: str) -> ml_collections.ConfigDict:
+  """get_config() (or get_config(ARG)) of 'file.py[:ARG]', as --config loads it."""
+  file, sep, arg = path.partition(":")
+  spec = importlib.util.spec_from_file_location("_t2t_experiment", file)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config(arg) if sep else module.get_config()
+
+
+def unknown_override(config: ml_collections.ConfigDict, argv: Sequence[str]) -> str | None:
+  """'--config.A.B=V: config.A has no field B (nearest: ...)' for the first override in
+  `argv` naming a field `config` lacks; None when every override names a field."""
+  for arg in argv:
+    name = arg.split("=", 1)[0]
+    for prefix in ("--config.", "--noconfig."):
+      if name.startswith(prefix):
+        break
+    else:
+      continue
+    node, where = config, "config"
+    for part in name[len(prefix) :].split("."):
+      fields = list(node.keys()) if isinstance(node, (ml_collections.ConfigDict, dict)) else None
+      if fields is None:
+        return f"{arg}: {where} is {node!r}, which has no fields"
+      if part not in fields:
+        near = difflib.get_close_matches(part, fields, n=3)
+        hint = f"nearest: {', '.join(near)}" if near else f"its fields: {', '.join(sorted(fields))}"
+        return f"{arg}: {where} has no field {part!r} ({hint})"
+      node, where = node[part], f"{where}.{part}"
+  return None
 
 
 def quiet_library_logs() -> None:

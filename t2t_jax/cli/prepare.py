@@ -13,7 +13,6 @@ it needs no accelerator, and the hosts of a multi-host run read the store from s
 storage (config.data.data_dir).
 """
 
-import os
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -81,13 +80,13 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError("--workdir is required")
   from t2t_jax import data
   from t2t_jax.data import prepare
+  from t2t_jax.run.workdir import Workdir, WorkdirError
 
   common.quiet_library_logs()
-  workdir = os.path.abspath(flags.FLAGS.workdir)
-  os.makedirs(workdir, exist_ok=True)
   try:
+    workdir = Workdir(flags.FLAGS.workdir).create().path
     store = prepare.ensure_store(flags.FLAGS.config.data, workdir)
-  except data.DataError as e:
+  except (data.DataError, WorkdirError) as e:
     sys.exit(f"t2t-prepare: {e}")
   print(describe(store), flush=True)
 

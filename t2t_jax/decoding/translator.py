@@ -29,7 +29,7 @@ from t2t_jax.model import (
 )
 from t2t_jax.run import checkpoint
 from t2t_jax.run.files import sha256_file
-from t2t_jax.run.workdir import Workdir
+from t2t_jax.run.workdir import Workdir, WorkdirFileError
 from t2t_jax.tokens import EOS_ID, PAD_ID
 
 
@@ -41,7 +41,10 @@ def load_config(workdir: str) -> ml_collections.ConfigDict:
   """The resolved config t2t-train wrote to <workdir>/config.json; data fields added since
   that version have their defaults (model and search fields get theirs when
   TransformerConfig and SearchConfig are built from it)."""
-  values = Workdir(workdir).config_values()
+  try:
+    values = Workdir(workdir).config_values()
+  except WorkdirFileError as e:
+    raise TranslateError(str(e)) from None
   if values is None:
     raise TranslateError(f"{workdir}: no {Workdir.CONFIG} (not a t2t-train workdir?)")
   config = ml_collections.ConfigDict(values)
@@ -381,6 +384,7 @@ class Translator:
     the search defaults to the config's (SearchConfig.from_config), `kwargs` go to
     Translator()."""
     config = load_config(workdir)
+    checkpoint_spec = checkpoint.resolve_spec(workdir, checkpoint_spec)
     tokenizer = _load_tokenizer(config, workdir)
     model_cfg = TransformerConfig.from_dict(config.model.to_dict(), vocab_size=tokenizer.vocab_size)
     model = Transformer(model_cfg)

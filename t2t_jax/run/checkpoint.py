@@ -5,13 +5,17 @@ newest checkpoint in the workdir that restores, else a fresh start. Orbax writes
 `<step>.orbax-checkpoint-tmp-*` and renames it when complete (after writing its commit
 marker), so a kill mid-save leaves a temporary directory that is never taken for a
 checkpoint; the trainer removes those and says so. A step directory without the commit
-marker, or one that fails to restore, is reported by step and path, left where it is (never
-deleted) and skipped. A checkpoint whose shapes differ from the model the config builds is
-refused with the first mismatching parameter named; nothing in the workdir is overwritten or
-deleted by a failed restore.
+marker, without an item its step metadata says was saved (a checkpoint without its data
+position would restart the data order; one without its fingerprint would skip the
+experiment check), or one that fails to restore, is reported by step and path, left where it
+is (never deleted) and skipped. A checkpoint whose shapes differ from the model the config
+builds is refused with the first mismatching parameter named; nothing in the workdir is
+overwritten or deleted by a failed restore. Readers (t2t-translate, t2t-average's input,
+t2t-export) create nothing: only a writer makes the checkpoint directory.
 """
 
 import dataclasses
+import json
 import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol, TypeVar
@@ -27,6 +31,8 @@ from t2t_jax.run.workdir import Workdir
 STATE, DATA, FINGERPRINT = "state", "data", "fingerprint"
 COMMIT_MARKER = "commit_success.txt"  # written by orbax into every finished step and item
 TMP_MARKER = ".orbax-checkpoint-tmp"
+# Orbax's record of a finished step: its "item_handlers" name every item the save wrote.
+STEP_METADATA = "_CHECKPOINT_METADATA"
 
 
 class CheckpointMismatchError(ValueError):
@@ -83,6 +89,20 @@ def missing_commit_markers(step_dir: str) -> list[str]:
   return [path for path in wanted if not os.path.exists(path)]
 
 
+def missing_items(step_dir: str) -> list[str]:
+  """The items `step_dir` lacks of those its save wrote: the ones its step metadata names
+  (the trainer's saves: state, data, fingerprint; an averaged checkpoint: state and
+  fingerprint), and `state`, which every checkpoint has. Without readable metadata, only
+  `state` is required."""
+  try:
+    with open(os.path.join(step_dir, STEP_METADATA), encoding="utf-8") as f:
+      handlers = json.load(f).get("item_handlers")
+  except (OSError, ValueError, AttributeError):
+    handlers = None
+  saved = set(handlers) if isinstance(handlers, dict) else set()
+  return [i for i in sorted(saved | {STATE}) if not os.path.isdir(os.path.join(step_dir, i))]
+
+
 @dataclasses.dataclass(frozen=True)
 class _CommittedSteps(ocp.path.step.NameFormat):
   """Orbax's standard step names, listing only committed steps not in `skip`: a damaged step
@@ -95,7 +115,10 @@ class _CommittedSteps(ocp.path.step.NameFormat):
     return self.standard.build_name(step)
 
   def _usable(self, metadata: ocp.path.step.Metadata) -> bool:
-    return metadata.step not in self.skip and not missing_commit_markers(str(metadata.path))
+    path = str(metadata.path)
+    return metadata.step not in self.skip and not (
+      missing_commit_markers(path) or missing_items(path)
+    )
 
   def find_all(self, base_path: str | os.PathLike) -> Iterator[ocp.path.step.Metadata]:
     return (m for m in self.standard.find_all(base_path) if self._usable(m))
@@ -132,10 +155,13 @@ class Checkpoints:
 
   `owner=True` (the trainer, which holds the workdir lock) removes the temporary directories
   of saves that a kill interrupted; readers (t2t-translate, t2t-average) never touch them,
-  since they may belong to a live run's save in progress.
+  since they may belong to a live run's save in progress. The checkpoint directory is made
+  for the owner or with `create=True` (a new averaged workdir), never for a reader.
   """
 
-  def __init__(self, workdir: str, max_to_keep: int = 5, owner: bool = False) -> None:
+  def __init__(
+    self, workdir: str, max_to_keep: int = 5, owner: bool = False, create: bool = False
+  ) -> None:
     self.workdir = Workdir(workdir)
     self.directory = self.workdir.checkpoint_dir
     self._keep = _NewestAndProtected(max_to_keep)
@@ -146,7 +172,7 @@ class Checkpoints:
       self._report_unfinished()
     options = ocp.CheckpointManagerOptions(
       preservation_policy=self._keep,
-      create=True,
+      create=owner or create,
       cleanup_tmp_directories=owner,
       step_name_format=_CommittedSteps(ocp.path.step.standard_name_format(), self.skip),
     )
@@ -198,8 +224,14 @@ class Checkpoints:
       if not (name.isdigit() and os.path.isdir(path)):
         continue
       missing = missing_commit_markers(path)
+      items = missing_items(path)
       if missing:
         out.append(f"step {name} at {path}: no commit marker {missing[0]} (unfinished write)")
+      elif items:
+        out.append(
+          f"step {name} at {path}: no {items[0]} item ({os.path.join(path, items[0])} is "
+          "missing, though the checkpoint was saved with it)"
+        )
       elif int(name) in self.skip:
         out.append(f"step {name} at {path}: {self._why.get(int(name), 'does not restore')}")
     return out
@@ -396,7 +428,7 @@ def write_averaged_workdir(workdir: str, steps: Sequence[int], output: str) -> s
   if os.path.exists(target_dir) and os.listdir(target_dir):
     raise FileExistsError(f"{target_dir} already holds checkpoints; choose a new --output")
   Workdir(workdir).copy_model_files(output)
-  out = Checkpoints(output, max_to_keep=1)
+  out = Checkpoints(output, max_to_keep=1, create=True)
   items = {STATE: ocp.args.StandardSave({"params": params})}
   fingerprint = source.fingerprint(max(steps))
   if fingerprint is not None:  # t2t-translate checks the vocabulary against it
@@ -506,7 +538,7 @@ def selected_spec(workdir: str, what: str = "--checkpoint=selected") -> str:
   path = run_dir.selected_file
   try:
     record = run_dir.read_selection()
-  except ValueError as e:
+  except (OSError, ValueError) as e:
     raise CheckpointSpecError(f"{what}: {path} is not a selection file: {e}") from None
   if record is None:
     raise CheckpointSpecError(
@@ -514,7 +546,23 @@ def selected_spec(workdir: str, what: str = "--checkpoint=selected") -> str:
     )
   if not isinstance(record, dict) or "checkpoint" not in record:
     raise CheckpointSpecError(f"{what}: {path} is not a selection file: no 'checkpoint' entry")
+  if not isinstance(record["checkpoint"], str):
+    raise CheckpointSpecError(
+      f"{what}: {path} is not a selection file: its 'checkpoint' entry "
+      f"{record['checkpoint']!r} is not a checkpoint choice such as 'latest' or 'average:5'"
+    )
   return record["checkpoint"]
+
+
+def resolve_spec(workdir: str, spec: str) -> str:
+  """'auto' (what t2t-train scored the test split with: 'selected' when it chose on dev,
+  else 'latest') and 'selected' (<workdir>/selected.json's choice) as the spec they stand
+  for; read before any model is built, so that a bad selection file is the first error."""
+  if spec == "auto":
+    spec = "selected" if Workdir(workdir).has_selection() else "latest"
+  if spec == "selected":
+    spec = selected_spec(workdir)
+  return spec
 
 
 def load_params(
@@ -522,10 +570,7 @@ def load_params(
 ) -> tuple[VariableDict, list[int]]:
   """Parameters for a checkpoint spec (see `choose_steps`; also 'selected' and 'auto'), with
   the steps they came from; several steps are averaged (the paper's checkpoint averaging)."""
-  if spec == "auto":  # what t2t-train scored the test split with, when it chose on dev
-    spec = "selected" if Workdir(workdir).has_selection() else "latest"
-  if spec == "selected":
-    spec = selected_spec(workdir)
+  spec = resolve_spec(workdir, spec)
   ckpts = Checkpoints(workdir)
   chosen = choose_steps(ckpts, spec)
   trees = [ckpts.restore_params(step, params_like) for step in chosen]

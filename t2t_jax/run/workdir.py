@@ -12,6 +12,8 @@
     <workdir>/lock             the trainer's lock (run.lock)
     <workdir>/vocab.*          the vocabulary, unless config.data puts it elsewhere
                                (named by data.vocab_path: the source decides its kind)
+    <workdir>/before-<time>/   an earlier run's metrics, TensorBoard events, selection and
+                               test outputs, set aside by a fresh start in a used workdir
 
 Whoever reads or writes one of these goes through a Workdir, so that a file name is spelled
 once and a reader (t2t-translate, t2t-export, the plots) needs no part of the trainer.
@@ -33,6 +35,16 @@ if TYPE_CHECKING:  # checkpoints load orbax, the lock fcntl: imported when asked
   from t2t_jax.run.lock import WorkdirLock
 
 
+class WorkdirError(OSError):
+  """A --workdir that cannot serve: a file in its place, one a writer cannot write, or one a
+  reader finds missing; names the path."""
+
+
+class WorkdirFileError(ValueError):
+  """A workdir file that does not parse as what its writer writes (config.json not a JSON
+  object); names the file."""
+
+
 class Workdir:
   """A workdir's path and the names of everything in it; reads and writes its small files."""
 
@@ -46,6 +58,7 @@ class Workdir:
   LOCK = "lock"
   VOCAB_PREFIX = "vocab."
   TEST_PREFIX = "test."
+  EARLIER_PREFIX = "before-"  # before-<UTC time>/: an earlier run's logs, set aside
 
   def __init__(self, path: str | os.PathLike) -> None:
     self.path = os.fspath(path)
@@ -96,6 +109,8 @@ class Workdir:
   def create(self) -> "Workdir":
     """Creates the directory and proves it writable before any data or model work starts."""
     path = os.path.abspath(self.path)
+    if os.path.exists(path) and not os.path.isdir(path):
+      raise WorkdirError(f"--workdir={path} is not a directory (a file is in its place)")
     try:
       os.makedirs(path, exist_ok=True)
       probe = os.path.join(path, f".write_test_{os.getpid()}")
@@ -103,8 +118,16 @@ class Workdir:
         f.write("ok")
       os.remove(probe)
     except OSError as e:
-      raise OSError(f"--workdir={path} is not writable: {e.strerror}") from e
+      raise WorkdirError(f"--workdir={path} is not writable: {e.strerror}") from e
     return Workdir(path)
+
+  def require(self) -> "Workdir":
+    """For a reader: refuses a path that is not an existing directory (a mistyped --workdir),
+    creating nothing."""
+    if not os.path.isdir(self.path):
+      what = "is not a directory" if os.path.exists(self.path) else "does not exist"
+      raise WorkdirError(f"--workdir={self.path} {what}")
+    return self
 
   def checkpoints(self, max_to_keep: int = 5, owner: bool = False) -> "Checkpoints":
     """The workdir's checkpoints (see run.checkpoint.Checkpoints for `owner`)."""
@@ -132,11 +155,20 @@ class Workdir:
     return os.path.isfile(self.config_file)
 
   def config_values(self) -> dict[str, Any] | None:
-    """config.json as plain JSON values; None when the workdir has none."""
+    """config.json as plain JSON values; None when the workdir has none. WorkdirFileError
+    names the file when it is not a JSON object (cut short, edited by hand)."""
     if not self.has_config():
       return None
-    with open(self.config_file, encoding="utf-8") as f:
-      return json.load(f)
+    try:
+      with open(self.config_file, encoding="utf-8") as f:
+        values = json.load(f)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+      raise WorkdirFileError(f"{self.config_file}: not a t2t-train config: {e}") from None
+    if not isinstance(values, dict):
+      raise WorkdirFileError(
+        f"{self.config_file}: not a t2t-train config: a JSON {type(values).__name__}, not an object"
+      )
+    return values
 
   def read_config(self) -> ml_collections.ConfigDict:
     """config.json as a ConfigDict; FileNotFoundError names the file when it is missing."""
@@ -199,6 +231,33 @@ class Workdir:
       return None
     files.atomic_write_text(self.metrics_file, "".join(json.dumps(r) + "\n" for r in kept))
     return len(records) - len(kept), not complete
+
+  def set_aside_earlier_run(self) -> tuple[str, list[str]] | None:
+    """Moves what earlier runs logged and chose (metrics.jsonl, tensorboard/, selected.json,
+    best.json, test.*) into a new <workdir>/before-<UTC time>/, with a copy of config.json, so that a
+    fresh start (no checkpoint left) writes its own logs without deleting theirs. Returns
+    (that directory, the names moved), or None when there is nothing to move."""
+    if not os.path.isdir(self.path):
+      return None
+    names = sorted(
+      name
+      for name in os.listdir(self.path)
+      if name in (self.METRICS, self.TENSORBOARD, self.SELECTED, self.BEST)
+      or (name.startswith(self.TEST_PREFIX) and os.path.isfile(self._join(name)))
+    )
+    if not names:
+      return None
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    target, n = self._join(f"{self.EARLIER_PREFIX}{stamp}"), 1
+    while os.path.exists(target):  # two fresh starts within a second
+      n += 1
+      target = self._join(f"{self.EARLIER_PREFIX}{stamp}-{n}")
+    os.makedirs(target)
+    if self.has_config():
+      shutil.copy2(self.config_file, os.path.join(target, self.CONFIG))
+    for name in names:
+      os.rename(self._join(name), os.path.join(target, name))
+    return target, names
 
   # ---------------------------------------------------------------------------- selection
 

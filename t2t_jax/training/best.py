@@ -119,10 +119,18 @@ class Tracker:
   """The evaluations of the best metric of one run, kept in <workdir>/best.json.
 
   `write` is False on every process but 0 (they all fold the same metrics, so they agree on
-  the best steps to protect and on the stop; only one writes the file).
+  the best steps to protect and on the stop; only one writes the file). `read` is False for
+  a run that starts at step 0: a best.json there is an earlier run's, which the metrics
+  writer sets aside, and ranks nothing of this run.
   """
 
-  def __init__(self, config: ml_collections.ConfigDict, workdir: str, write: bool = True):
+  def __init__(
+    self,
+    config: ml_collections.ConfigDict,
+    workdir: str,
+    write: bool = True,
+    read: bool = True,
+  ):
     self.metric = resolve_metric(config)
     self.mode = MODES[self.metric]
     self.keep = config.keep_best_checkpoints
@@ -131,7 +139,7 @@ class Tracker:
     self.workdir = Workdir(workdir)
     self.write = write
     self.history: list[Evaluation] = []
-    record = self._read()
+    record = self._read() if read else None
     if record is not None:
       if record.get("metric") != self.metric:
         raise MetricChangedError(

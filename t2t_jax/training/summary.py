@@ -20,7 +20,8 @@ class MetricsWriter:
   On a resume from step `resume_step`, records of later steps (logged by a run killed before
   it could save them) and an incomplete last line are dropped: training redoes those steps
   and logs them again, so every step has one record. TensorBoard is told the same
-  (`purge_step`).
+  (`purge_step`). `resume_step=0` is a fresh start (no checkpoint to resume from): the logs
+  of earlier runs in the workdir are moved to <workdir>/before-<time>/, never truncated.
   """
 
   def __init__(self, workdir: str, enabled: bool = True, resume_step: int | None = None):
@@ -30,9 +31,11 @@ class MetricsWriter:
     self._tb = None
     if enabled:
       SummaryWriter = _summary_writer_class()
-      if resume_step is not None:
+      if resume_step == 0:
+        _set_aside(self.workdir)
+      elif resume_step is not None:
         _drop_after(self.workdir, resume_step)
-      purge = resume_step + 1 if resume_step is not None else None
+      purge = resume_step + 1 if resume_step else None
       self._tb = SummaryWriter(self.workdir.tensorboard_dir, purge_step=purge)
 
   def write(self, step: int, scalars: dict[str, float]) -> None:
@@ -47,6 +50,18 @@ class MetricsWriter:
   def close(self) -> None:
     if self._tb is not None:
       self._tb.close()
+
+
+def _set_aside(workdir: Workdir) -> None:
+  moved = workdir.set_aside_earlier_run()
+  if moved is not None:
+    logging.warning(
+      "starting from scratch in %s, which holds the logs of an earlier run: moved %s to %s "
+      "(nothing deleted)",
+      workdir.path,
+      ", ".join(moved[1]),
+      moved[0],
+    )
 
 
 def _drop_after(workdir: Workdir, step: int) -> None:

@@ -29,7 +29,7 @@ from t2t_jax.model import Transformer, TransformerConfig
 from t2t_jax.run import checkpoint, fingerprint
 from t2t_jax.run.files import sha256_file
 from t2t_jax.run.lock import WorkdirLock, WorkdirLockedError
-from t2t_jax.run.workdir import Workdir
+from t2t_jax.run.workdir import Workdir, WorkdirError
 from t2t_jax.training import best, evaluation, optim, parallel, steps, summary, warm_start
 from t2t_jax.training import config as config_lib
 
@@ -363,7 +363,6 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     process_count=jax.process_count(),
     num_local_devices=parallel.local_device_count(),
   )
-  tracker = best.Tracker(config, workdir, write=jax.process_index() == 0)
   model, model_cfg = build_model(config, data.tokenizer.vocab_size)
   state = init_state(model, model_cfg, config)
   ckpts = checkpoint.Checkpoints(workdir, config.keep_checkpoints, owner=True)
@@ -373,6 +372,9 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   state, changes, resumed = _resume(ckpts, state, train_iter, current)
   if resumed is None and parent is not None:
     state = warm_start.initial_state(state, parent)
+  tracker = best.Tracker(
+    config, workdir, write=jax.process_index() == 0, read=int(state.step) > 0
+  )
   standing = tracker.rewind(int(state.step))
   ckpts.protect(standing.best_steps)
   if standing.stopped_at is not None:
@@ -482,6 +484,7 @@ EXPLAINED_ERRORS = (
   fingerprint.FingerprintError,
   best.MetricChangedError,
   WorkdirLockedError,
+  WorkdirError,
   NonFiniteLossError,
   warm_start.WarmStartError,
 )

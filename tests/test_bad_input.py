@@ -1,0 +1,178 @@
+"""Bad input to every command ends in one line naming the path or the field, exit status 1,
+no traceback, and nothing created: a file or a missing directory as --workdir, a corrupt
+config.json, a selection file that holds no choice, an --output that cannot be written, an
+override of a field the experiment lacks.
+
+Each command runs as its console script does (`run()`: flag parsing, absl's app.run, the
+interpreter's handling of SystemExit), in a forked child of one interpreter that loaded the
+libraries once: one subprocess for every case instead of one (about 4 s) per case.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from t2t_jax.run.workdir import Workdir
+from tests.test_train import small_config
+
+RUNNER = r"""
+import importlib, json, os, sys, traceback
+import jax, orbax.checkpoint, ml_collections.config_flags  # loaded once, for every child
+import t2t_jax.training.trainer, t2t_jax.export, t2t_jax.decoding.translator
+
+def listing(root):
+  return sorted(os.path.relpath(os.path.join(d, n), root)
+                for d, dirs, files in os.walk(root) for n in dirs + files)
+
+cases, root, out_dir = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
+results = {}
+for name, command, args in cases:
+  err = os.path.join(out_dir, name + ".stderr")
+  before = listing(root)
+  pid = os.fork()
+  if pid == 0:  # the command's console script, as the interpreter would run it
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0), os.dup2(null, 1), os.dup2(os.open(err, os.O_WRONLY | os.O_CREAT), 2)
+    sys.argv = [f"t2t-{command}", *args]
+    code = 0
+    try:
+      importlib.import_module(f"t2t_jax.cli.{command}").run()
+    except SystemExit as e:
+      if isinstance(e.code, str):
+        print(e.code, file=sys.stderr)
+      code = 1 if isinstance(e.code, str) else (e.code or 0)
+    except BaseException:
+      traceback.print_exc()
+      code = 1
+    sys.stderr.flush()
+    os._exit(code)
+  status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+  created = sorted(set(listing(root)) - set(before))
+  results[name] = dict(status=status, stderr=open(err).read(), created=created)
+print(json.dumps(results))
+"""
+
+
+def _absl_log_line(line: str) -> bool:
+  """absl's 'I1201 16:43:52.654639 140529 train.py:53] ...' progress lines (not errors)."""
+  return len(line) > 5 and line[0] in "IWE" and line[1:5].isdigit()
+
+
+def _cases(root: str) -> dict[str, tuple[str, list[str], str]]:
+  """name -> (command, arguments, what its one line of error must say)."""
+  a_file, missing = f"{root}/a_file", f"{root}/typo"
+  good, corrupt, listed = f"{root}/good", f"{root}/corrupt", f"{root}/listed"
+  src = f"{root}/src.txt"
+  not_a_dir = f"--workdir={a_file} is not a directory"
+  no_config = "no config.json (not a t2t-train workdir?)"
+  bad_config = f"{corrupt}/config.json: not a t2t-train config: Expecting value: line 1"
+  selection = f"{listed}/selected.json is not a selection file"
+  cases = {
+    "train-workdir-is-a-file": ("train", [f"--workdir={a_file}"], not_a_dir),
+    "train-misspelled-field": (
+      "train",
+      [f"--workdir={root}/new", "--config.num_train_step=5"],
+      "--config.num_train_step=5: config has no field 'num_train_step' (nearest: num_train_steps)",
+    ),
+    "train-misspelled-model-field": (
+      "train",
+      [f"--workdir={root}/new", "--config.model.d_modle=8"],
+      "--config.model.d_modle=8: config.model has no field 'd_modle' (nearest: d_model",
+    ),
+    "prepare-workdir-is-a-file": ("prepare", [f"--workdir={a_file}"], not_a_dir),
+    "prepare-misspelled-field": (
+      "prepare",
+      [f"--workdir={root}/new", "--config.data.vocab_sise=64"],
+      "--config.data.vocab_sise=64: config.data has no field 'vocab_sise' (nearest: vocab_size",
+    ),
+    "translate-output-in-no-directory": (
+      "translate",
+      [f"--workdir={good}", f"--input={src}", "--output=/no/such/dir/x"],
+      "--output=/no/such/dir/x: cannot write (No such file or directory)",
+    ),
+    "translate-selection-entry-is-no-choice": (
+      "translate",
+      [f"--workdir={root}/numbered", f"--input={src}", "--checkpoint=selected"],
+      f"{root}/numbered/selected.json is not a selection file: its 'checkpoint' entry 6 is not",
+    ),
+    "average-output-is-a-file": (
+      "average",
+      [f"--workdir={good}", f"--output={a_file}"],
+      f"--output={a_file} is not a directory",
+    ),
+    "average-workdir-is-a-file": (
+      "average",
+      [f"--workdir={a_file}", f"--output={root}/avg"],
+      not_a_dir,
+    ),
+    "average-missing-workdir": (
+      "average",
+      [f"--workdir={missing}", f"--output={root}/avg"],
+      f"--workdir={missing} does not exist",
+    ),
+    "average-corrupt-config": (
+      "average",
+      [f"--workdir={corrupt}", f"--output={root}/avg"],
+      bad_config,
+    ),
+  }
+  for command, extra in (
+    ("translate", [f"--input={src}"]),
+    ("export", [f"--output={root}/exported"]),
+  ):
+    cases[f"{command}-workdir-is-a-file"] = (command, [f"--workdir={a_file}", *extra], no_config)
+    cases[f"{command}-missing-workdir"] = (command, [f"--workdir={missing}", *extra], no_config)
+    cases[f"{command}-corrupt-config"] = (command, [f"--workdir={corrupt}", *extra], bad_config)
+    cases[f"{command}-selection-is-a-list"] = (command, [f"--workdir={listed}", *extra], selection)
+  return cases
+
+
+CASE_NAMES = sorted(_cases("ROOT"))
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+  """(root, name -> {status, stderr, created}): every case, each in its own forked child."""
+  root = str(tmp_path_factory.mktemp("bad_input"))
+  out_dir = str(tmp_path_factory.mktemp("bad_input_stderr"))
+  with open(f"{root}/a_file", "w") as f:
+    f.write("not a workdir\n")
+  with open(f"{root}/src.txt", "w") as f:
+    f.write("1 2 3\n")
+  for name in ("good", "corrupt", "listed", "numbered"):
+    os.makedirs(f"{root}/{name}")
+    Workdir(f"{root}/{name}").write_start(small_config())
+  with open(f"{root}/corrupt/config.json", "w") as f:
+    f.write('{"model": ')  # cut short
+  with open(f"{root}/listed/selected.json", "w") as f:
+    json.dump(["latest", "average:2"], f)
+  with open(f"{root}/numbered/selected.json", "w") as f:
+    json.dump({"checkpoint": 6}, f)  # a step, not the spec "6"
+  cases = [[name, command, args] for name, (command, args, _) in _cases(root).items()]
+  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="", T2T_HUGE_PAGES="0")
+  proc = subprocess.run(
+    [sys.executable, "-c", RUNNER, json.dumps(cases), root, out_dir],
+    capture_output=True,
+    text=True,
+    env=env,
+    timeout=300,
+  )
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  return root, json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("name", CASE_NAMES)
+def test_bad_input_is_one_line_naming_it_and_creates_nothing(results, name):
+  root, got = results
+  command, _, expected = _cases(root)[name]
+  result = got[name]
+  stderr = result["stderr"]
+  assert result["status"] == 1, stderr
+  assert "Traceback" not in stderr, stderr
+  errors = [line for line in stderr.splitlines() if line.strip() and not _absl_log_line(line)]
+  assert len(errors) == 1 and errors[0].startswith(f"t2t-{command}: "), stderr
+  assert expected in errors[0], stderr
+  assert result["created"] == [], result["created"]  # refused before any work
