@@ -540,9 +540,7 @@ def test_a_fresh_start_sets_the_earlier_runs_logs_aside_and_deletes_nothing(tmp_
   assert (tmp_path / "config.json").exists() and (tmp_path / "starts.jsonl").read_text() == starts
   assert not (tmp_path / "best.json").exists()
   moved = "best.json, metrics.jsonl, selected.json, tensorboard, test.de"
-  assert f"moved {moved} to {tmp_path}/{aside}" in (
-    caplog.text
-  )
+  assert f"moved {moved} to {tmp_path}/{aside}" in (caplog.text)
   # A second fresh start keeps the first one's aside as it was, beside its own.
   kept = _contents(tmp_path / aside)
   summary.MetricsWriter(str(tmp_path), resume_step=0).close()

@@ -19,14 +19,6 @@ from t2t_jax.cli import common
 from t2t_jax.run import checkpoint
 from t2t_jax.run.workdir import Workdir, WorkdirError, WorkdirFileError
 
-flags.DEFINE_string("workdir", None, "a t2t-train workdir")
-flags.DEFINE_integer("num", 5, "how many of the latest checkpoints to average")
-flags.DEFINE_string(
-  "checkpoint",
-  None,
-  "instead of --num: 'best', 'best:N', 'average:N', 'latest' or a step (as t2t-translate)",
-)
-flags.DEFINE_string("output", None, "new workdir for the averaged checkpoint")
 FLAGS = flags.FLAGS
 
 
@@ -70,7 +62,21 @@ def _check_paths(workdir: str, output: str) -> None:
     )
 
 
+def _define_flags() -> None:
+  """Defined when the command runs, not on import: t2t-translate has flags of the same
+  names, and tests import both modules into one process."""
+  flags.DEFINE_string("workdir", None, "a t2t-train workdir")
+  flags.DEFINE_integer("num", 5, "how many of the latest checkpoints to average")
+  flags.DEFINE_string(
+    "checkpoint",
+    None,
+    "instead of --num: 'best', 'best:N', 'average:N', 'latest' or a step (as t2t-translate)",
+  )
+  flags.DEFINE_string("output", None, "new workdir for the averaged checkpoint")
+
+
 def run() -> None:
+  _define_flags()
   common.run(main, __doc__)
 
 

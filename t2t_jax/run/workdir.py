@@ -234,8 +234,8 @@ class Workdir:
 
   def set_aside_earlier_run(self) -> tuple[str, list[str]] | None:
     """Moves what earlier runs logged and chose (metrics.jsonl, tensorboard/, selected.json,
-    best.json, test.*) into a new <workdir>/before-<UTC time>/, with a copy of config.json, so that a
-    fresh start (no checkpoint left) writes its own logs without deleting theirs. Returns
+    best.json, test.*) into a new <workdir>/before-<UTC time>/, with a copy of config.json, so
+    that a fresh start (no checkpoint left) writes its own logs without deleting theirs. Returns
     (that directory, the names moved), or None when there is nothing to move."""
     if not os.path.isdir(self.path):
       return None

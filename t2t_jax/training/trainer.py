@@ -372,9 +372,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   state, changes, resumed = _resume(ckpts, state, train_iter, current)
   if resumed is None and parent is not None:
     state = warm_start.initial_state(state, parent)
-  tracker = best.Tracker(
-    config, workdir, write=jax.process_index() == 0, read=int(state.step) > 0
-  )
+  tracker = best.Tracker(config, workdir, write=jax.process_index() == 0, read=int(state.step) > 0)
   standing = tracker.rewind(int(state.step))
   ckpts.protect(standing.best_steps)
   if standing.stopped_at is not None:
