@@ -1,5 +1,5 @@
 """Test setup: the JAX platform (decided before the first jax import), the `accelerator`
-marker's skip, one compilation cache per run, and fixtures for the small model and training state.
+marker's skip, the compilation cache, and fixtures for the small model and training state.
 
 Platform rule: tests run on CPUs, with 8 simulated devices for the pmap code
 (JAX_PLATFORMS=cpu, --xla_force_host_platform_device_count=8), unless accelerator tests are
@@ -43,14 +43,25 @@ def _platform_left_to_jax(config) -> bool:
 
 
 def _share_compilations(config) -> None:
-  """One XLA compilation cache for the whole run. The controller makes an empty directory;
-  xdist workers and the commands tests start (t2t-train, t2t-translate) inherit it through
-  JAX_COMPILATION_CACHE_DIR, so a program several tests build is compiled once. It never
-  outlives the run (removed in pytest_unconfigure), so no run reads another's programs."""
-  if CACHE_ENV not in os.environ:
-    os.environ[CACHE_ENV] = tempfile.mkdtemp(prefix="t2t-test-xla-cache-")
+  """One XLA compilation cache for the run, kept for the next. xdist workers and the
+  commands tests start (t2t-train, t2t-translate) inherit it through
+  JAX_COMPILATION_CACHE_DIR, so a program several tests build is compiled once, and a later
+  run compiles only what changed. A cache entry is keyed by the program, the XLA flags and
+  the jax and jaxlib versions, and holds the executable compiling would give, so no result
+  depends on it. T2T_TEST_COMPILATION_CACHE: unset, <repo>/.cache/xla-tests (capped at
+  2 GB, least recently used first out); a directory, that one; 'run', a fresh directory
+  removed at the end (nothing read from another run)."""
+  chosen = os.environ.get(CACHE_ENV, "")
+  if chosen == "run":
+    chosen = tempfile.mkdtemp(prefix="t2t-test-xla-cache-")
+    os.environ[CACHE_ENV] = chosen
     config._t2t_cache_owner = True
-  os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.environ[CACHE_ENV])
+  elif not chosen:
+    chosen = os.path.join(os.path.dirname(os.path.dirname(__file__)), ".cache", "xla-tests")
+    os.makedirs(chosen, exist_ok=True)
+    os.environ[CACHE_ENV] = chosen
+  os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", chosen)
+  os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(2 * 2**30))
   os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
   os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
