@@ -1,10 +1,12 @@
 """Faults a long run meets: damaged checkpoints, a full disk, two runs on one workdir, Ctrl-C,
 a changed config on resume, over-long dev pairs, senseless flags and half-written files."""
 
+import copy
 import errno
 import glob
 import json
 import os
+import pathlib
 import re
 import shutil
 import signal
@@ -253,6 +255,101 @@ def test_safe_changes_are_allowed_and_returned():
   other_vocab = dict(_fingerprint(), vocab_sha256="cd" * 32)
   with pytest.raises(fingerprint.FingerprintError, match=f"sha256 {'ab' * 32}.*sha256 {'cd' * 32}"):
     fingerprint.compare(_fingerprint(), other_vocab, "here")
+
+
+def _resume_table() -> dict[str, str]:
+  """{field: 'refused' | 'allowed' | 'allowed, not bit-exact'} from docs/faults.md's table
+  "What a resume may change" (fields as `run.fingerprint.policy_name` spells them)."""
+  text = (pathlib.Path(__file__).parents[1] / "docs" / "faults.md").read_text(encoding="utf-8")
+  section = text.split("## What a resume may change", 1)[1].split("\n## ", 1)[0]
+  table = {}
+  for line in section.splitlines():
+    cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+    if len(cells) != 3 or cells[1] not in ("refused", "allowed", "allowed, not bit-exact"):
+      continue
+    for field in re.findall(r"`([a-z_0-9.\[\]]+)`", cells[0]):
+      assert field not in table, f"{field} has two rows"
+      table[field] = cells[1]
+  return table
+
+
+RESUME_TABLE = _resume_table()
+
+
+def _one_corpus_fingerprint():
+  """A fingerprint of the base experiment's config with one training corpus, 8 devices."""
+  from t2t_jax.experiments import base
+
+  config = base.get_config()
+  config.data.train_corpora = ({"source": "a.en", "target": "a.de", "weight": 1.0, "tag": ""},)
+  identity = dict(name="textfiles", **{"train_corpora[0].target": dict(size=3, sha256="ab")})
+  return fingerprint.make(config, "ab" * 32, None, identity, dict(devices=8, processes=1))
+
+
+def _other(value):
+  if isinstance(value, bool):
+    return not value
+  if isinstance(value, int | float):
+    return value + (1 if isinstance(value, int) else 0.5)
+  if isinstance(value, list):
+    return [*value, 7]
+  return f"{value}x"
+
+
+def test_every_field_has_one_row_in_the_resume_table():
+  saved = _one_corpus_fingerprint()
+  fields = {fingerprint.policy_name(f) for f in fingerprint.flatten(saved["config"])}
+  assert fields | set(fingerprint.RUN_FIELDS) == set(RESUME_TABLE)
+  allowed = {f for f, verdict in RESUME_TABLE.items() if verdict != "refused"}
+  assert allowed == fingerprint.MAY_CHANGE_ON_RESUME
+  inexact = {f for f, verdict in RESUME_TABLE.items() if verdict.endswith("not bit-exact")}
+  assert inexact == fingerprint.NOT_BIT_EXACT
+
+
+@pytest.mark.parametrize("field", sorted(RESUME_TABLE))
+def test_a_resume_changing_one_field_does_what_the_table_says(field):
+  saved = _one_corpus_fingerprint()
+  current = copy.deepcopy(saved)
+  name = field.replace("[]", "[0]")
+  if field in fingerprint.RUN_FIELDS:
+    tree, key = current["run"], field
+  else:  # walk 'data.train_corpora[0].tag' down the JSON config
+    tree = current["config"]
+    *path, key = re.split(r"\.|\[(\d+)\]\.", name)
+    for part in filter(None, path):
+      tree = tree[int(part)] if part.isdigit() else tree[part]
+  before = tree[key]
+  tree[key] = after = _other(before)
+  if RESUME_TABLE[field] == "refused":
+    with pytest.raises(fingerprint.FingerprintError, match=re.escape(f"config.{name}={before!r}")):
+      fingerprint.compare(saved, current, "checkpoint /w/checkpoints/6")
+  else:
+    assert fingerprint.compare(saved, current, "here") == {name: [before, after]}
+
+
+def test_other_training_data_is_refused_naming_the_file_and_a_moved_copy_allowed():
+  saved = _one_corpus_fingerprint()
+  moved = copy.deepcopy(saved)
+  moved["config"]["data"]["train_corpora"][0]["target"] = "/elsewhere/a.de"
+  assert fingerprint.compare(saved, moved, "here") == {
+    "data.train_corpora[0].target": ["a.de", "/elsewhere/a.de"]
+  }
+  edited = copy.deepcopy(moved)
+  edited["train_data"]["train_corpora[0].target"] = dict(size=3, sha256="cd")
+  with pytest.raises(
+    fingerprint.FingerprintError,
+    match=r"other training data: config\.data\.train_corpora\[0\]\.target=/elsewhere/a\.de is "
+    r"now 3 bytes, sha256 cd, the checkpoint's was 3 bytes, sha256 ab",
+  ):
+    fingerprint.compare(saved, edited, "here")
+  more = copy.deepcopy(saved)  # one corpus more is other data, though its fields are new
+  more["config"]["data"]["train_corpora"].append(dict(source="b.en", target="b.de"))
+  with pytest.raises(fingerprint.FingerprintError, match=r"train_corpora\[1\]\.source"):
+    fingerprint.compare(saved, more, "here")
+  old = {k: v for k, v in saved.items() if k not in ("train_data", "run")}  # an older save
+  assert fingerprint.compare(old, edited, "here") == {
+    "data.train_corpora[0].target": ["a.de", "/elsewhere/a.de"]
+  }
 
 
 @pytest.mark.slow

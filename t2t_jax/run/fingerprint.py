@@ -172,8 +172,12 @@ def compare(saved: dict[str, Any], current: dict[str, Any], where: str) -> dict[
     before, after = old.get(field, _ABSENT), new.get(field, _ABSENT)
     if before == after:
       continue
-    absent_is_new = before is _ABSENT and "[" not in field
-    if not may_change(field) and not absent_is_new:
+    in_list = "[" in field  # an entry more or less (a training corpus) is other data
+    if in_list and _ABSENT in (before, after):
+      allowed = False
+    else:
+      allowed = may_change(field) or before is _ABSENT
+    if not allowed:
       raise FingerprintError(
         f"{where} was trained with config.{field}={before!r}, but this start has "
         f"config.{field}={after!r}: refusing to resume a different experiment (set it back, "
