@@ -352,6 +352,71 @@ def test_other_training_data_is_refused_naming_the_file_and_a_moved_copy_allowed
   }
 
 
+def _starts(workdir):
+  with open(Workdir(workdir).starts_file) as f:
+    return [json.loads(line) for line in f]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("prepared", [True, False])
+def test_an_edited_corpus_is_refused_on_resume_a_moved_one_resumes(tmp_path, prepared):
+  from tests.test_data_store import _corpus, _small_train_config
+
+  corpus = _corpus(tmp_path / "corpus", n=300, long_every=0)
+  original = (corpus / "train.de").read_text(encoding="utf-8")
+  workdir = str(tmp_path / "w")
+  train.train_and_evaluate(_small_train_config(corpus, prepared), workdir)  # 4 steps
+  lines = original.split("\n")
+  lines[3] = lines[3][::-1]  # same size, other content
+  (corpus / "train.de").write_text("\n".join(lines), encoding="utf-8")
+  shutil.rmtree(os.path.join(workdir, "prepared"), ignore_errors=True)  # as its error advises
+  config = _small_train_config(corpus, prepared)
+  config.num_train_steps = 6
+  with pytest.raises(
+    fingerprint.FingerprintError,
+    match=rf"other training data: config\.data\.train_target={corpus}/train\.de is now",
+  ):
+    train.train_and_evaluate(config, workdir)
+  moved = tmp_path / "moved"
+  shutil.copytree(corpus, moved)
+  (moved / "train.de").write_text(original, encoding="utf-8")
+  config = _small_train_config(moved, prepared)
+  config.num_train_steps = 6
+  shutil.rmtree(os.path.join(workdir, "prepared"), ignore_errors=True)
+  assert train.train_and_evaluate(config, workdir)["step"] == 6
+  last = _starts(workdir)[-1]
+  assert last["step"] == 4 and last["changed"]["data.train_target"] == [
+    f"{corpus}/train.de",
+    f"{moved}/train.de",
+  ]
+
+
+@pytest.mark.slow
+def test_a_resume_on_other_devices_goes_on_and_is_recorded(tmp_path):
+  workdir = str(tmp_path / "w")
+  train.train_and_evaluate(small_config(num_train_steps=2, checkpoint_every_steps=2), workdir)
+  code = (
+    "from t2t_jax.training import trainer; from tests.test_train import small_config; "
+    f"trainer.train_and_evaluate(small_config(checkpoint_every_steps=2), {workdir!r})"
+  )
+  out = subprocess.run(
+    [sys.executable, "-c", code],
+    env=support.cpu_env(devices=2),
+    capture_output=True,
+    text=True,
+    timeout=300,
+    cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+  )
+  assert out.returncode == 0, out.stderr[-3000:]
+  assert "resuming with devices changed from 8 to 2" in out.stderr
+  first, second = _starts(workdir)
+  assert (first["devices"], first["processes"], first["changed"]) == (8, 1, {})
+  assert (second["step"], second["devices"], second["processes"]) == (2, 2, 1)
+  assert second["changed"] == {"devices": [8, 2], "num_train_steps": [2, 6]}
+  assert second["not_bit_exact"] == ["devices"]
+  assert checkpoint.Checkpoints(workdir).latest_step() == 6
+
+
 @pytest.mark.slow
 def test_resume_checks_the_fingerprint_and_records_each_start(trained, tmp_path):
   workdir = _copy(trained, tmp_path)
