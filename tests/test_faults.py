@@ -1,10 +1,12 @@
 """Faults a long run meets: damaged checkpoints, a full disk, two runs on one workdir, Ctrl-C,
 a changed config on resume, over-long dev pairs, senseless flags and half-written files."""
 
+import copy
 import errno
 import glob
 import json
 import os
+import pathlib
 import re
 import shutil
 import signal
@@ -253,6 +255,166 @@ def test_safe_changes_are_allowed_and_returned():
   other_vocab = dict(_fingerprint(), vocab_sha256="cd" * 32)
   with pytest.raises(fingerprint.FingerprintError, match=f"sha256 {'ab' * 32}.*sha256 {'cd' * 32}"):
     fingerprint.compare(_fingerprint(), other_vocab, "here")
+
+
+def _resume_table() -> dict[str, str]:
+  """{field: 'refused' | 'allowed' | 'allowed, not bit-exact'} from docs/faults.md's table
+  "What a resume may change" (fields as `run.fingerprint.policy_name` spells them)."""
+  text = (pathlib.Path(__file__).parents[1] / "docs" / "faults.md").read_text(encoding="utf-8")
+  section = text.split("## What a resume may change", 1)[1].split("\n## ", 1)[0]
+  table = {}
+  for line in section.splitlines():
+    cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+    if len(cells) != 3 or cells[1] not in ("refused", "allowed", "allowed, not bit-exact"):
+      continue
+    for field in re.findall(r"`([a-z_0-9.\[\]]+)`", cells[0]):
+      assert field not in table, f"{field} has two rows"
+      table[field] = cells[1]
+  return table
+
+
+RESUME_TABLE = _resume_table()
+
+
+def _one_corpus_fingerprint():
+  """A fingerprint of the base experiment's config with one training corpus, 8 devices."""
+  from t2t_jax.experiments import base
+
+  config = base.get_config()
+  config.data.train_corpora = ({"source": "a.en", "target": "a.de", "weight": 1.0, "tag": ""},)
+  identity = dict(name="textfiles", **{"train_corpora[0].target": dict(size=3, sha256="ab")})
+  return fingerprint.make(config, "ab" * 32, None, identity, dict(devices=8, processes=1))
+
+
+def _other(value):
+  if isinstance(value, bool):
+    return not value
+  if isinstance(value, int | float):
+    return value + (1 if isinstance(value, int) else 0.5)
+  if isinstance(value, list):
+    return [*value, 7]
+  return f"{value}x"
+
+
+def test_every_field_has_one_row_in_the_resume_table():
+  saved = _one_corpus_fingerprint()
+  fields = {fingerprint.policy_name(f) for f in fingerprint.flatten(saved["config"])}
+  assert fields | set(fingerprint.RUN_FIELDS) == set(RESUME_TABLE)
+  allowed = {f for f, verdict in RESUME_TABLE.items() if verdict != "refused"}
+  assert allowed == fingerprint.MAY_CHANGE_ON_RESUME
+  inexact = {f for f, verdict in RESUME_TABLE.items() if verdict.endswith("not bit-exact")}
+  assert inexact == fingerprint.NOT_BIT_EXACT
+
+
+@pytest.mark.parametrize("field", sorted(RESUME_TABLE))
+def test_a_resume_changing_one_field_does_what_the_table_says(field):
+  saved = _one_corpus_fingerprint()
+  current = copy.deepcopy(saved)
+  name = field.replace("[]", "[0]")
+  if field in fingerprint.RUN_FIELDS:
+    tree, key = current["run"], field
+  else:  # walk 'data.train_corpora[0].tag' down the JSON config
+    tree = current["config"]
+    *path, key = re.split(r"\.|\[(\d+)\]\.", name)
+    for part in filter(None, path):
+      tree = tree[int(part)] if part.isdigit() else tree[part]
+  before = tree[key]
+  tree[key] = after = _other(before)
+  if RESUME_TABLE[field] == "refused":
+    with pytest.raises(fingerprint.FingerprintError, match=re.escape(f"config.{name}={before!r}")):
+      fingerprint.compare(saved, current, "checkpoint /w/checkpoints/6")
+  else:
+    assert fingerprint.compare(saved, current, "here") == {name: [before, after]}
+
+
+def test_other_training_data_is_refused_naming_the_file_and_a_moved_copy_allowed():
+  saved = _one_corpus_fingerprint()
+  moved = copy.deepcopy(saved)
+  moved["config"]["data"]["train_corpora"][0]["target"] = "/elsewhere/a.de"
+  assert fingerprint.compare(saved, moved, "here") == {
+    "data.train_corpora[0].target": ["a.de", "/elsewhere/a.de"]
+  }
+  edited = copy.deepcopy(moved)
+  edited["train_data"]["train_corpora[0].target"] = dict(size=3, sha256="cd")
+  with pytest.raises(
+    fingerprint.FingerprintError,
+    match=r"other training data: config\.data\.train_corpora\[0\]\.target=/elsewhere/a\.de is "
+    r"now 3 bytes, sha256 cd, the checkpoint's was 3 bytes, sha256 ab",
+  ):
+    fingerprint.compare(saved, edited, "here")
+  more = copy.deepcopy(saved)  # one corpus more is other data, though its fields are new
+  more["config"]["data"]["train_corpora"].append(dict(source="b.en", target="b.de"))
+  with pytest.raises(fingerprint.FingerprintError, match=r"train_corpora\[1\]\.source"):
+    fingerprint.compare(saved, more, "here")
+  old = {k: v for k, v in saved.items() if k not in ("train_data", "run")}  # an older save
+  assert fingerprint.compare(old, edited, "here") == {
+    "data.train_corpora[0].target": ["a.de", "/elsewhere/a.de"]
+  }
+
+
+def _starts(workdir):
+  with open(Workdir(workdir).starts_file) as f:
+    return [json.loads(line) for line in f]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("prepared", [True, False])
+def test_an_edited_corpus_is_refused_on_resume_a_moved_one_resumes(tmp_path, prepared):
+  from tests.test_data_store import _corpus, _small_train_config
+
+  corpus = _corpus(tmp_path / "corpus", n=300, long_every=0)
+  original = (corpus / "train.de").read_text(encoding="utf-8")
+  workdir = str(tmp_path / "w")
+  train.train_and_evaluate(_small_train_config(corpus, prepared), workdir)  # 4 steps
+  lines = original.split("\n")
+  lines[3] = lines[3][::-1]  # same size, other content
+  (corpus / "train.de").write_text("\n".join(lines), encoding="utf-8")
+  shutil.rmtree(os.path.join(workdir, "prepared"), ignore_errors=True)  # as its error advises
+  config = _small_train_config(corpus, prepared)
+  config.num_train_steps = 6
+  with pytest.raises(
+    fingerprint.FingerprintError,
+    match=rf"other training data: config\.data\.train_target={corpus}/train\.de is now",
+  ):
+    train.train_and_evaluate(config, workdir)
+  moved = tmp_path / "moved"
+  shutil.copytree(corpus, moved)
+  (moved / "train.de").write_text(original, encoding="utf-8")
+  config = _small_train_config(moved, prepared)
+  config.num_train_steps = 6
+  shutil.rmtree(os.path.join(workdir, "prepared"), ignore_errors=True)
+  assert train.train_and_evaluate(config, workdir)["step"] == 6
+  last = _starts(workdir)[-1]
+  assert last["step"] == 4 and last["changed"]["data.train_target"] == [
+    f"{corpus}/train.de",
+    f"{moved}/train.de",
+  ]
+
+
+@pytest.mark.slow
+def test_a_resume_on_other_devices_goes_on_and_is_recorded(tmp_path):
+  workdir = str(tmp_path / "w")
+  train.train_and_evaluate(small_config(num_train_steps=2, checkpoint_every_steps=2), workdir)
+  code = (
+    "from t2t_jax.training import trainer; from tests.test_train import small_config; "
+    f"trainer.train_and_evaluate(small_config(checkpoint_every_steps=2), {workdir!r})"
+  )
+  out = subprocess.run(
+    [sys.executable, "-c", code],
+    env=support.cpu_env(devices=2),
+    capture_output=True,
+    text=True,
+    timeout=300,
+    cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+  )
+  assert out.returncode == 0, out.stderr[-3000:]
+  assert "resuming with devices changed from 8 to 2" in out.stderr
+  first, second = _starts(workdir)
+  assert (first["devices"], first["processes"], first["changed"]) == (8, 1, {})
+  assert (second["step"], second["devices"], second["processes"]) == (2, 2, 1)
+  assert second["changed"] == {"devices": [8, 2], "num_train_steps": [2, 6]}
+  assert second["not_bit_exact"] == ["devices"]
+  assert checkpoint.Checkpoints(workdir).latest_step() == 6
 
 
 @pytest.mark.slow

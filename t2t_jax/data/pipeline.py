@@ -188,6 +188,8 @@ class Datasets:
     self._tokenized = {}
     self._warned = set()
     self.store_path = None  # the prepared store the arrays are mapped from, if any
+    # What names the training data in a checkpoint's fingerprint (Source.train_identity).
+    self.train_identity: dict[str, Any] | None = None
 
   @property
   def pack_rows_per_device(self) -> int:
@@ -318,7 +320,11 @@ def get_datasets(
   if c.prepared_store:
     return _from_store(c, workdir, sharding, stats)
   with _timed(stats, "open/prepare source"):
-    splits = sources.open_splits(c, workdir, process_index=process_index)
+    source = sources.get_source(c)
+    whole = source.open_splits(c, workdir, process_index)
+    # Named before train_max_pairs cuts it, as the store's manifest names it.
+    train_identity = source.train_identity(c, source.identity(c, whole))
+    splits = sources.head(whole, c)
   with _timed(stats, "vocabulary"):
     tokenizer = tokenizer_lib.load_or_train_tokenizer(
       c,
@@ -343,19 +349,19 @@ def get_datasets(
   with _timed(stats, "read dev+test"):
     dev_pairs = _read_all(splits["dev"], stats.dev)
     test_pairs = _read_all(splits["test"], stats.test)
-  return _finish(
-    Datasets(
-      c,
-      tokenizer,
-      train,
-      dev_pairs,
-      test_pairs,
-      stats,
-      sharding,
-      _scratch_dir(workdir),
-      corpus_counts,
-    )
+  data = Datasets(
+    c,
+    tokenizer,
+    train,
+    dev_pairs,
+    test_pairs,
+    stats,
+    sharding,
+    _scratch_dir(workdir),
+    corpus_counts,
   )
+  data.train_identity = train_identity
+  return _finish(data)
 
 
 def _scratch_dir(workdir: str) -> str | None:
@@ -387,6 +393,8 @@ def _from_store(
     store.corpus_counts(),
   )
   data.store_path = store.path
+  # The manifest's identity was checked against the configured files: no file is hashed.
+  data.train_identity = sources.get_source(c).train_identity(c, store.manifest["source"])
   data._tokenized = {split: store.pairs(split) for split in ("dev", "test")}
   return _finish(data)
 

@@ -183,10 +183,13 @@ class Workdir:
     step: int = 0,
     changes: dict[str, list[Any]] | None = None,
     parent: dict[str, Any] | None = None,
+    run: dict[str, int] | None = None,
+    not_bit_exact: list[str] | None = None,
   ) -> None:
     """config.json: the resolved config (after overrides) of the latest start; starts.jsonl:
-    one record per start (time, host, step, the fields changed on resume, the workdir and
-    checkpoints a warm start began from, config)."""
+    one record per start (time, host, step, the number of devices and processes, the fields
+    changed on resume and those of them after which the steps are not bit-exact, the
+    workdir and checkpoints a warm start began from, config)."""
     text = config.to_json_best_effort(indent=2, sort_keys=True)
     files.atomic_write_text(self.config_file, text + "\n")
     record = dict(
@@ -197,6 +200,10 @@ class Workdir:
       changed=changes or {},
       config=json.loads(text),
     )
+    if run is not None:
+      record.update(run)
+    if not_bit_exact:
+      record["not_bit_exact"] = list(not_bit_exact)
     if parent is not None:
       record["parent"] = parent
     files.append_line(self.starts_file, json.dumps(record, sort_keys=True))

@@ -368,7 +368,10 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   ckpts = checkpoint.Checkpoints(workdir, config.keep_checkpoints, owner=True)
   train_iter = data.train_iter()
   vocab = str(data_lib.vocab_path(config.data, workdir))
-  current = fingerprint.make(config, sha256_file(vocab), parent and parent.record())
+  run = dict(devices=jax.device_count(), processes=jax.process_count())
+  current = fingerprint.make(
+    config, sha256_file(vocab), parent and parent.record(), data.train_identity, run
+  )
   state, changes, resumed = _resume(ckpts, state, train_iter, current)
   if resumed is None and parent is not None:
     state = warm_start.initial_state(state, parent)
@@ -391,7 +394,14 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     workdir, enabled=jax.process_index() == 0, resume_step=int(state.step)
   )
   if jax.process_index() == 0:
-    Workdir(workdir).write_start(config, int(state.step), changes, current.get("parent"))
+    Workdir(workdir).write_start(
+      config,
+      int(state.step),
+      changes,
+      current.get("parent"),
+      run=run,
+      not_bit_exact=sorted(set(changes) & fingerprint.NOT_BIT_EXACT),
+    )
   _log_sizes(config, state, data)
   trainer = Trainer(config, workdir, model, data, ckpts, writer, config.num_train_steps)
   trainer.last_saved = ckpts.latest_step()
@@ -436,6 +446,8 @@ def _resume(
     if saved is None:
       logging.warning("%s has no fingerprint: its config and vocabulary are not checked", where)
       return
+    if "train_data" not in saved:
+      logging.warning("%s has no training-data identity: the corpus is not checked", where)
     changes = fingerprint.compare(saved, current, where)
     current.pop("parent", None)
     if "parent" in saved:
@@ -449,7 +461,17 @@ def _resume(
   if data_state is not None:
     train_iter.set_state(data_state)
   for field, (old, new) in changes.items():
-    logging.info("resuming with config.%s changed from %r to %r", field, old, new)
+    name = field if field in fingerprint.RUN_FIELDS else f"config.{field}"
+    if field in fingerprint.NOT_BIT_EXACT:
+      logging.warning(
+        "resuming with %s changed from %r to %r: the steps from here differ from an "
+        "uninterrupted run's by rounding (recorded in starts.jsonl)",
+        name,
+        old,
+        new,
+      )
+    else:
+      logging.info("resuming with %s changed from %r to %r", name, old, new)
   logging.info("resumed from %s/%d", ckpts.directory, step)
   return state, changes, step
 

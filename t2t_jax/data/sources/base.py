@@ -127,6 +127,15 @@ class Source(abc.ABC):
     """Raises DataError naming the first field where the store at `path`, made from the
     corpus `recorded` names, differs from config `c` (the names already agree)."""
 
+  def train_identity(
+    self, c: ml_collections.ConfigDict, identity: dict[str, Any]
+  ) -> dict[str, Any]:
+    """What names the TRAINING data in a checkpoint's fingerprint, from `identity` (as
+    `identity` gives it, or a checked store's manifest recorded it): content, never paths,
+    so a moved copy resumes and an edited corpus is refused; dev and test are left out,
+    since they change what is measured, not what is trained."""
+    return dict(identity)
+
   def open_for_store(
     self, c: ml_collections.ConfigDict, workdir: str
   ) -> tuple[Splits, dict[str, Any]]:

@@ -36,6 +36,35 @@ _BOM = b"\xef\xbb\xbf"
 _BLOCK = 1 << 26  # bytes scanned (and UTF-8 checked) at a time
 FILE_FLAGS = tuple(f"{split}_{side}" for split in base.SPLITS for side in ("source", "target"))
 
+# ----------------------------------------------------------------------------- content hashes
+
+# sha256 of each local file this process has read, by (path, size, mtime, ctime, inode): the
+# store's check, the TFDS copy's name and the training data's identity in a checkpoint's
+# fingerprint all ask for it, and a corpus of gigabytes is hashed once per start, not once
+# per question. Any write changes ctime, so an edited file is hashed again.
+_HASHES: dict[tuple[Any, ...], str] = {}
+
+
+def _stat_key(path: str) -> tuple[Any, ...]:
+  stat = os.stat(path)
+  return (os.path.abspath(path), stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino)
+
+
+def file_sha256(path: str) -> str:
+  """The sha256 of local file `path`, computed once per process while the file is unchanged."""
+  key = _stat_key(path)
+  if key not in _HASHES:
+    _HASHES[key] = sha256_file(path)
+  return _HASHES[key]
+
+
+def file_identity(path: str) -> dict[str, Any]:
+  """What names a local file's content in a manifest: path, size, mtime and sha256."""
+  path = os.path.abspath(path)
+  stat = os.stat(path)
+  return dict(path=path, size=stat.st_size, mtime_ns=stat.st_mtime_ns, sha256=file_sha256(path))
+
+
 # ----------------------------------------------------------------------------- the line reader
 
 
@@ -49,7 +78,10 @@ class LineFile:
     self._data = self._read(path)
     self.size = len(self._data)
     self._first = len(_BOM) if self._data[:3] == _BOM else 0
+    key = None if self._remote else _stat_key(self.path)  # before reading: an edit is seen
     self.ends, self.sha256 = self._index()
+    if key is not None:
+      _HASHES[key] = self.sha256  # the index pass hashed it: others ask `file_sha256`
 
   def _read(self, path: str) -> bytes | mmap.mmap:
     """A memory map of a local file (bytes for an empty or a remote one, e.g. gs://)."""
@@ -228,6 +260,8 @@ def _file_digest(path: str, flag: str) -> bytes:
   try:
     if p.is_dir():
       raise IsADirectoryError(21, "is a directory")
+    if "://" not in str(path):
+      return bytes.fromhex(file_sha256(str(path)))
     digest = hashlib.sha256()
     with p.open("rb") as f:
       for block in iter(lambda: f.read(1 << 20), b""):
@@ -262,7 +296,7 @@ def _check_file(
     recorded["mtime_ns"],
   ):
     return
-  if stat.st_size != recorded["size"] or sha256_file(current) != recorded["sha256"]:
+  if stat.st_size != recorded["size"] or file_sha256(current) != recorded["sha256"]:
     raise DataError(
       f"{path}: config.data.{flag}={configured} ({stat.st_size} bytes) is not the file the "
       f"data was prepared from ({recorded['path']}, {recorded['size']} bytes, sha256 "
@@ -364,8 +398,9 @@ class TextfilesSource(base.Source):
     return splits, self.identity(c, splits)
 
   def identity(self, c: ml_collections.ConfigDict, splits: base.Splits) -> dict[str, Any]:
-    """Path, size, mtime and sha256 of every file, from the `AlignedFiles` splits (and the
-    training corpora's tags, which are part of their tokens)."""
+    """Path, size, mtime and sha256 of every file, from the `AlignedFiles` splits or, for
+    the TFDS copy's splits, from the configured files (and the training corpora's tags,
+    which are part of their tokens)."""
     files, tags = {}, None
     for split, pairs in splits.items():
       if isinstance(pairs, base.CorporaPairs):
@@ -373,13 +408,29 @@ class TextfilesSource(base.Source):
         for corpus, part in pairs.parts:
           files[f"{corpus.flag}.source"] = part.source.identity()
           files[f"{corpus.flag}.target"] = part.target.identity()
-      elif pairs is not None:
+      elif isinstance(pairs, AlignedFiles):
         files[f"{split}_source"] = pairs.source.identity()
         files[f"{split}_target"] = pairs.target.identity()
+      elif pairs is not None:
+        for side in ("source", "target"):
+          files[f"{split}_{side}"] = file_identity(c[f"{split}_{side}"])
     identity = dict(name=self.name, files=files)
     if tags is not None:
       identity["tags"] = tags
     return identity
+
+  def train_identity(
+    self, c: ml_collections.ConfigDict, identity: dict[str, Any]
+  ) -> dict[str, Any]:
+    """Size and sha256 of each training file, by flag ('train_target',
+    'train_corpora[1].source'), and the corpora's tags: no path, so a moved copy matches."""
+    out = dict(name=self.name)
+    for flag, file in sorted(identity["files"].items()):
+      if flag.startswith("train_"):
+        out[flag] = dict(size=file["size"], sha256=file["sha256"])
+    if "tags" in identity:
+      out["tags"] = identity["tags"]
+    return out
 
   def check_identity(
     self, path: pathlib.Path, recorded: dict[str, Any], c: ml_collections.ConfigDict

@@ -144,16 +144,19 @@ IDENTITY_FIELDS = ("treebank_train", "treebank_dev", "treebank_test", "vocab_min
 def identity(c: ml_collections.ConfigDict) -> dict[str, Any]:
   """Names the corpus in a prepared store's manifest: the split flags, the word vocabulary's
   threshold and a digest of the content of every file read (a moved copy still matches)."""
-  digest = hashlib.sha256()
+  digest, train = hashlib.sha256(), hashlib.sha256()
   for split, paths in split_files(c).items():
     for path in paths:
-      digest.update(f"{split}:{os.path.basename(path)}:".encode())
       with open(path, "rb") as f:
-        digest.update(hashlib.sha256(f.read()).digest())
+        content = hashlib.sha256(f.read()).digest()
+      for d in (digest, train) if split == "train" else (digest,):
+        d.update(f"{split}:{os.path.basename(path)}:".encode())
+        d.update(content)
   return dict(
     name="treebank",
     treebank_dir=c.treebank_dir,
     files_sha256=digest.hexdigest(),
+    train_files_sha256=train.hexdigest(),
     **{field: c[field] for field in IDENTITY_FIELDS},
   )
 
@@ -190,6 +193,19 @@ class Treebank(base.Source):
 
   def identity(self, c: ml_collections.ConfigDict, splits: base.Splits) -> dict[str, Any]:
     return identity(c)
+
+  def train_identity(
+    self, c: ml_collections.ConfigDict, recorded: dict[str, Any]
+  ) -> dict[str, Any]:
+    """The training files' digest (from the files when a store made before it was recorded
+    lacks it), the training file numbers and the word vocabulary's threshold."""
+    train = recorded.get("train_files_sha256") or identity(c)["train_files_sha256"]
+    return dict(
+      name=self.name,
+      train_files_sha256=train,
+      treebank_train=recorded["treebank_train"],
+      vocab_min_count=recorded["vocab_min_count"],
+    )
 
   def check_identity(
     self, path: pathlib.Path, recorded: dict[str, Any], c: ml_collections.ConfigDict

@@ -224,6 +224,14 @@ class Wmt(base.Source):
       },
     )
 
+  def train_identity(
+    self, c: ml_collections.ConfigDict, identity: dict[str, Any]
+  ) -> dict[str, Any]:
+    """Dataset, version, direction and the training split's size."""
+    out = {k: v for k, v in identity.items() if k != "splits"}
+    out["train"] = identity["splits"].get("train")
+    return out
+
   def check_identity(
     self, path: pathlib.Path, recorded: dict[str, Any], c: ml_collections.ConfigDict
   ) -> None:
