@@ -489,7 +489,8 @@ def _resume(
     if "parent" in saved:
       current["parent"] = saved["parent"]
 
-  state, data_state, step = ckpts.restore_newest(state, check)
+  # Every process resumes from the same step: the newest one all of them can read.
+  state, data_state, step = ckpts.restore_newest(state, check, parallel.common_steps)
   if step is None:
     how = "config.init_from" if "parent" in current else "scratch"
     logging.info("no checkpoint in %s: starting from %s", ckpts.directory, how)
