@@ -221,6 +221,104 @@ def test_second_ctrl_c_is_explained_and_a_third_aborts(capfd, monkeypatch):
     stop.restore()
 
 
+def test_a_signal_inside_interrupting_raises_and_one_before_it_raises_on_entry():
+  stop = train.StopRequest()
+  try:
+    with pytest.raises(train.StopRequested) as e, stop.interrupting():
+      os.kill(os.getpid(), signal.SIGTERM)
+      signal.sigtimedwait([], 0)  # a handler runs at the next bytecode; this is one
+      pytest.fail("SIGTERM did not interrupt the block")
+    assert e.value.signal == "SIGTERM" and stop.signal == "SIGTERM"
+    with pytest.raises(train.StopRequested), stop.interrupting():
+      pytest.fail("entered although a signal had come")
+  finally:
+    stop.restore()
+  assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def _slow(mode, workdir, tmp_path, *flags):
+  """t2t-train through tests/slow_save.py: its checkpoint commit or test translation waits."""
+  env = support.cpu_env(devices=2, T2T_SLOW_DIR=str(tmp_path), T2T_SLOW_S="10")
+  args = [
+    "--experiment=tiny",
+    f"--workdir={workdir}",
+    "--config.log_every_steps=2",
+    "--config.eval_every_steps=100000",
+    "--config.model.d_model=32",
+    "--config.model.d_ff=64",
+    "--config.model.num_layers=1",
+    "--config.data.synthetic_train_size=2000",
+    *flags,
+  ]
+  return subprocess.Popen(
+    [sys.executable, "-m", "tests.slow_save", mode, *args],
+    env=env,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.STDOUT,
+    text=True,
+  )
+
+
+def _read_until(proc, text):
+  lines = []
+  for line in proc.stdout:
+    lines.append(line)
+    if text in line:
+      return "".join(lines)
+  pytest.fail(f"no {text!r} in the output:\n{''.join(lines)[-3000:]}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("second", ["SIGINT", "SIGTERM"])
+def test_a_second_signal_during_the_checkpoint_write_still_commits_it_and_exits_75(
+  tmp_path, second
+):
+  workdir = str(tmp_path / "w")
+  flags = ["--config.num_train_steps=100000", "--config.checkpoint_every_steps=100000"]
+  proc = _slow("write", workdir, tmp_path, *flags)
+  try:
+    head = _read_until(proc, "step 2/100000")
+    proc.send_signal(signal.SIGTERM)
+    head += _read_until(proc, "slow write: started")  # the stop's checkpoint is being written
+    proc.send_signal(getattr(signal, second))
+    out, _ = proc.communicate(timeout=120)
+  finally:
+    proc.kill()
+  out = head + out
+  assert proc.returncode == 75, out[-3000:]
+  assert f"{second} again: the run is finishing its step and saving a checkpoint" in out
+  assert "Traceback" not in out and "KeyboardInterrupt" not in out
+  saved = out.index("SIGTERM received: saved step")
+  assert out.index("slow write: committing") < saved  # logged once it is on disk
+  step = int(re.search(r"saved step (\d+)", out[saved:]).group(1))
+  assert checkpoint.Checkpoints(workdir).steps() == [step]  # committed, complete
+  assert not checkpoint.Checkpoints(workdir).damaged()
+
+
+@pytest.mark.slow
+def test_sigterm_during_the_test_translation_exits_75_and_the_next_run_only_translates(tmp_path):
+  workdir = str(tmp_path / "w")
+  flags = ["--config.num_train_steps=4", "--config.checkpoint_every_steps=100000"]
+  proc = _slow("test", workdir, tmp_path, *flags)
+  try:
+    head = _read_until(proc, "slow test: started")
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+  finally:
+    proc.kill()
+  out = head + out
+  assert proc.returncode == 75, out[-3000:]
+  assert "SIGTERM received during the test translation: stopping" in out
+  assert "slow test: translating" not in out  # stopped at once, not after the wait
+  assert checkpoint.Checkpoints(workdir).steps() == [4] and not glob.glob(f"{workdir}/test.*")
+  rerun = _cli(*proc.args[4:])  # the same flags, without the slow test translation
+  out, _ = rerun.communicate(timeout=240)
+  assert rerun.returncode == 0, out[-3000:]
+  assert f"resumed from {workdir}/checkpoints/4" in out
+  assert "step 2/4" not in out and "step 4/4" not in out  # no training again
+  assert glob.glob(f"{workdir}/test.*"), out[-3000:]
+
+
 # --- 6. resume fingerprint ----------------------------------------------------------------
 
 

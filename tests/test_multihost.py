@@ -9,6 +9,7 @@ global batch. The workers are this file run as `python -m tests.test_multihost M
 import functools
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -23,7 +24,12 @@ from tests import support
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOCAL_DEVICES = 4
-HEARTBEAT_S = {"step": 60, "hang": 5, "raise": 5}  # short where a failure is to be seen
+HEARTBEAT_S = {
+  "step": 60,
+  "hang": 5,
+  "raise": 5,
+  "resume": 60,
+}  # short where a failure is to be seen
 
 
 # ----------------------------------------------------------------------------- shared set-up
@@ -96,6 +102,12 @@ def _flat(tree):
   }
 
 
+def _checksum(params):
+  import jax
+
+  return float(sum(np.sum(np.asarray(x, np.float64)) for x in jax.tree.leaves(params)))
+
+
 def _read_epoch(datasets, num_steps):
   it = datasets.train_iter()
   batches = [next(it) for _ in range(num_steps)]
@@ -134,6 +146,15 @@ def _worker(mode, process_id, num_processes, coordinator, out_dir):
     np.savez(os.path.join(out_dir, f"worker{process_id}.npz"), **arrays)
     with open(os.path.join(out_dir, f"worker{process_id}.json"), "w") as f:
       json.dump(dict(metrics=metrics, evals=evals, steps=len(batches)), f)
+    return
+  if mode == "resume":  # each process resumes from its own copy of one workdir
+    from t2t_jax.run import checkpoint
+    from t2t_jax.training import trainer
+
+    ckpts = checkpoint.Checkpoints(os.path.join(out_dir, f"w{process_id}"), owner=True)
+    state, _, step = trainer._resume(ckpts, _model_and_state()[1], None, {})
+    with open(os.path.join(out_dir, f"worker{process_id}.json"), "w") as f:
+      json.dump(dict(step=step, state_step=int(state.step), params=_checksum(state.params)), f)
     return
   # "hang" / "raise": keep running cross-process collectives until the test intervenes.
   psum = jax.pmap(lambda x: jax.lax.psum(x, "batch"), axis_name="batch")
@@ -316,6 +337,44 @@ def test_one_process_failing_stops_the_other(tmp_path, failure):
     assert codes[1] == 1, failed[-3000:]
     assert "injected failure on process 1" in failed
     assert "process 1 of 2 failed (traceback above); exiting now" in failed
+
+
+@pytest.mark.slow
+def test_processes_resume_from_the_newest_step_every_one_can_read(tmp_path):
+  """Process 1 cannot read step 6 (its copy's arrays are cut short): both resume from 4."""
+  import jax
+
+  from t2t_jax.run import checkpoint
+
+  out = str(tmp_path)
+  state = _model_and_state()[1]
+  writer = checkpoint.Checkpoints(os.path.join(out, "w"), owner=True)
+  sums = {}
+  for step in (2, 4, 6):
+    saved = state.replace(
+      step=np.int32(step), params=jax.tree.map(lambda x, k=step: x * k, state.params)
+    )
+    writer.save(step, saved, None)
+    writer.wait()
+    sums[step] = _checksum(saved.params)
+  writer.close()
+  for i in range(2):
+    shutil.copytree(os.path.join(out, "w"), os.path.join(out, f"w{i}"))
+  damaged = os.path.join(out, "w1", "checkpoints", "6", "state", "ocdbt.process_0", "d")
+  for name in os.listdir(damaged):
+    with open(os.path.join(damaged, name), "r+b") as f:
+      f.truncate(10)
+  procs = _launch("resume", out)
+  codes = _wait(procs, out, timeout=300)
+  logs = [_log(out, i) for i in range(2)]
+  assert codes == [0, 0], "\n".join(log[-3000:] for log in logs)
+  for i in range(2):
+    with open(os.path.join(out, f"worker{i}.json")) as f:
+      report = json.load(f)
+    assert (report["step"], report["state_step"]) == (4, 4), (i, report, logs[i][-3000:])
+    np.testing.assert_allclose(report["params"], sums[4], rtol=1e-6)
+  assert "checkpoint step 6 at" in logs[1] and "does not restore" in logs[1]
+  assert "step(s) [6] in" in logs[0] and "not on every one" in logs[0]
 
 
 @pytest.mark.slow

@@ -289,51 +289,109 @@ class Checkpoints:
 
   def fingerprint(self, step: int) -> dict[str, Any] | None:
     """The fingerprint saved with checkpoint `step` (None: saved without one)."""
+    return self._fingerprint(step, self.manager)
+
+  def _fingerprint(self, step: int, manager: ocp.CheckpointManager) -> dict[str, Any] | None:
     if not os.path.isdir(os.path.join(self.path(step), FINGERPRINT)):
       return None
-    return self.manager.restore(
-      step, args=ocp.args.Composite(**{FINGERPRINT: ocp.args.JsonRestore()})
-    )[FINGERPRINT]
+    return manager.restore(step, args=ocp.args.Composite(**{FINGERPRINT: ocp.args.JsonRestore()}))[
+      FINGERPRINT
+    ]
 
   def restore(self, step: int, state: State) -> tuple[State, dict[str, Any] | None]:
     """Restores into the structure of `state` (a host TrainState); returns (state, data)."""
+    return self._restore(step, state, self.manager)
+
+  def _restore(
+    self, step: int, state: State, manager: ocp.CheckpointManager
+  ) -> tuple[State, dict[str, Any] | None]:
     target = state_tree(state)
     self.check_shapes(step, target["params"])
     abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, target)
-    restored = self.manager.restore(
+    restored = manager.restore(
       step, args=ocp.args.Composite(**{STATE: ocp.args.StandardRestore(abstract)})
     )[STATE]
     data_state = None
     if os.path.isdir(os.path.join(self.path(step), DATA)):
-      data_state = self.manager.restore(
-        step, args=ocp.args.Composite(**{DATA: ocp.args.JsonRestore()})
-      )[DATA]
+      data_state = manager.restore(step, args=ocp.args.Composite(**{DATA: ocp.args.JsonRestore()}))[
+        DATA
+      ]
     return state.replace(**restored), data_state
 
+  def _local_reader(self) -> ocp.CheckpointManager:
+    """A read-only manager over this process alone. Orbax's restore ends in a barrier of all
+    processes, which a process whose read failed never reaches: the others would wait there
+    while it tries an older step. Reading the host copy of the state needs no other process."""
+    if jax.process_count() == 1:
+      return self.manager
+    me = jax.process_index()
+    options = ocp.CheckpointManagerOptions(
+      read_only=True,
+      step_name_format=_CommittedSteps(ocp.path.step.standard_name_format(), self.skip),
+      multiprocessing_options=ocp.options.MultiprocessingOptions(
+        primary_host=me, active_processes={me}, barrier_sync_key_prefix=f"local{me}"
+      ),
+    )
+    handlers = {STATE: ocp.StandardCheckpointHandler(), DATA: ocp.JsonCheckpointHandler()}
+    handlers[FINGERPRINT] = ocp.JsonCheckpointHandler()
+    return ocp.CheckpointManager(self.directory, options=options, item_handlers=handlers)
+
   def restore_newest(
-    self, state: State, check: Callable[[int, dict | None], None]
+    self,
+    state: State,
+    check: Callable[[int, dict | None], None],
+    common: Callable[[Sequence[int]], Sequence[int]] | None = None,
   ) -> tuple[State, dict[str, Any] | None, int | None]:
     """(state, data_state, step) of the newest checkpoint that restores; (state, None, None)
     when the workdir has none. `check(step, fingerprint)` may refuse a checkpoint by raising.
+
+    With several processes, every one must resume from the same step (else the replicas
+    diverge, or one waits in a collective the others never enter): `common(steps)`, a
+    collective, returns the steps every process still counts as readable. Each round, every
+    process reads the newest common step on its own; one that fails drops it, and the next
+    round's `common` tells the others. They stop together at the newest step that all have
+    read. One process: `common` is the identity.
 
     Damaged checkpoints are reported and skipped (left in place); if there are checkpoints
     but none restores, raises CheckpointDamagedError naming every path.
     """
     for line in self.damaged():
       logging.warning("checkpoint %s; left in place and skipped", line)
-    for step in reversed(self.steps()):
-      try:
-        saved = self.fingerprint(step)
-      except Exception as e:  # a damaged checkpoint raises whatever its reader meets
-        self._skip(step, e)
-        continue
-      check(step, saved)
-      try:
-        return (*self.restore(step, state), step)
-      except CheckpointMismatchError:
-        raise
-      except Exception as e:
-        self._skip(step, e)
+    common = common or list
+    reader = self._local_reader()
+    readable = self.steps()
+    restored: dict[int, tuple[State, dict[str, Any] | None]] = {}
+    try:
+      while shared := sorted(common(readable)):
+        step = shared[-1]
+        if step in restored:
+          newer = [s for s in readable if s > step]
+          if newer:
+            logging.warning(
+              "checkpoint step(s) %s in %s restore on this process but not on every one; "
+              "every process resumes from step %d",
+              newer,
+              self.directory,
+              step,
+            )
+          return (*restored[step], step)
+        try:
+          saved = self._fingerprint(step, reader)
+        except Exception as e:  # a damaged checkpoint raises whatever its reader meets
+          self._skip(step, e)
+          readable.remove(step)
+          continue
+        check(step, saved)
+        try:
+          restored[step] = self._restore(step, state, reader)
+        except CheckpointMismatchError:
+          raise
+        except Exception as e:
+          self._skip(step, e)
+          readable.remove(step)
+    finally:
+      if reader is not self.manager:
+        reader.close()
     damaged = self.damaged()
     if damaged:
       raise CheckpointDamagedError(

@@ -8,7 +8,7 @@ this file only.
 import collections
 import copy
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import jax
@@ -157,6 +157,25 @@ def any_host(flag: bool) -> bool:
   from jax.experimental import multihost_utils
 
   return bool(np.any(multihost_utils.process_allgather(np.asarray(flag))))
+
+
+def common_steps(steps: Sequence[int]) -> list[int]:
+  """The steps in `steps` on every process, sorted (a collective: call it on all hosts).
+
+  Two gathers: the longest list's length, then every list padded to it with -1."""
+  if jax.process_count() == 1:
+    return sorted(int(s) for s in steps)
+  from jax.experimental import multihost_utils
+
+  mine = sorted(int(s) for s in steps)
+  width = int(np.max(multihost_utils.process_allgather(np.asarray(len(mine), np.int32))))
+  padded = np.full(max(width, 1), -1, np.int32)
+  padded[: len(mine)] = mine
+  every = np.asarray(multihost_utils.process_allgather(padded)).reshape(jax.process_count(), -1)
+  shared = set(every[0].tolist())
+  for row in every[1:]:
+    shared &= set(row.tolist())
+  return sorted(s for s in shared if s >= 0)
 
 
 def host_metrics(metrics: Mapping[str, jax.Array]) -> dict[str, float]:

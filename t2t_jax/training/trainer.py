@@ -11,7 +11,7 @@ import os
 import signal
 import time
 import types
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
 import jax
@@ -108,11 +108,27 @@ def _abort(signum: int, frame: types.FrameType | None) -> NoReturn:
   os._exit(128 + signum)
 
 
+class StopRequested(BaseException):
+  """A signal during the test translation (a BaseException, like KeyboardInterrupt, so that
+  no `except Exception` on the way swallows it)."""
+
+  def __init__(self, signal_name: str) -> None:
+    super().__init__(signal_name)
+    self.signal = signal_name
+
+
 class StopRequest:
-  """Turns SIGTERM/SIGINT into a flag the loop checks after each step (save, then exit)."""
+  """Turns SIGTERM/SIGINT into a flag the loop checks after each step (save, then exit).
+
+  Installed from the first step until the last checkpoint is committed and the test split is
+  translated: a signal while orbax writes in the background must not kill the write (the
+  default SIGTERM) or end in a KeyboardInterrupt (status 130, which Slurm does not requeue).
+  Inside `interrupting()` (the test translation: nothing there to finish or save) the first
+  signal raises StopRequested at once instead."""
 
   def __init__(self) -> None:
     self.signal = None
+    self._interrupt = False
     self._previous = {}
     for sig in (signal.SIGTERM, signal.SIGINT):
       # Outside the main thread (a notebook worker) no handler can be set.
@@ -124,6 +140,8 @@ class StopRequest:
     name = signal.Signals(signum).name
     if self.signal is None:
       self.signal = name
+      if self._interrupt:
+        raise StopRequested(name)
       return
     # A second signal while the checkpoint is written: say what is happening; a third aborts.
     os.write(
@@ -135,6 +153,17 @@ class StopRequest:
     )
     for sig in self._previous:
       signal.signal(sig, _abort)
+
+  @contextlib.contextmanager
+  def interrupting(self) -> Iterator[None]:
+    """A signal inside the block raises StopRequested (one that came before raises on entry)."""
+    if self.signal is not None:
+      raise StopRequested(self.signal)
+    self._interrupt = True
+    try:
+      yield
+    finally:
+      self._interrupt = False
 
   def restore(self) -> None:
     for sig, handler in self._previous.items():
@@ -407,11 +436,29 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   trainer.last_saved = ckpts.latest_step()
   trainer.fingerprint = current
   trainer.best = tracker
+  stop = StopRequest()
   try:
-    last, p_state = _loop(trainer, state, train_iter)
+    last, p_state = _loop(trainer, state, train_iter, stop)
+    # The last save is committed while the handlers still cover it; a signal that came
+    # meanwhile skips the test translation, which the next run then does without training.
+    ckpts.wait()
+    if last["stopped_by"] is None:
+      last["stopped_by"] = _agreed_stop(stop)
     if last["stopped_by"] is None and config.test_at_end:
       trainer.step_reached = int(last["step"])
-      last.update(trainer.test(p_state.params))
+      try:
+        with stop.interrupting():
+          last.update(trainer.test(p_state.params))
+      except StopRequested as e:
+        logging.info(
+          "%s received during the test translation: stopping; the next run translates the "
+          "test split from the saved step %d without training",
+          e.signal,
+          last["step"],
+        )
+        last["stopped_by"] = e.signal
+    if last["stopped_by"] is not None:
+      return last
     if jax.process_index() == 0:
       summary.log(
         f"done at step {last['step']}: checkpoints in {ckpts.directory}, metrics in "
@@ -424,6 +471,7 @@ def _train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   finally:
     with contextlib.suppress(checkpoint.CheckpointSaveError):  # reported where it was raised
       ckpts.wait()
+    stop.restore()
     writer.close()
 
 
@@ -453,7 +501,8 @@ def _resume(
     if "parent" in saved:
       current["parent"] = saved["parent"]
 
-  state, data_state, step = ckpts.restore_newest(state, check)
+  # Every process resumes from the same step: the newest one all of them can read.
+  state, data_state, step = ckpts.restore_newest(state, check, parallel.common_steps)
   if step is None:
     how = "config.init_from" if "parent" in current else "scratch"
     logging.info("no checkpoint in %s: starting from %s", ckpts.directory, how)
@@ -512,7 +561,7 @@ EXPLAINED_ERRORS = (
 MAX_STEPS_AHEAD = 2
 
 
-def _agreed_stop(stop: StopRequest, step: int, every: int) -> str | None:
+def _agreed_stop(stop: StopRequest, step: int = 0, every: int = 1) -> str | None:
   """The signal to stop on now. With several hosts, all must stop (and save) at the same
   step, so they agree at logging steps whether any of them was signalled."""
   if jax.process_count() == 1:
@@ -523,7 +572,10 @@ def _agreed_stop(stop: StopRequest, step: int, every: int) -> str | None:
 
 
 def _loop(
-  trainer: Trainer, state: steps.TrainState, train_iter: parallel.StatefulIterator
+  trainer: Trainer,
+  state: steps.TrainState,
+  train_iter: parallel.StatefulIterator,
+  stop: StopRequest,
 ) -> tuple[dict[str, Any], steps.TrainState]:
   """Steps until num_train_steps, a signal or the time limit; returns (the last metrics with
   'step', 'stopped_by' and 'time_limit_reached', the replicated final state)."""
@@ -531,7 +583,6 @@ def _loop(
   step = int(state.step)
   p_state = parallel.replicate(state)
   prefetcher = parallel.Prefetcher(train_iter, size=config.prefetch_batches)
-  stop = StopRequest()
   pending, last = [], {}
   t_last, step_last = time.time(), step
   limit_s = 60.0 * config.train_time_limit_minutes
@@ -539,73 +590,71 @@ def _loop(
   timed_out, stopping, early_stop = False, None, None
   # Wall-clock curves start here, not at the first progress line.
   trainer.writer.write(step, dict(train_start=1.0))
-  try:
-    while step < trainer.num_steps and not timed_out:
-      p_state, metrics = trainer.train_step(p_state, prefetcher)
-      pending.append(metrics)
-      step += 1
-      # Dispatch is asynchronous: without a bound the host could run a hundred steps ahead
-      # of the devices, and a SIGTERM would wait for all of them before saving. Waiting for
-      # the step before last costs nothing (it is finished by the time this one runs).
-      if len(pending) > MAX_STEPS_AHEAD:
-        jax.block_until_ready(pending[-1 - MAX_STEPS_AHEAD])
-      # The time limit ends training like the last step: evaluate, save, then test. It is
-      # checked at logging steps only, where every host agrees on whether it was reached.
-      if deadline is not None and step % config.log_every_steps == 0:
-        timed_out = parallel.any_host(time.time() > deadline)
-      if timed_out:
-        logging.info("train_time_limit_minutes=%s reached at step %d", limit_s / 60, step)
-      stopping = _agreed_stop(stop, step, config.log_every_steps)
-      entered_best = False
-      final = step == trainer.num_steps or timed_out
-      eval_due = step % config.eval_every_steps == 0 or final
-      if step % config.log_every_steps == 0 or eval_due or stopping:
-        trainer.check_finite(p_state)
-        trainer.ckpts.check_for_errors()
-        last = _sum_metrics(pending)
-        now = time.time()
-        steps_per_s = (step - step_last) / max(now - t_last, 1e-9)
-        tokens_per_s = last["tokens"] / max(now - t_last, 1e-9)
-        t_last, step_last, pending = now, step, []
-        eval_metrics = {}
-        if eval_due or (config.bleu_every_steps and step % config.bleu_every_steps == 0):
-          logging.info("step %d: evaluating on dev", step)
-        if eval_due:
-          eval_metrics = trainer.evaluate(p_state.params)
-        if config.bleu_every_steps and (step % config.bleu_every_steps == 0 or final):
-          eval_metrics.update(trainer.dev_bleu(p_state.params))
-        trainer.writer.write(
-          step,
-          dict(last, steps_per_second=steps_per_s, tokens_per_second=tokens_per_s, **eval_metrics),
-        )
-        if jax.process_index() == 0:
-          summary.log(
-            summary.progress_line(
-              step,
-              trainer.num_steps,
-              last,
-              steps_per_s,
-              tokens_per_s,
-              trainer.num_devices,
-              eval_metrics,
-            )
+  while step < trainer.num_steps and not timed_out:
+    p_state, metrics = trainer.train_step(p_state, prefetcher)
+    pending.append(metrics)
+    step += 1
+    # Dispatch is asynchronous: without a bound the host could run a hundred steps ahead
+    # of the devices, and a SIGTERM would wait for all of them before saving. Waiting for
+    # the step before last costs nothing (it is finished by the time this one runs).
+    if len(pending) > MAX_STEPS_AHEAD:
+      jax.block_until_ready(pending[-1 - MAX_STEPS_AHEAD])
+    # The time limit ends training like the last step: evaluate, save, then test. It is
+    # checked at logging steps only, where every host agrees on whether it was reached.
+    if deadline is not None and step % config.log_every_steps == 0:
+      timed_out = parallel.any_host(time.time() > deadline)
+    if timed_out:
+      logging.info("train_time_limit_minutes=%s reached at step %d", limit_s / 60, step)
+    stopping = _agreed_stop(stop, step, config.log_every_steps)
+    entered_best = False
+    final = step == trainer.num_steps or timed_out
+    eval_due = step % config.eval_every_steps == 0 or final
+    if step % config.log_every_steps == 0 or eval_due or stopping:
+      trainer.check_finite(p_state)
+      trainer.ckpts.check_for_errors()
+      last = _sum_metrics(pending)
+      now = time.time()
+      steps_per_s = (step - step_last) / max(now - t_last, 1e-9)
+      tokens_per_s = last["tokens"] / max(now - t_last, 1e-9)
+      t_last, step_last, pending = now, step, []
+      eval_metrics = {}
+      if eval_due or (config.bleu_every_steps and step % config.bleu_every_steps == 0):
+        logging.info("step %d: evaluating on dev", step)
+      if eval_due:
+        eval_metrics = trainer.evaluate(p_state.params)
+      if config.bleu_every_steps and (step % config.bleu_every_steps == 0 or final):
+        eval_metrics.update(trainer.dev_bleu(p_state.params))
+      trainer.writer.write(
+        step,
+        dict(last, steps_per_second=steps_per_s, tokens_per_second=tokens_per_s, **eval_metrics),
+      )
+      if jax.process_index() == 0:
+        summary.log(
+          summary.progress_line(
+            step,
+            trainer.num_steps,
+            last,
+            steps_per_s,
+            tokens_per_s,
+            trainer.num_devices,
+            eval_metrics,
           )
-        last.update(eval_metrics)
-        entered_best, early_stop = _rank(trainer, step, eval_metrics)
-      # An evaluation among the best is saved: the best checkpoints are kept apart.
-      due = step % config.checkpoint_every_steps == 0 or final or entered_best
-      if due or stopping or early_stop:
-        trainer.save(p_state, prefetcher)
-      if early_stop:
-        summary.log(trainer.best.stop_line())
-        break
-      if stopping:
-        logging.info(
-          "%s received: saved step %d to %s; exiting", stopping, step, trainer.ckpts.directory
         )
-        break
-  finally:
-    stop.restore()
+      last.update(eval_metrics)
+      entered_best, early_stop = _rank(trainer, step, eval_metrics)
+    # An evaluation among the best is saved: the best checkpoints are kept apart.
+    due = step % config.checkpoint_every_steps == 0 or final or entered_best
+    if due or stopping or early_stop:
+      trainer.save(p_state, prefetcher)
+    if early_stop:
+      summary.log(trainer.best.stop_line())
+      break
+    if stopping:
+      trainer.ckpts.wait()  # "saved" once orbax has committed it, not when it is queued
+      logging.info(
+        "%s received: saved step %d to %s; exiting", stopping, step, trainer.ckpts.directory
+      )
+      break
   last["step"] = step
   last["stopped_by"] = stopping
   last["time_limit_reached"] = timed_out
