@@ -3,12 +3,14 @@ log-softmax), an ensemble of a model with itself against the model for beam, gre
 sampling, ensemble scores against a hand combination, and incompatible members refused in one
 line before any checkpoint is read."""
 
+import functools
 import json
 import os
 import shutil
 import subprocess
 import sys
 
+import jax
 import numpy as np
 import pytest
 
@@ -81,23 +83,22 @@ def _np_greedy(members, inputs: np.ndarray, limits: np.ndarray, length: int):
   """Greedy decoding from full teacher-forced passes of each member at every step (no
   cache), the step distributions combined in numpy: (tokens [batch, length], log p)."""
   batch = inputs.shape[0]
-  out = np.zeros((batch, 0), np.int32)
+  passes = [jax.jit(functools.partial(m.apply, {"params": p})) for m, p in members]
+  # The decoder sees BOS + targets[:-1], causally: position `step` reads only the tokens
+  # chosen before it, whatever fills the rest (here token 5, also after a row's EOS).
+  out = np.full((batch, length), 5, np.int32)
   total, done = np.zeros(batch), np.zeros(batch, bool)
   for step in range(length):
-    # The decoder sees BOS + targets[:-1]; the last target is a placeholder.
-    targets = np.concatenate([out, np.full((batch, 1), 5, np.int32)], axis=1)
-    targets = np.where(targets == 0, 5, targets)  # rows already ended: any real token
-    logits = [np.asarray(m.apply({"params": p}, inputs, targets))[:, step] for m, p in members]
-    log_probs = np_ensemble(logits)
+    log_probs = np_ensemble([np.asarray(f(inputs, out))[:, step] for f in passes])
     at_limit = step + 1 >= limits
-    log_probs[at_limit] = np.where(
-      np.arange(log_probs.shape[-1]) == EOS_ID, log_probs[at_limit], -np.inf
-    )
+    not_eos = np.arange(log_probs.shape[-1]) != EOS_ID
+    log_probs[at_limit[:, None] & not_eos] = -np.inf
     token = np.argmax(log_probs, axis=-1)
     total += np.where(done, 0.0, log_probs[np.arange(batch), token])
-    out = np.concatenate([out, np.where(done, 0, token)[:, None].astype(np.int32)], axis=1)
+    out[:, step] = np.where(done, 5, token)
     done |= token == EOS_ID
-  return out, total
+  ended = np.cumsum(out == EOS_ID, axis=1) - (out == EOS_ID) > 0
+  return np.where(ended, 0, out), total
 
 
 def test_ensemble_greedy_search_equals_greedy_over_the_hand_combined_steps(pair):
@@ -128,13 +129,14 @@ def test_ensemble_scores_are_the_hand_combined_token_log_probs(pair):
   a, b, ensemble = pair
   targets = ["5 6 7", "9 9", "5", ""]
   got = scoring.Scorer(ensemble).score(SOURCES, targets)
-  for source, target, score in zip(SOURCES, targets, got):
-    inputs = np.array([a._source_ids([source])[0]], np.int32)
-    tgt = np.array([list(a.tokenizer.encode(target)) + [EOS_ID]], np.int32)
-    logits = [
-      np.asarray(m.apply({"params": p}, inputs, tgt))[0] for m, p in (*a.members, *b.members)
-    ]
-    want = np_ensemble(logits)[np.arange(tgt.shape[1]), tgt[0]]
+  pad = lambda rows: np.array([r + [0] * (8 - len(r)) for r in rows], np.int32)
+  inputs = pad([a._source_ids([source])[0] for source in SOURCES])
+  tgt = pad([list(a.tokenizer.encode(t)) + [EOS_ID] for t in targets])
+  logits = [np.asarray(m.apply({"params": p}, inputs, tgt)) for m, p in (*a.members, *b.members)]
+  combined = np_ensemble(logits)
+  for row, score in enumerate(got):
+    n = len(score.tokens)
+    want = combined[row, np.arange(n), tgt[row, :n]]
     np.testing.assert_allclose(score.tokens, want, atol=1e-5)
   # and an ensemble's beam search scores its outputs as its scorer does
   best = [h[0] for h in ensemble.translate(SOURCES, beam_size=3, nbest=1)]
