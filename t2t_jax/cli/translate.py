@@ -401,7 +401,7 @@ def _all_at_once(
     sys.stdout.flush()
   if references is not None:
     print(
-      f"checkpoint(s) {translator.checkpoint_steps}, beam {translator.search.beam_size}, "
+      f"checkpoint(s) {_steps(translator)}, beam {translator.search.beam_size}, "
       f"alpha {translator.search.alpha}",
       file=sys.stderr,
     )
@@ -415,6 +415,11 @@ def _all_at_once(
     print(report, file=sys.stderr)
 
 
+def _steps(translator: Translator) -> list[int] | list[list[int]]:
+  """The checkpoint steps decoded with: an ensemble's per member."""
+  return translator.member_steps or translator.checkpoint_steps
+
+
 def _interactive(
   translator: Translator, args: flags.FlagValues, nbest: int | None, from_stdin: bool
 ) -> None:
@@ -422,7 +427,7 @@ def _interactive(
   tty = from_stdin and sys.stdin.isatty()
   translator.warm_up(nbest=nbest)
   print(
-    f"t2t-translate: ready (checkpoint(s) {translator.checkpoint_steps}, beam "
+    f"t2t-translate: ready (checkpoint(s) {_steps(translator)}, beam "
     f"{translator.search.beam_size}, compiled for sources of up to {translator.buckets()} tokens)"
     + ("; one sentence per line, Ctrl-D ends" if tty else ""),
     file=sys.stderr,
