@@ -16,12 +16,15 @@ ENV = dict(os.environ, JAX_PLATFORMS="cpu", T2T_HUGE_PAGES="0")
 EXPECTED = {
   "t2t-train": ("t2t-train --experiment=NAME --workdir=DIR", ["--workdir", "--experiment"]),
   "t2t-prepare": ("t2t-prepare --experiment=NAME --workdir=DIR", ["--workdir", "--config"]),
-  "t2t-translate": ("t2t-translate --workdir=DIR", ["--beam_size", "--nbest", "--checkpoint"]),
+  "t2t-translate": (
+    "t2t-translate --workdir=DIR[,DIR...]",
+    ["--beam_size", "--nbest", "--checkpoint", "--prefix"],
+  ),
   "t2t-average": ("t2t-average --workdir=DIR --num=5", ["--num", "--output"]),
   "t2t-export": ("t2t-export --workdir=DIR --format=ctranslate2", ["--format", "--quantization"]),
   "t2t-bench": ("t2t-bench --experiment=tiny", ["--parts", "--beam_size", "--vs", "--sampling"]),
   "t2t-score": (
-    "t2t-score --workdir=DIR --source=FILE --target=FILE",
+    "t2t-score --workdir=DIR[,DIR...] --source=FILE --target=FILE",
     ["--source", "--target", "--per_token", "--checkpoint"],
   ),
 }

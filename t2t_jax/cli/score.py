@@ -1,6 +1,6 @@
 """t2t-score: the log-probability a trained workdir's model gives each given translation.
 
-    t2t-score --workdir=DIR --source=FILE --target=FILE [--output=FILE] [--per_token]
+    t2t-score --workdir=DIR[,DIR...] --source=FILE --target=FILE [--output=FILE] [--per_token]
               [--checkpoint=auto|latest|average:N|STEP|selected] [--alpha=A]
 
 Line i of --target is scored as the translation of line i of --source, teacher-forced (no
@@ -10,6 +10,9 @@ penalty ((5 + tokens) / 6)^alpha with the workdir's alpha (or --alpha), the scor
 ranks by and t2t-translate --scores prints. --per_token adds a fourth column: each token's
 log-probability, space-separated. Pairs are batched by length; the two files must have the
 same number of lines.
+
+--workdir=A,B scores with the ensemble of the workdirs' models, as t2t-translate decodes with
+it: each token's log-probability under the normalised mean of the members' log-probabilities.
 """
 
 import sys
@@ -18,7 +21,7 @@ from collections.abc import Sequence
 from absl import flags
 
 from t2t_jax.cli import common, host
-from t2t_jax.cli.translate import _check_output, read_lines
+from t2t_jax.cli.translate import _check_output, read_lines, workdirs
 from t2t_jax.decoding.scoring import PairScore, Scorer
 from t2t_jax.decoding.translator import TranslateError, Translator
 from t2t_jax.run.checkpoint import CheckpointSpecError
@@ -26,7 +29,12 @@ from t2t_jax.run.files import atomic_write_text
 
 
 def _define_flags() -> flags.FlagValues:
-  flags.DEFINE_string("workdir", None, "a t2t-train workdir (config.json, vocabulary, checkpoints)")
+  flags.DEFINE_string(
+    "workdir",
+    None,
+    "a t2t-train workdir (config.json, vocabulary, checkpoints); several, comma-separated: "
+    "their ensemble",
+  )
   flags.DEFINE_string("source", None, "source sentences, one per line")
   flags.DEFINE_string("target", None, "their translations to score, one per line")
   flags.DEFINE_string("output", None, "where the scores go (default: stdout)")
@@ -73,8 +81,8 @@ def main(argv: Sequence[str]) -> None:
         f"{len(targets)}"
       )
     _check_output(args.output)
-    translator = Translator.from_workdir(
-      args.workdir, args.checkpoint, batch_tokens=args.batch_tokens
+    translator = Translator.from_workdirs(
+      workdirs(args.workdir), args.checkpoint, batch_tokens=args.batch_tokens
     )
     scorer = Scorer(translator, alpha=args.alpha)
     scores = scorer.score(sources, targets, f"--source={args.source}", f"--target={args.target}")

@@ -1,6 +1,7 @@
 """t2t-translate: translate a file (or stdin) with a trained workdir, and score it.
 
-    t2t-translate --workdir=DIR [--input=FILE] [--output=FILE] [--reference=FILE]
+    t2t-translate --workdir=DIR[,DIR...] [--input=FILE] [--output=FILE] [--reference=FILE]
+                  [--prefix=FILE]
                   [--beam_size=N] [--alpha=A]
                   [--checkpoint=auto|latest|average:N|best[:N]|STEP|selected]
                   [--interactive] [--nbest=N | --scores]
@@ -26,12 +27,22 @@ text. The score is log p / ((5 + length) / 6)^alpha, the number beam search rank
 --sampling_topp nucleus) instead of searching; it decodes with beam 1, and --num_samples
 outputs are drawn per input (the best-scoring one is printed, or --nbest=N of them). The
 samples of the input at line i depend only on --seed and i, not on the other lines.
+
+--workdir=A,B decodes with the ensemble of the workdirs' models (the same --checkpoint choice
+in each): at every step of beam search, greedy decoding and sampling the next-token
+distribution is the normalised mean of the members' log-probabilities. The members must
+share one vocabulary (the same sha256), vocabulary size and max_len; the search settings
+come from the first workdir.
+
+--prefix=FILE gives, line by line, the text each translation starts with (an empty line: no
+constraint): the search takes the prefix's target tokens first and continues after them;
+scores count the prefix tokens. FILE must have as many lines as the input.
 """
 
 import os
 import sys
 from collections.abc import Iterator, Sequence
-from typing import BinaryIO, TextIO
+from typing import BinaryIO, NamedTuple, TextIO
 
 from absl import flags
 
@@ -107,8 +118,18 @@ def format_result(index: int, result: str | list[Hypothesis], nbest: int, scores
 
 
 def _define_flags() -> flags.FlagValues:
-  flags.DEFINE_string("workdir", None, "a t2t-train workdir (config.json, vocabulary, checkpoints)")
+  flags.DEFINE_string(
+    "workdir",
+    None,
+    "a t2t-train workdir (config.json, vocabulary, checkpoints); several, comma-separated: "
+    "their ensemble",
+  )
   flags.DEFINE_string("input", None, "source sentences, one per line (default: stdin)")
+  flags.DEFINE_string(
+    "prefix",
+    None,
+    "the text each translation starts with, one line per input line (empty: no constraint)",
+  )
   flags.DEFINE_string("output", None, "where translations go (default: stdout)")
   flags.DEFINE_string("reference", None, "reference translations: prints BLEU and chrF")
   flags.DEFINE_integer(
@@ -224,6 +245,8 @@ def _check_flags(args: flags.FlagValues, search: SearchConfig, interactive: bool
     raise TranslateError("--reference scores plain translations: drop --nbest and --scores")
   if args.reference and interactive:
     raise TranslateError("--reference needs every line first: not with --interactive")
+  if args.prefix and interactive:
+    raise TranslateError("--prefix needs every line first: not with --interactive")
 
 
 def _check_output(path: str | None) -> None:
@@ -266,16 +289,25 @@ def main(argv: Sequence[str]) -> None:
     search, parsing = _decoding_defaults(args)
     _check_flags(args, search, interactive)
     _check_output(args.output)
-    translator = Translator.from_workdir(
-      args.workdir, args.checkpoint, batch_tokens=args.batch_tokens, search=search
+    inputs = None if interactive else _read_inputs(args, parsing)
+    translator = Translator.from_workdirs(
+      workdirs(args.workdir), args.checkpoint, batch_tokens=args.batch_tokens, search=search
     )
     nbest = args.nbest or (1 if args.scores else None)
     if interactive:
       _interactive(translator, args, nbest, from_stdin)
     else:
-      _all_at_once(translator, args, nbest, parsing)
+      _all_at_once(translator, args, nbest, parsing, inputs)
   except (TranslateError, CheckpointSpecError) as e:
     raise SystemExit(f"t2t-translate: {e}") from None
+
+
+def workdirs(flag: str) -> list[str]:
+  """--workdir's comma-separated workdirs (one: a single model; several: an ensemble)."""
+  out = [w for w in flag.split(",") if w]
+  if not out:
+    raise TranslateError(f"--workdir={flag}: no workdir given")
+  return out
 
 
 def _decoding_defaults(args: flags.FlagValues) -> tuple[SearchConfig, bool]:
@@ -284,11 +316,12 @@ def _decoding_defaults(args: flags.FlagValues) -> tuple[SearchConfig, bool]:
   decodes with beam 1); and whether the workdir is a parsing one (scored by bracket F1)."""
   if not args.workdir:
     return SearchConfig(), False
-  config = load_config(args.workdir)
+  first = workdirs(args.workdir)[0]
+  config = load_config(first)
   try:
     search = SearchConfig.from_config(config)
   except ValueError as e:
-    raise TranslateError(f"{args.workdir}/config.json: {e}") from None
+    raise TranslateError(f"{first}/config.json: {e}") from None
   sampling = search.sampling if args.sampling is None else args.sampling
   _check_sampling_flags(args, sampling)
   beam_size = 1 if sampling else args.beam_size
@@ -302,7 +335,7 @@ def _decoding_defaults(args: flags.FlagValues) -> tuple[SearchConfig, bool]:
       **fields,
     )
   except ValueError as e:  # a flag's value is checked above: here a config.json field
-    raise TranslateError(f"{args.workdir}/config.json: config.{e}") from None
+    raise TranslateError(f"{first}/config.json: config.{e}") from None
   return search, evaluate.is_parsing(config.data)
 
 
@@ -318,19 +351,45 @@ def _references(path: str, parsing: bool) -> list[str] | list[Tree]:
     raise TranslateError(str(e)) from e
 
 
-def _all_at_once(
-  translator: Translator, args: flags.FlagValues, nbest: int | None, parsing: bool = False
-) -> None:
-  """Reads every line first, translates in length-sorted batches, writes in input order."""
+class _Inputs(NamedTuple):
+  sources: list[str]
+  references: list[str] | list[Tree] | None
+  prefixes: list[str] | None
+
+
+def _read_inputs(args: flags.FlagValues, parsing: bool) -> _Inputs:
+  """The input, reference and prefix lines, their counts checked before the model loads."""
   sources = read_lines(args.input)
+  input_name = f"--input={args.input or '<stdin>'}"
   references = _references(args.reference, parsing) if args.reference else None
   if references is not None and len(references) != len(sources):
     raise TranslateError(
       f"--reference={args.reference} has {len(references)} "
-      f"{'trees' if parsing else 'lines'} but --input={args.input or '<stdin>'} has "
-      f"{len(sources)}"
+      f"{'trees' if parsing else 'lines'} but {input_name} has {len(sources)}"
     )
-  results = translator.translate(sources, nbest=nbest)
+  prefixes = read_lines(args.prefix) if args.prefix else None
+  if prefixes is not None and len(prefixes) != len(sources):
+    raise TranslateError(
+      f"--prefix={args.prefix} has {len(prefixes)} lines but {input_name} has {len(sources)}"
+    )
+  return _Inputs(sources, references, prefixes)
+
+
+def _all_at_once(
+  translator: Translator,
+  args: flags.FlagValues,
+  nbest: int | None,
+  parsing: bool = False,
+  inputs: _Inputs | None = None,
+) -> None:
+  """Translates every line (`_read_inputs`) in length-sorted batches, writes in input order."""
+  sources, references, prefixes = inputs or _read_inputs(args, parsing)
+  results = translator.translate(
+    sources,
+    nbest=nbest,
+    prefixes=prefixes,
+    prefix_name=f"--prefix={args.prefix}",
+  )
   text = "".join(format_result(i, r, args.nbest, args.scores) for i, r in enumerate(results))
   if args.output:  # a reader never sees half a file
     try:
@@ -342,7 +401,7 @@ def _all_at_once(
     sys.stdout.flush()
   if references is not None:
     print(
-      f"checkpoint(s) {translator.checkpoint_steps}, beam {translator.search.beam_size}, "
+      f"checkpoint(s) {_steps(translator)}, beam {translator.search.beam_size}, "
       f"alpha {translator.search.alpha}",
       file=sys.stderr,
     )
@@ -356,6 +415,11 @@ def _all_at_once(
     print(report, file=sys.stderr)
 
 
+def _steps(translator: Translator) -> list[int] | list[list[int]]:
+  """The checkpoint steps decoded with: an ensemble's per member."""
+  return translator.member_steps or translator.checkpoint_steps
+
+
 def _interactive(
   translator: Translator, args: flags.FlagValues, nbest: int | None, from_stdin: bool
 ) -> None:
@@ -363,7 +427,7 @@ def _interactive(
   tty = from_stdin and sys.stdin.isatty()
   translator.warm_up(nbest=nbest)
   print(
-    f"t2t-translate: ready (checkpoint(s) {translator.checkpoint_steps}, beam "
+    f"t2t-translate: ready (checkpoint(s) {_steps(translator)}, beam "
     f"{translator.search.beam_size}, compiled for sources of up to {translator.buckets()} tokens)"
     + ("; one sentence per line, Ctrl-D ends" if tty else ""),
     file=sys.stderr,

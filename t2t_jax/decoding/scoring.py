@@ -7,8 +7,10 @@ sum divided by the GNMT length penalty, the number beam search ranks by
 (search.length_penalty), so that a given translation's score compares with the search's.
 
 The model enters only through the token log-probabilities of one batch
-(`Scorer.token_log_probs`); an ensemble would replace that one function (each member's
-probability of each target token, combined per token) and keep the rest.
+(`Scorer.token_log_probs`). An ensemble (a Translator of several members) scores each target
+token with the distribution its search decodes with, `search.ensemble_log_probs` of the
+members' logits at that position, so an ensemble's score of its own translation is its
+search's score.
 """
 
 import functools
@@ -34,6 +36,22 @@ def target_log_probs(
   at padding: the decoder sees BOS + targets[:, :-1] (the teacher forcing of training)."""
   logits = model.apply({"params": params}, inputs, targets)
   log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+  picked = jnp.take_along_axis(log_probs, targets[..., None], axis=-1)[..., 0]
+  return jnp.where(targets != PAD_ID, picked, 0.0)
+
+
+@functools.partial(jax.jit, static_argnames=("models",))
+def ensemble_target_log_probs(
+  params: tuple[VariableDict, ...],
+  inputs: jax.Array,
+  targets: jax.Array,
+  *,
+  models: tuple[Transformer, ...],
+) -> jax.Array:
+  """`target_log_probs` of an ensemble: each position's distribution is
+  `search.ensemble_log_probs` of the members' logits (one teacher-forced pass each)."""
+  logits = [m.apply({"params": p}, inputs, targets) for m, p in zip(models, params)]
+  log_probs = search.ensemble_log_probs(logits)
   picked = jnp.take_along_axis(log_probs, targets[..., None], axis=-1)[..., 0]
   return jnp.where(targets != PAD_ID, picked, 0.0)
 
@@ -74,8 +92,10 @@ class Scorer:
 
   def token_log_probs(self, inputs: np.ndarray, targets: np.ndarray) -> np.ndarray:
     """Each target token's log-probability, float32 [batch, target length] (0 at PAD)."""
-    t = self.translator
-    return np.asarray(target_log_probs(t.params, inputs, targets, model=t.model))
+    params, model = self.translator._decoder()
+    if isinstance(model, tuple):
+      return np.asarray(ensemble_target_log_probs(params, inputs, targets, models=model))
+    return np.asarray(target_log_probs(params, inputs, targets, model=model))
 
   def target_ids(self, targets: Sequence[str], target_name: str = "target") -> list[list[int]]:
     """Token ids + EOS per target. A target longer than the model's max_len cannot be

@@ -150,6 +150,39 @@ def _next_log_probs(
   return _at_limit_log_probs(logits, step, max_lengths, eos_id), new_cache
 
 
+def _prefix_tokens(prefix: jax.Array, step: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """(forced bool [rows], token int32 [rows]) of a step: whether each row is still inside its
+  prefix (int32 [rows, P], PAD after its tokens), and the prefix token it must take."""
+  lengths = jnp.sum(prefix != PAD_ID, axis=-1)
+  index = jnp.minimum(step, prefix.shape[-1] - 1)
+  token = lax.dynamic_index_in_dim(prefix, index, axis=-1, keepdims=False)
+  return step < lengths, token.astype(jnp.int32)
+
+
+def force_prefix(log_probs: jax.Array, step: jax.Array, prefix: jax.Array) -> jax.Array:
+  """log_probs [rows, vocab] with every token but the prefix's set to -inf in the rows whose
+  prefix (int32 [rows, P], PAD-padded) is longer than `step`. The prefix token keeps its
+  model log-probability (no renormalisation), so a score counts the prefix's tokens."""
+  forced, token = _prefix_tokens(prefix, step)
+  other = jnp.arange(log_probs.shape[-1]) != token[:, None]
+  return jnp.where(forced[:, None] & other, NEG_INF, log_probs)
+
+
+def _prefix_limits(
+  max_lengths: jax.Array, prefix: jax.Array | None, max_decode_len: int
+) -> jax.Array:
+  """Each row's limit raised to its prefix length + 1 (room for the prefix and EOS), so that
+  the forced end never falls inside a prefix; prefixes must be shorter than max_decode_len."""
+  if prefix is None:
+    return max_lengths
+  if prefix.ndim != 2 or prefix.shape[0] != max_lengths.shape[0]:
+    raise ValueError(
+      f"prefix of shape {prefix.shape}: need [batch = {max_lengths.shape[0]}, prefix length]"
+    )
+  lengths = jnp.sum(prefix != PAD_ID, axis=-1).astype(jnp.int32)
+  return jnp.clip(jnp.maximum(max_lengths, lengths + 1), 1, max_decode_len)
+
+
 def _materialized(tree: PyTree) -> PyTree:
   """A while loop's initial state, computed once before the loop.
 
@@ -355,8 +388,13 @@ def _beam_step(
   eos_id: int,
   bos_id: int,
   eos_only_at_limit: bool,
+  prefix: jax.Array | None = None,
 ) -> _BeamState:
   """One search step: extends every live hypothesis by one token.
+
+  With `prefix` (int32 [batch, P]), a sentence still inside its prefix extends every live
+  hypothesis by the prefix token only and offers no EOS extension; the log-normaliser is
+  still the whole row's, so the hypothesis's log-prob counts the forced token.
 
   Only what the search keeps is turned into log-probabilities: the EOS logit of every
   hypothesis and the beam_size best other logits of each (chosen on the logits, which
@@ -372,7 +410,15 @@ def _beam_step(
   # rank, and this way the log-probs equal those of a per-row model bit for bit.
   rows = logits.astype(jnp.float32).reshape(-1, vocab)
   per_beam = min(beam_size, vocab)
-  top_logits, top_tokens, row_max = _top_tokens(rows, per_beam, eos_id)
+  forced = None
+  if prefix is None:
+    top_logits, top_tokens, row_max = _top_tokens(rows, per_beam, eos_id)
+  else:
+    forced, forced_token = (jnp.repeat(x, beam_size) for x in _prefix_tokens(prefix, state.step))
+    other = jnp.arange(vocab) != forced_token[:, None]
+    choosable = jnp.where(forced[:, None] & other, NEG_INF, rows)
+    top_logits, top_tokens, _ = _top_tokens(choosable, per_beam, eos_id)
+    row_max = jnp.max(rows, axis=-1)
   log_normalizer = jnp.log(jnp.sum(jnp.exp(rows - row_max[:, None]), axis=-1))
   live = state.live_log_probs.reshape(-1, 1)
 
@@ -381,6 +427,8 @@ def _beam_step(
   eos_log_probs = live + _log_probs_of(rows[:, eos_id : eos_id + 1], row_max, log_normalizer)
   if eos_only_at_limit:
     eos_log_probs = jnp.where(at_limit, eos_log_probs, NEG_INF)
+  if forced is not None:
+    eos_log_probs = jnp.where(forced[:, None], NEG_INF, eos_log_probs)
   eos_log_probs = eos_log_probs.reshape(batch_size, beam_size)
   eos_scores = eos_log_probs / length_penalty(state.step + 1, alpha)
   eos_tokens = jnp.full((batch_size, beam_size), eos_id, jnp.int32)
@@ -453,6 +501,7 @@ def beam_search(
   eos_only_at_limit: bool = False,
   resize_cache: Callable[[Cache, int], Cache] | None = None,
   stop: str = SearchConfig.beam_stop,
+  prefix: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array]:
   """Beam search with the GNMT length penalty, as in tensor2tensor (paper: beam 4, alpha 0.6).
 
@@ -510,6 +559,12 @@ def beam_search(
       live hypothesis can still enter the finished set. "heuristic": when none would if it
       ended at the next step (faster on real text; can return another output, see
       `_beam_search_done`).
+    prefix: int32 [batch, P], each sentence's forced first tokens, PAD after them (an
+      all-PAD row: unconstrained). For its first len(prefix) steps every hypothesis of the
+      sentence takes the prefix token (so only one stays live and the beam branches after
+      the prefix); no EOS is offered inside it, and the scores count the prefix tokens'
+      log-probabilities. A limit below len(prefix) + 1 is raised to it; prefixes must be
+      shorter than max_decode_len.
 
   Returns:
     sequences int32 [batch, beam_size, max_decode_len] (no BOS, EOS then PAD) and scores
@@ -519,6 +574,7 @@ def beam_search(
     returns its live hypotheses, scored log p / lp(length).
   """
   max_lengths = _check_args(cache, max_lengths, max_decode_len)
+  max_lengths = _prefix_limits(max_lengths, prefix, max_decode_len)
   if stop not in STOP_RULES:
     raise ValueError(f"stop={stop!r}: must be one of {', '.join(STOP_RULES)}")
   if reorder_cache is None:
@@ -541,17 +597,23 @@ def beam_search(
     state = state._replace(cache=resize_cache(state.cache, bounds[0]))
 
   def run(
-    state: _BeamState, lengths: jax.Array, next_rows: int, bounds: Sequence[int] = (max_decode_len,)
+    state: _BeamState,
+    lengths: jax.Array,
+    prefix: jax.Array | None,
+    next_rows: int,
+    bounds: Sequence[int] = (max_decode_len,),
   ) -> _BeamState:
     """Steps until every sentence is done, or only next_rows of them are still running,
     growing the cache to each of `bounds` in turn (the first is its size already)."""
     for i, bound in enumerate(bounds):
       if i:
         state = state._replace(cache=resize_cache(state.cache, bound))
-      state = run_to(state, lengths, next_rows, bound)
+      state = run_to(state, lengths, prefix, next_rows, bound)
     return state
 
-  def run_to(state: _BeamState, lengths: jax.Array, next_rows: int, bound: int) -> _BeamState:
+  def run_to(
+    state: _BeamState, lengths: jax.Array, prefix: jax.Array | None, next_rows: int, bound: int
+  ) -> _BeamState:
     def cond(state: _BeamState) -> jax.Array:
       running = state.step < bound
       if not early_stop:
@@ -569,23 +631,25 @@ def beam_search(
         eos_id,
         bos_id,
         eos_only_at_limit,
+        prefix,
       )
 
     return lax.while_loop(cond, body, _materialized(state))
 
   sizes = _batch_sizes(batch_size) if early_stop and compact else [batch_size]
   if len(sizes) == 1:
-    return _beam_outputs(run(state, max_lengths, 0, bounds), alpha)
+    return _beam_outputs(run(state, max_lengths, prefix, 0, bounds), alpha)
   # Finished sentences leave the batch: each loop runs until at most the next size is left,
   # then those rows are gathered (padded with finished ones, whose results are final).
-  state = run(state, max_lengths, sizes[1], bounds)  # then the cache has every position
+  state = run(state, max_lengths, prefix, sizes[1], bounds)  # then the cache has every position
   sequences, scores = _beam_outputs(state, alpha)
   rows, lengths = jnp.arange(batch_size), max_lengths
   for size, next_size in zip(sizes[1:], sizes[2:] + [0]):
     keep = jnp.argsort(_beam_search_done(state, lengths, alpha, stop), stable=True)[:size]
     state = _map_nonscalar(lambda x, keep=keep: x[keep], state)
     rows, lengths = rows[keep], lengths[keep]
-    state = run(state, lengths, next_size)
+    prefix = None if prefix is None else prefix[keep]
+    state = run(state, lengths, prefix, next_size)
     row_sequences, row_scores = _beam_outputs(state, alpha)
     sequences, scores = sequences.at[rows].set(row_sequences), scores.at[rows].set(row_scores)
   return sequences, scores
@@ -631,16 +695,19 @@ def greedy_search(
   max_decode_len: int,
   eos_id: int = EOS_ID,
   bos_id: int = BOS_ID,
+  prefix: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array]:
   """Takes the most probable token at every step until EOS (or the forced EOS at the limit).
 
-  Args: as `beam_search`; `cache` leaves have leading dim batch.
+  Args: as `beam_search`; `cache` leaves have leading dim batch; prefix int32 [batch, P]:
+    the tokens each row takes first (`force_prefix`; the log-probs count them).
 
   Returns:
     sequences int32 [batch, max_decode_len] (no BOS, EOS then PAD) and their log-probs
     float32 [batch]. Stops as soon as every sentence has ended.
   """
   max_lengths = _check_args(cache, max_lengths, max_decode_len)
+  max_lengths = _prefix_limits(max_lengths, prefix, max_decode_len)
   batch_size = max_lengths.shape[0]
   init = _GreedyState(
     step=jnp.array(0, jnp.int32),
@@ -658,6 +725,8 @@ def greedy_search(
     log_probs, cache = _next_log_probs(
       tokens_to_logits, ids, state.cache, state.step, max_lengths, eos_id
     )
+    if prefix is not None:
+      log_probs = force_prefix(log_probs, state.step, prefix)
     token = argmax(log_probs).astype(jnp.int32)
     token_log_prob = jnp.take_along_axis(log_probs, token[:, None], axis=-1)[:, 0]
     token = jnp.where(state.finished, PAD_ID, token)
@@ -755,6 +824,7 @@ def sample_search(
   topp: float | jax.Array = 1.0,
   eos_id: int = EOS_ID,
   bos_id: int = BOS_ID,
+  prefix: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array]:
   """Draws every output token from `sampling_log_probs` of the model's next-token
   distribution without PAD and BOS (ancestral sampling) until EOS, or the forced EOS at the
@@ -763,7 +833,8 @@ def sample_search(
   Args: as `greedy_search`, one row per sample (`cache` and `max_lengths` with leading dim
     rows); keys: uint32 key data [rows, 2] (`sample_keys`), the token of step t in row r
     drawn with fold_in(keys[r], t); temperature, topk, topp: see `sampling_log_probs`
-    (may be traced).
+    (may be traced); prefix int32 [rows, P]: the tokens each row takes first
+    (`force_prefix`: the only token with nonzero probability; the log-probs count them).
 
   Returns:
     sequences int32 [rows, max_decode_len] (no BOS, EOS then PAD) and their log-probs
@@ -771,6 +842,7 @@ def sample_search(
     they rank and compare with beam search's.
   """
   max_lengths = _check_args(cache, max_lengths, max_decode_len)
+  max_lengths = _prefix_limits(max_lengths, prefix, max_decode_len)
   rows = max_lengths.shape[0]
   if keys.shape != (rows, 2):
     raise ValueError(f"keys of shape {keys.shape}: need one key per row, ({rows}, 2)")
@@ -790,6 +862,8 @@ def sample_search(
     log_probs, cache = _next_log_probs(
       tokens_to_logits, ids, state.cache, state.step, max_lengths, eos_id
     )
+    if prefix is not None:
+      log_probs = force_prefix(log_probs, state.step, prefix)
     # PAD and BOS are never outputs (fairseq's sampler masks PAD the same way).
     never = (jnp.arange(log_probs.shape[-1]) == PAD_ID) | (
       jnp.arange(log_probs.shape[-1]) == bos_id
@@ -810,3 +884,26 @@ def sample_search(
 
   final = lax.while_loop(cond, body, init)
   return final.seqs, final.log_probs
+
+
+# --- ensembles --------------------------------------------------------------------------------
+
+
+def ensemble_log_probs(logits: Sequence[jax.Array]) -> jax.Array:
+  """The next-token log-probabilities of an ensemble from its members' logits (each
+  [..., vocab], over the same vocabulary): the mean of the members' log-softmax, renormalised,
+  float32:
+
+      log p(y) = mean_m log p_m(y) - log sum_y' exp(mean_m log p_m(y'))
+
+  the normalised geometric mean of the members' distributions (a product of experts): a
+  token must be likely under every member, and one that any member rules out stays ruled
+  out. It stays in log space, where the search works (no exp and log per step), and the
+  ensemble of a model with itself is that model. fairseq's ensembles average the
+  probabilities instead (logsumexp_m log p_m(y) - log M, a mixture): a token that one member
+  likes keeps at least 1/M of its probability whatever the others say. With one member this
+  is that member's log-softmax.
+  """
+  members = [jax.nn.log_softmax(x.astype(jnp.float32), axis=-1) for x in logits]
+  mean = sum(members[1:], members[0]) / len(members)
+  return jax.nn.log_softmax(mean, axis=-1)

@@ -77,19 +77,23 @@ def _round_up(n: int, multiple: int) -> int:
   return -(-n // multiple) * multiple
 
 
+Members = tuple[Transformer, ...]
+
+
 def decode(
-  params: VariableDict,
+  params: VariableDict | tuple[VariableDict, ...],
   inputs: jax.Array,
   max_lengths: jax.Array,
   alpha: float | jax.Array,
   *,
-  model: Transformer,
+  model: Transformer | Members,
   max_decode_len: int,
   beam_size: int,
   suppress_eos: bool = False,
   stop: str = SearchConfig.beam_stop,
   draw: "Draw | None" = None,
   num_samples: int = 1,
+  prefix: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array]:
   """Encodes once, builds the cache, then beam search (beam_size > 1), greedy decoding, or
   with `draw` sampling (`num_samples` per sentence, `search.sample_search`).
@@ -99,10 +103,18 @@ def decode(
   are written in place and read through `search.BeamSlots`, so no cache is copied per
   hypothesis or gathered after a step.
 
+  An ensemble: `model` a tuple of Transformers and `params` the tuple of their parameters
+  (same vocabulary). Each member encodes the input and keeps its own cache; the search calls
+  one step function that runs every member and combines their next-token distributions
+  (`search.ensemble_log_probs`: the normalised mean of their log-probabilities). Beam search
+  reorders one `BeamSlots` table shared by all members.
+
   suppress_eos (benchmarks only): EOS is never chosen before the length limit, so every
   output has exactly its max length whatever the parameters (beam search: EOS extensions
   are offered only at the limit, `eos_only_at_limit`; greedy: EOS's logit is set to -1e9).
   stop: beam search's stopping rule (`search.beam_search`): "exact" or "heuristic".
+  prefix: int32 [batch, P], each sentence's forced first output tokens, PAD after them
+  (the searches' `prefix`).
 
   Sampling repeats each sentence's encoder output num_samples times (the encoder runs once)
   and draws every sample on its own row of the per-row cache.
@@ -113,39 +125,61 @@ def decode(
     sampling: (sequences [batch, num_samples, max_decode_len], log-probs [batch,
     num_samples]), ordered by length-normalised score, best first (ties: sample order).
   """
-  encoded = model.apply({"params": params}, inputs, method=Transformer.encode)
-  if draw is not None:
-    encoded, inputs = (jnp.repeat(x, num_samples, axis=0) for x in (encoded, inputs))
-  _, state = model.apply(
-    {"params": params},
-    encoded,
-    inputs,
-    max_decode_len,
-    method=Transformer.init_cache,
-    mutable=["cache"],
-  )
+  ensemble = isinstance(model, tuple)
+  models = model if ensemble else (model,)
+  member_params = params if ensemble else (params,)
+  caches = []
+  for member, member_params_ in zip(models, member_params):
+    encoded = member.apply({"params": member_params_}, inputs, method=Transformer.encode)
+    member_inputs = inputs
+    if draw is not None:
+      encoded, member_inputs = (jnp.repeat(x, num_samples, axis=0) for x in (encoded, inputs))
+    _, state = member.apply(
+      {"params": member_params_},
+      encoded,
+      member_inputs,
+      max_decode_len,
+      method=Transformer.init_cache,
+      mutable=["cache"],
+    )
+    caches.append(state["cache"])
 
   def no_eos(logits: jax.Array) -> jax.Array:
     if not suppress_eos:
       return logits
     return jnp.where(jnp.arange(logits.shape[-1]) == EOS_ID, -1e9, logits)
 
-  def tokens_to_logits(ids: jax.Array, cache: VariableDict) -> tuple[jax.Array, VariableDict]:
-    logits, new = model.apply(
-      {"params": params, "cache": cache}, ids, method=Transformer.decode_step, mutable=["cache"]
-    )
-    return no_eos(logits), new["cache"]
+  def combine(logits: list[jax.Array]) -> jax.Array:
+    return logits[0] if not ensemble else search.ensemble_log_probs(logits)
 
+  def member_step(m: int, ids: jax.Array, cache: VariableDict) -> tuple[jax.Array, VariableDict]:
+    logits, new = models[m].apply(
+      {"params": member_params[m], "cache": cache},
+      ids,
+      method=Transformer.decode_step,
+      mutable=["cache"],
+    )
+    return logits, new["cache"]
+
+  def tokens_to_logits(ids: jax.Array, cache: Any) -> tuple[jax.Array, Any]:
+    if not ensemble:
+      logits, new = member_step(0, ids, cache)
+      return no_eos(logits), new
+    steps = [member_step(m, ids, c) for m, c in enumerate(cache)]
+    return no_eos(combine([x for x, _ in steps])), tuple(c for _, c in steps)
+
+  row_cache = tuple(caches) if ensemble else caches[0]
   if draw is not None:
     seqs, log_probs = search.sample_search(
       tokens_to_logits,
-      state["cache"],
+      row_cache,
       max_lengths=jnp.repeat(max_lengths, num_samples),
       max_decode_len=max_decode_len,
       keys=search.sample_keys(draw.seed, draw.sentence_ids, num_samples),
       temperature=draw.temperature,
       topk=draw.topk,
       topp=draw.topp,
+      prefix=None if prefix is None else jnp.repeat(prefix, num_samples, axis=0),
     )
     seqs = seqs.reshape(-1, num_samples, max_decode_len)
     log_probs = log_probs.reshape(-1, num_samples)
@@ -155,40 +189,46 @@ def decode(
 
   if beam_size == 1:
     seqs, log_probs = search.greedy_search(
-      tokens_to_logits, state["cache"], max_lengths=max_lengths, max_decode_len=max_decode_len
+      tokens_to_logits,
+      row_cache,
+      max_lengths=max_lengths,
+      max_decode_len=max_decode_len,
+      prefix=prefix,
     )
     return seqs[:, None], log_probs[:, None]
 
-  def beam_tokens_to_logits(
-    ids: jax.Array, cache: tuple[VariableDict, search.BeamSlots]
-  ) -> tuple[jax.Array, tuple[VariableDict, search.BeamSlots]]:
-    model_cache, slots = cache
-    logits, new = model.apply(
-      {"params": params, "cache": model_cache},
-      ids,
-      slots.attention_mask(),
-      method=Transformer.decode_beam_step,
-      mutable=["cache"],
-    )
-    return logits, (new["cache"], slots)
+  BeamCache = tuple[tuple[VariableDict, ...], search.BeamSlots]
 
-  def reorder(
-    cache: tuple[VariableDict, search.BeamSlots], parents: jax.Array
-  ) -> tuple[VariableDict, search.BeamSlots]:
-    model_cache, slots = cache
-    return model_cache, slots.reorder(parents)
+  def beam_tokens_to_logits(ids: jax.Array, cache: BeamCache) -> tuple[jax.Array, BeamCache]:
+    model_caches, slots = cache
+    mask = slots.attention_mask()
+    logits, new_caches = [], []
+    for member, member_params_, model_cache in zip(models, member_params, model_caches):
+      member_logits, new = member.apply(
+        {"params": member_params_, "cache": model_cache},
+        ids,
+        mask,
+        method=Transformer.decode_beam_step,
+        mutable=["cache"],
+      )
+      logits.append(member_logits)
+      new_caches.append(new["cache"])
+    return combine(logits), (tuple(new_caches), slots)
 
-  def resize(
-    cache: tuple[VariableDict, search.BeamSlots], length: int
-  ) -> tuple[VariableDict, search.BeamSlots]:
-    model_cache, slots = cache
-    resized = map_self_attention_cache(
-      model_cache, lambda x: search.resize_positions(x, length * beam_size)
+  def reorder(cache: BeamCache, parents: jax.Array) -> BeamCache:
+    model_caches, slots = cache
+    return model_caches, slots.reorder(parents)
+
+  def resize(cache: BeamCache, length: int) -> BeamCache:
+    model_caches, slots = cache
+    resized = tuple(
+      map_self_attention_cache(c, lambda x: search.resize_positions(x, length * beam_size))
+      for c in model_caches
     )
     return resized, slots.resize(length)
 
   cache = (
-    beam_search_cache(state["cache"], beam_size),
+    tuple(beam_search_cache(c, beam_size) for c in caches),
     search.BeamSlots.create(inputs.shape[0], beam_size, max_decode_len),
   )
   return search.beam_search(
@@ -202,6 +242,7 @@ def decode(
     eos_only_at_limit=suppress_eos,
     resize_cache=resize,
     stop=stop,
+    prefix=prefix,
   )
 
 
@@ -235,10 +276,11 @@ def _best(
   max_lengths: jax.Array,
   alpha: float | jax.Array,
   draw: Draw | None = None,
+  prefix: jax.Array | None = None,
   **static: Any,
 ) -> jax.Array:
   """The best output of `decode` per sentence: int32 [batch, max_decode_len]."""
-  seqs, _ = decode(params, inputs, max_lengths, alpha, draw=draw, **static)
+  seqs, _ = decode(params, inputs, max_lengths, alpha, draw=draw, prefix=prefix, **static)
   return seqs[:, 0]
 
 
@@ -249,23 +291,25 @@ def _nbest(
   max_lengths: jax.Array,
   alpha: float | jax.Array,
   draw: Draw | None = None,
+  prefix: jax.Array | None = None,
   **static: Any,
 ) -> tuple[jax.Array, jax.Array]:
   """Every hypothesis `decode` keeps (see search_batch)."""
-  return decode(params, inputs, max_lengths, alpha, draw=draw, **static)
+  return decode(params, inputs, max_lengths, alpha, draw=draw, prefix=prefix, **static)
 
 
 def search_batch(
-  params: VariableDict,
+  params: VariableDict | tuple[VariableDict, ...],
   inputs: ArrayLike,
   max_lengths: ArrayLike,
   *,
-  model: Transformer,
+  model: Transformer | Members,
   max_decode_len: int,
   search: SearchConfig = PAPER_SEARCH,
   suppress_eos: bool = False,
   nbest: bool = False,
   sentence_ids: ArrayLike | None = None,
+  prefix: ArrayLike | None = None,
 ) -> jax.Array | tuple[jax.Array, jax.Array]:
   """Decodes one padded batch with the jitted search, the entry for code that holds a model
   and parameters but no Translator (benchmarks, A/B timing).
@@ -278,6 +322,10 @@ def search_batch(
   With search.sampling, row r's samples are keyed by sentence_ids[r] (default: r), its
   index in the caller's input, so that a sentence's samples do not depend on its batch;
   the temperature, top-k, top-p and seed are traced too.
+
+  An ensemble: `model` a tuple of Transformers and `params` the tuple of their parameters
+  (see `decode`). prefix: int32 [batch, P], the tokens each output starts with, PAD after
+  them (None or all-PAD rows: unconstrained).
 
   Returns the best output per sentence, int32 [batch, max_decode_len]; with `nbest`, every
   hypothesis kept: (sequences int32 [batch, beam, max_decode_len], scores float32 [batch,
@@ -296,6 +344,7 @@ def search_batch(
     jnp.asarray(max_lengths),
     jnp.float32(search.alpha),
     draw,
+    None if prefix is None else jnp.asarray(prefix, jnp.int32),
     model=model,
     max_decode_len=max_decode_len,
     beam_size=search.beam_size,
@@ -343,6 +392,26 @@ def _hypotheses(
   return out
 
 
+class _MemberShape(NamedTuple):
+  vocab: str
+  vocab_sha256: str
+  vocab_size: int
+  max_len: int
+
+
+def _member_shape(workdir: str) -> _MemberShape:
+  """What an ensemble's members must share, from config.json and the vocabulary only."""
+  config = load_config(workdir)
+  tokenizer = _load_tokenizer(config, workdir)
+  vocab = str(data_lib.vocab_path(config.data, workdir))
+  model_cfg = TransformerConfig.from_dict(config.model.to_dict(), vocab_size=tokenizer.vocab_size)
+  return _MemberShape(vocab, sha256_file(vocab), model_cfg.vocab_size, model_cfg.max_len)
+
+
+def _name(translator: "Translator") -> str:
+  return ",".join(translator.workdirs) or "a model"
+
+
 class Translator:
   """A trained model with its vocabulary: `.translate(sentences)` and `.attention_weights`.
 
@@ -365,6 +434,72 @@ class Translator:
     self.batch_tokens = batch_tokens
     self.checkpoint_steps: list[int] = []
     self.target_lang = "de"
+    # An ensemble's (model, params) per member (`ensemble`); `model` and `params` are the
+    # first member's, which sets max_len and the vocabulary.
+    self.members: tuple[tuple[Transformer, VariableDict], ...] = ((model, params),)
+    self.workdirs: list[str] = []
+    self.member_steps: list[list[int]] = []  # an ensemble's checkpoint steps per member
+
+  @classmethod
+  def ensemble(cls, translators: Sequence["Translator"], **kwargs: Any) -> "Translator":
+    """One Translator decoding with every member's model at each step (`decode`'s ensemble:
+    the normalised mean of their log-probabilities); vocabulary, search and target language
+    are the first member's, `kwargs` go to Translator(). The members must agree on the
+    vocabulary size and max_len (refused naming both otherwise); that they share one
+    vocabulary is the caller's to check (`from_workdirs` compares the files' sha256)."""
+    first = translators[0]
+    for other in translators[1:]:
+      for what, get in (
+        ("vocabulary size", lambda t: t.model.config.vocab_size),
+        ("max_len", lambda t: t.model.config.max_len),
+      ):
+        if get(other) != get(first):
+          raise TranslateError(
+            f"ensemble: {_name(other)} has {what} {get(other)} but {_name(first)} has {get(first)}"
+          )
+    kwargs.setdefault("search", first.search)
+    kwargs.setdefault("batch_tokens", first.batch_tokens)
+    out = cls(first.model, first.params, first.tokenizer, **kwargs)
+    out.members = tuple(m for t in translators for m in t.members)
+    out.checkpoint_steps = list(first.checkpoint_steps)
+    out.workdirs = [w for t in translators for w in t.workdirs]
+    out.member_steps = [list(t.checkpoint_steps) for t in translators]
+    out.target_lang = first.target_lang
+    return out
+
+  @classmethod
+  def from_workdirs(
+    cls, workdirs: Sequence[str], checkpoint_spec: str = "latest", **kwargs: Any
+  ) -> "Translator":
+    """`from_workdir` of one workdir, or the `ensemble` of several (the same checkpoint
+    choice in each; search and vocabulary from the first). Before any checkpoint is read,
+    the members' vocabulary files must have the same sha256, and their models the same
+    vocabulary size and max_len: otherwise refused in one line naming both workdirs."""
+    if len(workdirs) == 1:
+      return cls.from_workdir(workdirs[0], checkpoint_spec, **kwargs)
+    first = _member_shape(workdirs[0])
+    for workdir in workdirs[1:]:
+      other = _member_shape(workdir)
+      if other.vocab_sha256 != first.vocab_sha256:
+        raise TranslateError(
+          f"ensemble: vocabulary {other.vocab} (sha256 {other.vocab_sha256}) differs from "
+          f"{first.vocab} (sha256 {first.vocab_sha256}); the members must share one"
+        )
+      for what in ("vocab_size", "max_len"):
+        if getattr(other, what) != getattr(first, what):
+          raise TranslateError(
+            f"ensemble: {workdir} has model {what}={getattr(other, what)} but "
+            f"{workdirs[0]} has {getattr(first, what)}"
+          )
+    members = [cls.from_workdir(w, checkpoint_spec, **kwargs) for w in workdirs]
+    return cls.ensemble(members, **kwargs)
+
+  def _decoder(self) -> tuple[Any, Any]:
+    """(params, model) as `search_batch` takes them: one model's, or tuples of the
+    members'."""
+    if len(self.members) == 1:
+      return self.params, self.model
+    return tuple(p for _, p in self.members), tuple(m for m, _ in self.members)
 
   @property
   def max_output_extra(self) -> int:
@@ -395,6 +530,7 @@ class Translator:
     kwargs.setdefault("search", SearchConfig.from_config(config))
     translator = cls(model, params, tokenizer, **kwargs)
     translator.checkpoint_steps = steps
+    translator.workdirs = [workdir]
     translator.target_lang = data_lib.target_language(config.data)
     return translator
 
@@ -436,6 +572,8 @@ class Translator:
     nbest: int | None = None,
     source_name: str = "input",
     search: SearchConfig | None = None,
+    prefixes: Sequence[str] | None = None,
+    prefix_name: str = "prefixes",
   ) -> list[str] | list[list[Hypothesis]]:
     """Translates each sentence (max output length = its source length + max_output_extra).
 
@@ -445,17 +583,47 @@ class Translator:
     `Hypothesis`es, best first
     (the first one's text is the string translate() returns without nbest). `source_name`
     (a file name) labels the warning about sentences cut to max_len.
+
+    prefixes: one per sentence, the text its translation starts with (tokenized with the
+    target vocabulary, no EOS; '' leaves the sentence unconstrained): the search takes the
+    prefix's tokens first and continues after them, and scores count their log-probs
+    (`search.beam_search`'s prefix). The output limit is at least the prefix length + 1.
+    A count other than len(sentences), or a prefix of max_len tokens or more, is refused
+    naming `prefix_name` and `source_name`.
     """
     settings = self._settings(beam_size, alpha, search)
     self._check_nbest(nbest, settings)
+    prefix_ids = self._prefix_ids(prefixes, len(sentences), prefix_name, source_name)
     sources = self._source_ids(sentences, source_name)
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     outputs: list = [None] * len(sources)
     for batch in self._batches(order, sources):
-      results = self._translate_batch([sources[i] for i in batch], settings, nbest, ids=batch)
+      batch_prefixes = None if prefix_ids is None else [prefix_ids[i] for i in batch]
+      results = self._translate_batch(
+        [sources[i] for i in batch], settings, nbest, ids=batch, prefixes=batch_prefixes
+      )
       for i, result in zip(batch, results):
         outputs[i] = result
     return outputs
+
+  def _prefix_ids(
+    self, prefixes: Sequence[str] | None, count: int, prefix_name: str, source_name: str
+  ) -> list[list[int]] | None:
+    """Each prefix's target token ids (no EOS), checked before any decoding."""
+    if prefixes is None:
+      return None
+    if len(prefixes) != count:
+      raise TranslateError(f"{prefix_name} has {len(prefixes)} lines but {source_name} has {count}")
+    max_len = self.model.config.max_len
+    ids = [list(self.tokenizer.encode(text)) for text in prefixes]
+    long = [i + 1 for i, p in enumerate(ids) if len(p) + 1 > max_len]
+    if long:
+      lines = ", ".join(map(str, long[:10])) + (", ..." if len(long) > 10 else "")
+      raise TranslateError(
+        f"{prefix_name}: {len(long)} prefix(es) leave no room for EOS within the model's "
+        f"max_len={max_len} (lines {lines})"
+      )
+    return ids
 
   @staticmethod
   def _check_nbest(nbest: int | None, settings: SearchConfig) -> None:
@@ -477,6 +645,8 @@ class Translator:
     seed: int | None = None,
     nbest: int | None = None,
     source_name: str = "input",
+    prefixes: Sequence[str] | None = None,
+    prefix_name: str = "prefixes",
   ) -> list[str] | list[list[Hypothesis]]:
     """translate() by sampling (search.sample_search): `num_samples` outputs drawn per
     sentence from the model's distribution at `temperature`, cut to the `topk` best and the
@@ -484,7 +654,7 @@ class Translator:
     seed 0). Returns the best-scoring sample per sentence, or with `nbest` (<= num_samples)
     the nbest best samples as `Hypothesis`es (score: log p / lp, as beam search ranks). The
     same seed gives the same samples for the sentence at the same input index, whatever
-    else is translated with it."""
+    else is translated with it. `prefixes`: as translate()'s."""
     settings = self.search.override(
       sampling=True,
       beam_size=1,
@@ -494,7 +664,14 @@ class Translator:
       sampling_topp=topp,
       sampling_seed=seed,
     )
-    return self.translate(sentences, nbest=nbest, source_name=source_name, search=settings)
+    return self.translate(
+      sentences,
+      nbest=nbest,
+      source_name=source_name,
+      search=settings,
+      prefixes=prefixes,
+      prefix_name=prefix_name,
+    )
 
   def buckets(self) -> list[int]:
     """Padded source lengths of streaming translation: 16, 32, 64, ... up to max_len."""
@@ -556,11 +733,16 @@ class Translator:
       yield batch
 
   def _padded_batch(
-    self, sources: Sequence[Sequence[int]], extra: int, shape: tuple[int, int] | None
-  ) -> tuple[np.ndarray, np.ndarray, int]:
-    """(inputs, limits, max_decode_len) of one batch: rows rounded up to a power of two and
-    lengths to multiples of 8 (few distinct shapes: few compilations), unless `shape` fixes
-    (source length, max_decode_len)."""
+    self,
+    sources: Sequence[Sequence[int]],
+    extra: int,
+    shape: tuple[int, int] | None,
+    prefixes: Sequence[Sequence[int]] | None = None,
+  ) -> tuple[np.ndarray, np.ndarray, int, np.ndarray | None]:
+    """(inputs, limits, max_decode_len, prefix) of one batch: rows rounded up to a power of
+    two and lengths to multiples of 8 (few distinct shapes: few compilations), unless `shape`
+    fixes (source length, max_decode_len). A limit is at least its prefix's length + 1;
+    prefix: int32 [rows, P] PAD-padded, or None when no sentence has one."""
     max_len = self.model.config.max_len
     src_len = min(_round_up(max(len(s) for s in sources), 8), max_len)
     max_decode_len = None
@@ -571,6 +753,12 @@ class Translator:
     for r, s in enumerate(sources):
       inputs[r, : len(s)] = s
     limits = np.array([len(s) + extra for s in sources] + [1] * (rows - len(sources)), np.int32)
+    prefix = None
+    if prefixes is not None and any(prefixes):
+      prefix = np.full((rows, _round_up(max(map(len, prefixes)), 8)), PAD_ID, np.int32)
+      for r, p in enumerate(prefixes):
+        prefix[r, : len(p)] = p
+        limits[r] = max(limits[r], len(p) + 1)
     if limits.max() > max_len:
       logging.warning(
         "output length limited to the model's max_len=%d (source length + %d exceeds it)",
@@ -578,7 +766,7 @@ class Translator:
         extra,
       )
     max_decode_len = max_decode_len or min(_round_up(int(limits.max()), 8), max_len)
-    return inputs, np.minimum(limits, max_len), max_decode_len
+    return inputs, np.minimum(limits, max_len), max_decode_len, prefix
 
   def _translate_batch(
     self,
@@ -587,19 +775,28 @@ class Translator:
     nbest: int | None = None,
     shape: tuple[int, int] | None = None,
     ids: Sequence[int] | None = None,
+    prefixes: Sequence[Sequence[int]] | None = None,
   ) -> list[str] | list[list[Hypothesis]]:
     """Translates sentences (id lists) in one padded batch (`_padded_batch`); `ids` are
-    their indices in the input, which key their samples when sampling."""
-    inputs, limits, max_decode_len = self._padded_batch(sources, settings.max_output_extra, shape)
+    their indices in the input, which key their samples when sampling; `prefixes` their
+    forced first target tokens."""
+    inputs, limits, max_decode_len, prefix = self._padded_batch(
+      sources, settings.max_output_extra, shape, prefixes
+    )
     sentence_ids = np.zeros(inputs.shape[0], np.int32)
     sentence_ids[: len(sources)] = range(len(sources)) if ids is None else ids
+    params, model = self._decoder()
     kw = dict(
-      model=self.model, max_decode_len=max_decode_len, search=settings, sentence_ids=sentence_ids
+      model=model,
+      max_decode_len=max_decode_len,
+      search=settings,
+      sentence_ids=sentence_ids,
+      prefix=prefix,
     )
     if nbest is None:
-      seqs = np.asarray(search_batch(self.params, inputs, limits, **kw))
+      seqs = np.asarray(search_batch(params, inputs, limits, **kw))
       return [self.tokenizer.decode(row) for row in seqs[: len(sources)]]
-    found = search_batch(self.params, inputs, limits, nbest=True, **kw)
+    found = search_batch(params, inputs, limits, nbest=True, **kw)
     seqs, scores = (np.asarray(x) for x in found)
     beam, alpha = settings.beam_size, settings.alpha
     return [
