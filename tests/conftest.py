@@ -32,6 +32,10 @@ LONGEST_MODULES = (
   "test_faults.py",
   "test_benchmark.py",
   "test_notebook.py",
+  "test_multihost.py",
+  "test_bench_peers.py",
+  "test_warm_start.py",
+  "test_best_and_early_stop.py",
 )
 
 

@@ -10,50 +10,12 @@ libraries once: one subprocess for every case instead of one (about 4 s) per cas
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
 from t2t_jax.run.workdir import Workdir
+from tests import support
 from tests.test_train import small_config
-
-RUNNER = r"""
-import importlib, json, os, sys, traceback
-import jax, orbax.checkpoint, ml_collections.config_flags  # loaded once, for every child
-import t2t_jax.training.trainer, t2t_jax.export, t2t_jax.decoding.translator
-
-def listing(root):
-  return sorted(os.path.relpath(os.path.join(d, n), root)
-                for d, dirs, files in os.walk(root) for n in dirs + files)
-
-cases, root, out_dir = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
-results = {}
-for name, command, args in cases:
-  err = os.path.join(out_dir, name + ".stderr")
-  before = listing(root)
-  pid = os.fork()
-  if pid == 0:  # the command's console script, as the interpreter would run it
-    null = os.open(os.devnull, os.O_RDWR)
-    os.dup2(null, 0), os.dup2(null, 1), os.dup2(os.open(err, os.O_WRONLY | os.O_CREAT), 2)
-    sys.argv = [f"t2t-{command}", *args]
-    code = 0
-    try:
-      importlib.import_module(f"t2t_jax.cli.{command}").run()
-    except SystemExit as e:
-      if isinstance(e.code, str):
-        print(e.code, file=sys.stderr)
-      code = 1 if isinstance(e.code, str) else (e.code or 0)
-    except BaseException:
-      traceback.print_exc()
-      code = 1
-    sys.stderr.flush()
-    os._exit(code)
-  status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-  created = sorted(set(listing(root)) - set(before))
-  results[name] = dict(status=status, stderr=open(err).read(), created=created)
-print(json.dumps(results))
-"""
 
 
 def _absl_log_line(line: str) -> bool:
@@ -152,16 +114,7 @@ def results(tmp_path_factory):
   with open(f"{root}/numbered/selected.json", "w") as f:
     json.dump({"checkpoint": 6}, f)  # a step, not the spec "6"
   cases = [[name, command, args] for name, (command, args, _) in _cases(root).items()]
-  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="", T2T_HUGE_PAGES="0")
-  proc = subprocess.run(
-    [sys.executable, "-c", RUNNER, json.dumps(cases), root, out_dir],
-    capture_output=True,
-    text=True,
-    env=env,
-    timeout=300,
-  )
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  return root, json.loads(proc.stdout.strip().splitlines()[-1])
+  return root, support.forked_commands(cases, root, out_dir)
 
 
 @pytest.mark.parametrize("name", CASE_NAMES)

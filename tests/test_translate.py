@@ -126,14 +126,6 @@ def _cli(*args, stdin=None):
   )
 
 
-def _refused(*args):
-  """stderr of a t2t-translate run that must fail with a one-line error (exit status 1)."""
-  proc = _cli(*args)
-  err = proc.stderr.decode()
-  assert proc.returncode == 1 and "Traceback" not in err, err
-  return err
-
-
 @pytest.mark.slow
 def test_cli_files_and_scores(workdir, tmp_path):
   src, ref, out = tmp_path / "src", tmp_path / "ref", tmp_path / "out"
@@ -156,32 +148,44 @@ def test_cli_files_and_scores(workdir, tmp_path):
 
 @pytest.mark.slow
 def test_cli_bad_input(workdir, tmp_path):
+  """Each refused in one line (exit status 1, no traceback), all in forked children of one
+  interpreter (tests.support.forked_commands)."""
   src, ref, bad = tmp_path / "src", tmp_path / "ref", tmp_path / "bad"
   src.write_text("1 2\n3 4\n")
   ref.write_text("1\n")
   bad.write_bytes(b"1 2\n3 \xff 4\n")
-  err = _refused(f"--workdir={workdir}", f"--input={src}", f"--reference={ref}")
-  assert f"--reference={ref} has 1 lines but --input={src} has 2" in err
-  err = _refused(f"--workdir={workdir}", f"--input={bad}")
-  assert f"{bad}:2: not UTF-8" in err
   empty = tmp_path / "empty_workdir"
   empty.mkdir()
-  err = _refused(f"--workdir={empty}", f"--input={src}")
-  assert "no config.json" in err
-  err = _refused(f"--workdir={workdir}", f"--input={src}", "--checkpoint=average:9")
-  assert "fewer than 9" in err
-  untrained = tmp_path / "untrained"
-  untrained.mkdir()
-  (untrained / "config.json").write_text(open(os.path.join(workdir, "config.json")).read())
-  err = _refused(f"--workdir={untrained}", f"--input={src}")
-  assert f"{untrained}: vocabulary" in err and "is missing" in err
+  no_vocab, no_ckpt = tmp_path / "untrained", tmp_path / "untrained_with_vocab"
+  for untrained in (no_vocab, no_ckpt):
+    untrained.mkdir()
+    (untrained / "config.json").write_text(open(os.path.join(workdir, "config.json")).read())
   for name in os.listdir(workdir):
     if name.startswith("vocab."):
-      (untrained / name).write_bytes(open(os.path.join(workdir, name), "rb").read())
-  err = _refused(f"--workdir={untrained}", f"--input={src}")
-  assert f"{untrained}/checkpoints: no checkpoint to translate with" in err
-  err = _refused(f"--workdir={workdir}", f"--input={tmp_path / 'nope'}")
-  assert f"{tmp_path / 'nope'}: cannot read" in err
+      (no_ckpt / name).write_bytes(open(os.path.join(workdir, name), "rb").read())
+  w, i = f"--workdir={workdir}", f"--input={src}"
+  cases = {
+    "reference": ([w, i, f"--reference={ref}"], f"--reference={ref} has 1 lines but {i} has 2"),
+    "utf8": ([w, f"--input={bad}"], f"{bad}:2: not UTF-8"),
+    "no-config": ([f"--workdir={empty}", i], "no config.json"),
+    "average": ([w, i, "--checkpoint=average:9"], "fewer than 9"),
+    "no-vocab": ([f"--workdir={no_vocab}", i], f"{no_vocab}: vocabulary"),
+    "no-checkpoint": (
+      [f"--workdir={no_ckpt}", i],
+      f"{no_ckpt}/checkpoints: no checkpoint to translate with",
+    ),
+    "no-input": ([w, f"--input={tmp_path / 'nope'}"], f"{tmp_path / 'nope'}: cannot read"),
+  }
+  got = support.forked_commands(
+    [[name, "translate", args] for name, (args, _) in cases.items()],
+    str(tmp_path),
+    str(tmp_path),
+  )
+  for name, (_, expected) in cases.items():
+    err = got[name]["stderr"]
+    assert got[name]["status"] == 1 and "Traceback" not in err, (name, err)
+    assert expected in err, (name, err)
+  assert "is missing" in got["no-vocab"]["stderr"]
 
 
 @pytest.mark.slow
