@@ -44,7 +44,7 @@ def _start_state(monkeypatch, config, workdir):
   """(host state, fingerprint) the trainer would begin its loop with, stopping there."""
   seen = {}
 
-  def loop(trainer, state, train_iter):
+  def loop(trainer, state, train_iter, *_):
     seen["state"], seen["fingerprint"] = jax.device_get(state), trainer.fingerprint
     raise _AtLoopStartError
 
