@@ -349,13 +349,14 @@ def test_an_interrupted_preparation_leaves_no_store_and_is_redone(tmp_path, monk
   )
   with pytest.raises(KeyboardInterrupt):
     data.get_datasets(c, str(w))
-  assert sorted(p.name for p in w.iterdir()) == ["vocab.model"]  # no store, no temporary
+  # no store, no temporary; the lock file stays for the next preparer
+  assert sorted(p.name for p in w.iterdir()) == ["prepared.lock", "vocab.model"]
   monkeypatch.undo()
-  # Stopped after the arrays moved into place, before the manifest: incomplete, redone.
+  # Stopped while writing the manifest (the last file before the rename): nothing published.
   monkeypatch.setattr(store, "write_manifest", lambda *a: crash(None))
   with pytest.raises(KeyboardInterrupt):
     data.get_datasets(c, str(w))
-  assert (w / "prepared").is_dir() and store.read_manifest(w / "prepared") is None
+  assert sorted(p.name for p in w.iterdir()) == ["prepared.lock", "vocab.model"]
   c1 = c.copy_and_resolve_references()
   c1.wait_for_process0_s = 0.2
   with pytest.raises(

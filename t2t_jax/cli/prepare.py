@@ -11,8 +11,14 @@ without tokenizing anything; with other store-relevant overrides (corpus, max_le
 train_max_pairs, vocabulary) it refuses the store, naming the field. Run it on one machine:
 it needs no accelerator, and the hosts of a multi-host run read the store from shared
 storage (config.data.data_dir).
+
+    t2t-prepare --experiment=NAME --workdir=DIR --verify
+
+prepares nothing: it recomputes the sha256 of every file of the store and compares them with
+the manifest's, printing OK or exiting 1 naming each damaged file.
 """
 
+import pathlib
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -34,6 +40,28 @@ flags.DEFINE_string(
   None,
   "the workdir t2t-train will use (the store goes to <config.data.data_dir or workdir>/prepared)",
 )
+
+
+flags.DEFINE_bool(
+  "verify",
+  False,
+  "prepare nothing: check every file of the prepared store against the sha256 its manifest "
+  "keeps; exit 1 naming each damaged file",
+)
+
+
+def verify(path: "pathlib.Path") -> str:
+  """The OK line for an intact store at `path`; DataError naming each damaged file."""
+  from t2t_jax import data
+  from t2t_jax.data import store
+
+  damaged = store.verify(path)
+  if damaged:
+    raise data.DataError(
+      f"{'; '.join(damaged)}: the store is damaged; delete {path} to prepare the data again"
+    )
+  count = len(store.read_manifest(path)["sha256"])
+  return f"{path}: OK, all {count} files match the sha256s of {store.MANIFEST_FILE}"
 
 
 def describe(store: "Store") -> str:
@@ -80,13 +108,18 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError("--workdir is required")
   from t2t_jax import data
   from t2t_jax.data import prepare
+  from t2t_jax.data import store as store_lib
+  from t2t_jax.run.lock import LockError
   from t2t_jax.run.workdir import Workdir, WorkdirError
 
   common.quiet_library_logs()
   try:
+    if flags.FLAGS.verify:
+      print(verify(store_lib.store_path(flags.FLAGS.config.data, flags.FLAGS.workdir)))
+      return
     workdir = Workdir(flags.FLAGS.workdir).create().path
     store = prepare.ensure_store(flags.FLAGS.config.data, workdir)
-  except (data.DataError, WorkdirError) as e:
+  except (data.DataError, WorkdirError, LockError) as e:
     sys.exit(f"t2t-prepare: {e}")
   print(describe(store), flush=True)
 

@@ -10,16 +10,18 @@ preparation ahead of training; `get_datasets` calls `ensure_store`, so a one-com
 
 Preparing streams the corpus in chunks (text files are read in place through a line index,
 TFDS sources through their random-access data source) into the arrays of `store.py`, in a
-temporary directory renamed into place when complete; the manifest is written last.
+temporary directory that receives the manifest last and is renamed into place, fsynced,
+when complete: no host ever sees a store without its manifest. The preparer holds the
+store's lock file (`prepared.lock`, beside the store in the possibly shared data root), so
+that two preparers (two runs or a t2t-prepare sharing config.data.data_dir) never write the
+same store: the second waits for the first and then opens its store.
 """
 
 import contextlib
 import logging
-import os
 import pathlib
 import shutil
 import time
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -34,6 +36,7 @@ from t2t_jax.data.errors import DataError
 from t2t_jax.data.sources import PairSource
 from t2t_jax.data.tokenized import SplitCounts
 from t2t_jax.data.tokenizer import Tokenizer
+from t2t_jax.run import files, lock
 
 CHUNK_PAIRS = 20000  # pairs read and tokenized at a time (SentencePiece batch encoding)
 _LOG_EVERY = 1_000_000  # pairs between progress lines
@@ -84,44 +87,62 @@ def open_store(
       f"{path}: prepared with the vocabulary {vocab}, which is missing; restore "
       f"it, or delete {path} to prepare the data again"
     )
-  tokenizer = tokenizer_lib.load_or_train_tokenizer(c, workdir, process_index=process_index)
-  store_lib.check_vocabulary(path, manifest, vocab)
+  tokenizer, sha256 = tokenizer_lib.load_or_train_tokenizer_and_sha256(
+    c, workdir, process_index=process_index
+  )
+  store_lib.check_vocabulary(path, manifest, vocab, sha256)
   return OpenedStore(path, manifest, tokenizer)
 
 
+class StoreLock(lock.FileLock):
+  """The right to prepare the store at `path` (see the module docstring)."""
+
+  def __init__(self, path: pathlib.Path) -> None:
+    super().__init__(
+      store_lib.lock_path(path),
+      f"put config.data.data_dir (now {path.parent}) on a local file system, or on one whose "
+      "flock excludes processes on every host (NFSv4 without local_lock)",
+    )
+    self.store = path
+
+  def held_message(self, holder: str) -> str:
+    return (
+      f"{self.store} is being prepared by {holder} (lock file {self.path}); "
+      "config.data.wait_for_process0_s ran out: wait for it to finish, stop it, or point "
+      "config.data.data_dir elsewhere"
+    )
+
+
 def prepare(c: ml_collections.ConfigDict, workdir: str) -> pathlib.Path:
-  """Builds the store of `c` (replacing an incomplete one); returns its path."""
+  """Builds the store of `c` (replacing an incomplete one) under the store's lock; returns
+  its path. A store another process finished meanwhile is kept."""
   sources.validate(c)
   path = store_lib.store_path(c, workdir)
   if store_lib.read_manifest(path) is not None:
     return path
-  if path.exists():  # a preparation that stopped before its manifest
-    logging.warning("%s has no manifest (an interrupted preparation): preparing it again", path)
-    shutil.rmtree(path)
   path.parent.mkdir(parents=True, exist_ok=True)
-  tmp = path.parent / f"{store_lib.STORE_DIR}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-  tmp.mkdir()
+  held = StoreLock(path)
+  held.acquire(wait_s=c.wait_for_process0_s)
   try:
-    manifest = _write_arrays(c, workdir, tmp)
-    manifest["files"] = store_lib.file_sizes(tmp)
-    _move_into_place(tmp, path, c.wait_for_process0_s)
+    if store_lib.read_manifest(path) is not None:  # prepared while this process waited
+      return path
+    removed = files.remove_stale_temporaries(path.parent, (store_lib.STORE_DIR,))
+    if removed:
+      logging.warning("removed preparations that were stopped: %s", ", ".join(removed))
+    if path.exists():  # a store without its manifest: a version that wrote it after the rename
+      logging.warning("%s has no manifest (an interrupted preparation): preparing it again", path)
+      shutil.rmtree(path)
+    tmp = path.parent / files.temporary_name(store_lib.STORE_DIR)
+    tmp.mkdir()
+    try:
+      manifest = _write_arrays(c, workdir, tmp)
+      store_lib.write_manifest(tmp, manifest)
+      files.publish_directory(tmp, path)
+    finally:
+      shutil.rmtree(tmp, ignore_errors=True)
   finally:
-    shutil.rmtree(tmp, ignore_errors=True)
-  if store_lib.read_manifest(path) is None:
-    store_lib.write_manifest(path, manifest)
+    held.release()
   return path
-
-
-def _move_into_place(tmp: pathlib.Path, path: pathlib.Path, timeout_s: float) -> None:
-  try:
-    tmp.rename(path)
-  except OSError:
-    if not path.exists():
-      raise
-    # Another process prepared the same store meanwhile: keep theirs.
-    sources.wait_for(
-      (path / store_lib.MANIFEST_FILE).exists, str(path / store_lib.MANIFEST_FILE), timeout_s
-    )
 
 
 def _write_arrays(
@@ -133,7 +154,7 @@ def _write_arrays(
   with _timed(seconds, "open source"):
     splits, identity = open_source(c, workdir)
   with _timed(seconds, "vocabulary"):
-    tokenizer = tokenizer_lib.load_or_train_tokenizer(
+    tokenizer, vocab_sha256 = tokenizer_lib.load_or_train_tokenizer_and_sha256(
       c,
       workdir,
       train_sentences=lambda: tokenizer_lib.sample_sentences(
@@ -168,9 +189,7 @@ def _write_arrays(
     max_length_ratio=c.max_length_ratio,
     train_corpora=[k.__dict__ for k in corpora],
     dtype=np.dtype(dtype).name,
-    vocabulary=dict(
-      path=str(vocab), sha256=store_lib.sha256_file(vocab), size=tokenizer.vocab_size
-    ),
+    vocabulary=dict(path=str(vocab), sha256=vocab_sha256, size=tokenizer.vocab_size),
     splits={k: (v.__dict__ if v is not None else None) for k, v in counts.items()},
     seconds={k: round(v, 2) for k, v in seconds.items()},
   )

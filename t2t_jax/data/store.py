@@ -1,7 +1,9 @@
 """The prepared store: every split tokenized once, as memory-mapped arrays plus a manifest.
 
     <data_dir or workdir>/prepared/
-      manifest.json                 written last: a store without it is incomplete
+      manifest.json                 what the arrays were made from, each file's size and
+                                    sha256; written before the directory is renamed into
+                                    place, so a store without it is never published
       {split}.{side}.npy            flat token ids, each pair's side ending in EOS
                                     (uint16 when the vocabulary fits, else int32)
       {split}.{side}_offsets.npy    int64 [pairs + 1]: pair i is flat[offsets[i]:offsets[i + 1]]
@@ -14,6 +16,12 @@ vocabulary sha256, max_len, max_length_ratio, train_max_pairs) with the counts o
 and dropped pairs, per training corpus too (the train arrays hold the corpora of
 config.data.train_corpora one after the other, in order); a store whose manifest disagrees
 with the config is refused, naming the field, rather than silently trained on.
+
+    <data_dir or workdir>/prepared.lock          held by the one process preparing the store
+    <data_dir or workdir>/prepared.tmp-<host>-…  a preparation under way (or killed: removed
+                                                 by the next lock holder)
+
+Opening checks each file's size; `verify` (t2t-prepare --verify) recomputes the sha256s.
 """
 
 import json
@@ -31,11 +39,13 @@ from t2t_jax.data import sources, tokenized
 from t2t_jax.data.errors import DataError
 from t2t_jax.data.sources import base
 from t2t_jax.data.tokenized import SplitCounts, TokenizedPairs
+from t2t_jax.run import files
 from t2t_jax.run.files import sha256_file
 
 FORMAT_VERSION = 1
 STORE_DIR = "prepared"
 MANIFEST_FILE = "manifest.json"
+LOCK_FILE = f"{STORE_DIR}.lock"
 SPLITS = sources.SPLITS
 SIDES = ("inputs", "targets")
 _HEADER_BYTES = 128  # a fixed-size .npy header, rewritten once the length is known
@@ -43,6 +53,11 @@ _HEADER_BYTES = 128  # a fixed-size .npy header, rewritten once the length is kn
 
 def store_path(c: ml_collections.ConfigDict, workdir: str) -> pathlib.Path:
   return pathlib.Path(config_lib.data_root(c, workdir)) / STORE_DIR
+
+
+def lock_path(path: pathlib.Path) -> pathlib.Path:
+  """The lock file of the store at `path`: beside it, in the (possibly shared) data root."""
+  return path.parent / LOCK_FILE
 
 
 def read_manifest(path: pathlib.Path) -> dict[str, Any] | None:
@@ -125,15 +140,21 @@ class SplitWriter:
       self._text.close()
 
 
-def file_sizes(directory: pathlib.Path) -> dict[str, int]:
-  return {p.name: p.stat().st_size for p in sorted(directory.iterdir()) if p.is_file()}
+def _data_files(directory: pathlib.Path) -> list[pathlib.Path]:
+  return [p for p in sorted(directory.iterdir()) if p.is_file() and p.name != MANIFEST_FILE]
 
 
-def write_manifest(path: pathlib.Path, manifest: dict[str, Any]) -> None:
-  """Last step of a preparation: readers on every host treat the store as complete now."""
-  tmp = path / f"{MANIFEST_FILE}.tmp-{os.getpid()}"
-  tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-  tmp.rename(path / MANIFEST_FILE)
+def write_manifest(directory: pathlib.Path, manifest: dict[str, Any]) -> None:
+  """Writes `manifest`, with the size and sha256 of every file in `directory`, into the
+  (unpublished) store directory: the last file before it is renamed into place."""
+  data = _data_files(directory)
+  manifest = dict(
+    manifest,
+    files={p.name: p.stat().st_size for p in data},
+    sha256={p.name: sha256_file(p) for p in data},
+  )
+  text = json.dumps(manifest, indent=1, sort_keys=True) + "\n"
+  files.atomic_write_text(directory / MANIFEST_FILE, text)
 
 
 # ----------------------------------------------------------------------------- checking
@@ -175,11 +196,42 @@ def _check_files(path: pathlib.Path, manifest: dict[str, Any]) -> None:
       )
 
 
+def verify(path: pathlib.Path) -> list[str]:
+  """Recomputes the sha256 of every file the manifest of the store at `path` lists; returns
+  one line per damaged or missing file (empty: intact). DataError when there is no store."""
+  manifest = read_manifest(path)
+  if manifest is None:
+    raise DataError(f"{path / MANIFEST_FILE}: no prepared data to verify; run t2t-prepare")
+  hashes = manifest.get("sha256")
+  if hashes is None:
+    raise DataError(
+      f"{path / MANIFEST_FILE}: made before stores kept sha256s, so its contents cannot be "
+      f"verified; delete {path} and run t2t-prepare to make one that can"
+    )
+  damaged = []
+  for name, recorded in sorted(hashes.items()):
+    try:
+      current = sha256_file(path / name)
+    except FileNotFoundError:
+      damaged.append(f"{path / name}: missing")
+      continue
+    if current != recorded:
+      damaged.append(
+        f"{path / name}: sha256 {current[:12]}... where the manifest says {recorded[:12]}..."
+      )
+  return damaged
+
+
 def check_vocabulary(
-  path: pathlib.Path, manifest: dict[str, Any], vocab_file: str | os.PathLike
+  path: pathlib.Path,
+  manifest: dict[str, Any],
+  vocab_file: str | os.PathLike,
+  current: str | None = None,
 ) -> None:
+  """Refuses a vocabulary other than the store's; `current`: the sha256 of the bytes the
+  tokenizer was loaded from (by default the file's, read again)."""
   recorded = manifest["vocabulary"]["sha256"]
-  current = sha256_file(vocab_file)
+  current = current or sha256_file(vocab_file)
   if current != recorded:
     raise DataError(
       f"{path}: prepared with a vocabulary of sha256 {recorded[:12]}..., but {vocab_file} "

@@ -10,6 +10,7 @@ workdir and re-used on resume and by translation; a stored vocabulary that disag
 experiment is an error rather than something silently retrained over.
 """
 
+import hashlib
 import io
 import logging
 import os
@@ -35,6 +36,7 @@ from t2t_jax.data.symbols import (  # noqa: F401 (every tokenizer kind is import
   strip_ids,
   word_class,
 )
+from t2t_jax.run import files
 from t2t_jax.tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 
@@ -103,10 +105,16 @@ def load_tokenizer(path: str | os.PathLike, num_threads: int = 0) -> Tokenizer:
   """Loads a stored vocabulary (`*.symbols` -> SymbolTokenizer, `*.words` -> WordTokenizer,
   else SentencePiece)."""
   path = epath.Path(path)
+  return tokenizer_from_bytes(path.name, path.read_bytes(), num_threads)
+
+
+def tokenizer_from_bytes(name: str, data: bytes, num_threads: int = 0) -> Tokenizer:
+  """The tokenizer a vocabulary file called `name` holding `data` describes."""
   for suffix, kind in ((".symbols", SymbolTokenizer), (".words", WordTokenizer)):
-    if path.name.endswith(suffix):
-      return kind(path.read_text(encoding="utf-8").split("\n")[:-1])
-  return SentencePieceTokenizer(path.read_bytes(), num_threads)
+    if name.endswith(suffix):
+      text = data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+      return kind(text.split("\n")[:-1])
+  return SentencePieceTokenizer(data, num_threads)
 
 
 def load_or_train_tokenizer(
@@ -116,7 +124,23 @@ def load_or_train_tokenizer(
   process_index: int = 0,
   train_sentences: Callable[[], Iterable[str]] | None = None,
 ) -> Tokenizer:
-  """Returns the experiment's tokenizer, training and storing it first if absent.
+  """Returns the experiment's tokenizer, training and storing it first if absent (see
+  `load_or_train_tokenizer_and_sha256`)."""
+  return load_or_train_tokenizer_and_sha256(
+    c, workdir, process_index=process_index, train_sentences=train_sentences
+  )[0]
+
+
+def load_or_train_tokenizer_and_sha256(
+  c: ml_collections.ConfigDict,
+  workdir: str,
+  *,
+  process_index: int = 0,
+  train_sentences: Callable[[], Iterable[str]] | None = None,
+) -> tuple[Tokenizer, str]:
+  """The experiment's tokenizer, training and storing it first if absent, and the sha256 of
+  the very bytes it was built from (the file read once: a vocabulary replaced meanwhile
+  cannot be recorded for arrays it did not tokenize).
 
   Args:
     c: the data config (`config.data`).
@@ -138,9 +162,10 @@ def load_or_train_tokenizer(
       )
     else:
       sources.wait_for(path.exists, str(path), c.wait_for_process0_s)
-  tokenizer = load_tokenizer(path, c.tokenize_threads)
+  data = path.read_bytes()
+  tokenizer = tokenizer_from_bytes(path.name, data, c.tokenize_threads)
   _check_matches_config(tokenizer, path, c, expected)
-  return tokenizer
+  return tokenizer, hashlib.sha256(data).hexdigest()
 
 
 def _symbols_text(c: ml_collections.ConfigDict) -> str | None:
@@ -218,11 +243,13 @@ def tag_ids(tokenizer: Tokenizer, c: ml_collections.ConfigDict, path: object = "
 
 
 def _write_atomic(path: epath.Path, data: bytes) -> None:
-  """Readers on other hosts only ever see a complete file."""
+  """Readers on other hosts only ever see a complete file, fsynced with its directory
+  (a remote path such as gs:// is written by its own client, which has no rename)."""
   path.parent.mkdir(parents=True, exist_ok=True)
-  tmp = path.parent / f"{path.name}.tmp-{os.getpid()}"
-  tmp.write_bytes(data)
-  tmp.rename(path)
+  if "://" in str(path):
+    path.write_bytes(data)
+    return
+  files.atomic_write_bytes(os.fspath(path), data)
 
 
 def train_sentencepiece(sentences: Iterable[str], c: ml_collections.ConfigDict) -> bytes:

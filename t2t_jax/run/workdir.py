@@ -144,6 +144,21 @@ class Workdir:
       for name in os.listdir(directory)
     )
 
+  def remove_stale_temporaries(self) -> list[str]:
+    """Removes the temporaries that killed writes of the trainer's files left (config.json,
+    metrics.jsonl, selected.json, best.json, test.*); for the holder of the workdir lock
+    only, since a live trainer's temporary would go too. Returns the entries removed."""
+    if not os.path.isdir(self.path):
+      return []
+    owned = {self.CONFIG, self.METRICS, self.SELECTED, self.BEST}
+    names = {
+      entry.lstrip(".").split(files.TEMP_MARK)[0]
+      for entry in os.listdir(self.path)
+      if files.TEMP_MARK in entry
+    }
+    mine = tuple(n for n in names if n in owned or n.startswith(self.TEST_PREFIX))
+    return files.remove_stale_temporaries(self.path, mine)
+
   def lock(self) -> "WorkdirLock":
     from t2t_jax.run.lock import WorkdirLock
 

@@ -28,7 +28,7 @@ from t2t_jax.evaluation import evaluate
 from t2t_jax.model import Transformer, TransformerConfig
 from t2t_jax.run import checkpoint, fingerprint
 from t2t_jax.run.files import sha256_file
-from t2t_jax.run.lock import WorkdirLock, WorkdirLockedError
+from t2t_jax.run.lock import LockError, WorkdirLock
 from t2t_jax.run.workdir import Workdir, WorkdirError
 from t2t_jax.training import best, evaluation, optim, parallel, steps, summary, warm_start
 from t2t_jax.training import config as config_lib
@@ -373,6 +373,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   lock = WorkdirLock(workdir)
   if jax.process_index() == 0:
     lock.acquire()
+    removed = Workdir(workdir).remove_stale_temporaries()
+    if removed:
+      logging.info("removed temporaries of killed writes: %s", ", ".join(removed))
   try:
     return _train(config, workdir)
   finally:
@@ -552,7 +555,7 @@ EXPLAINED_ERRORS = (
   checkpoint.CheckpointSaveError,
   fingerprint.FingerprintError,
   best.MetricChangedError,
-  WorkdirLockedError,
+  LockError,
   WorkdirError,
   NonFiniteLossError,
   warm_start.WarmStartError,
