@@ -188,7 +188,8 @@ class FileLock:
         time.sleep(min(0.5, max(deadline - time.monotonic(), 0.01)))
       if another_process_can_take(self.path):
         raise self._cannot_lock(
-          "lets a second process take an exclusive flock another holds (its locks do not exclude)"
+          "has a flock that does not exclude other processes (a child process took the "
+          "lock this one holds)"
         )
     except BaseException:
       os.close(fd)  # closing drops the flock, if taken
