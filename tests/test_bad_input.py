@@ -10,9 +10,11 @@ libraries once: one subprocess for every case instead of one (about 4 s) per cas
 
 import json
 import os
+import pathlib
 
 import pytest
 
+from t2t_jax.data import store
 from t2t_jax.run.workdir import Workdir
 from tests import support
 from tests.test_train import small_config
@@ -49,6 +51,16 @@ def _cases(root: str) -> dict[str, tuple[str, list[str], str]]:
       "prepare",
       [f"--workdir={root}/new", "--config.data.vocab_sise=64"],
       "--config.data.vocab_sise=64: config.data has no field 'vocab_sise' (nearest: vocab_size",
+    ),
+    "prepare-verify-a-flipped-byte": (
+      "prepare",
+      [f"--workdir={root}/damaged", "--verify"],
+      f"{root}/damaged/prepared/train.inputs.npy: sha256 ",
+    ),
+    "prepare-verify-no-store": (
+      "prepare",
+      [f"--workdir={missing}", "--verify"],
+      f"{missing}/prepared/manifest.json: no prepared data to verify",
     ),
     "translate-output-in-no-directory": (
       "translate",
@@ -113,7 +125,15 @@ def results(tmp_path_factory):
     json.dump(["latest", "average:2"], f)
   with open(f"{root}/numbered/selected.json", "w") as f:
     json.dump({"checkpoint": 6}, f)  # a step, not the spec "6"
+  for name in ("damaged", "intact"):  # a store's files and the manifest of their sha256s
+    os.makedirs(f"{root}/{name}/prepared")
+    with open(f"{root}/{name}/prepared/train.inputs.npy", "wb") as f:
+      f.write(bytes(range(100)))
+    store.write_manifest(pathlib.Path(f"{root}/{name}/prepared"), {"format_version": 1})
+  with open(f"{root}/damaged/prepared/train.inputs.npy", "r+b") as f:
+    f.seek(50), f.write(b"\xff")  # same size: only the sha256 tells
   cases = [[name, command, args] for name, (command, args, _) in _cases(root).items()]
+  cases.append(["prepare-verify-intact", "prepare", [f"--workdir={root}/intact", "--verify"]])
   return root, support.forked_commands(cases, root, out_dir)
 
 
@@ -129,3 +149,10 @@ def test_bad_input_is_one_line_naming_it_and_creates_nothing(results, name):
   assert len(errors) == 1 and errors[0].startswith(f"t2t-{command}: "), stderr
   assert expected in errors[0], stderr
   assert result["created"] == [], result["created"]  # refused before any work
+
+
+def test_verify_of_an_intact_store_exits_0_and_creates_nothing(results):
+  _, got = results
+  result = got["prepare-verify-intact"]
+  assert result["status"] == 0, result["stderr"]
+  assert "Traceback" not in result["stderr"] and result["created"] == []
