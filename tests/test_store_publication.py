@@ -58,6 +58,11 @@ def test_verify_names_the_file_with_a_flipped_byte(tmp_path, config):
   assert damage.startswith(f"{array}: sha256 ") and "where the manifest says" in damage
   (path / "test.jsonl").unlink()
   assert store.verify(path)[1] == f"{path / 'test.jsonl'}: missing"
+  manifest = store.read_manifest(path)
+  del manifest["sha256"]  # a store prepared before manifests kept them
+  (path / "manifest.json").write_text(json.dumps(manifest))
+  with pytest.raises(data.DataError, match=r"made before stores kept sha256s, so its contents"):
+    store.verify(path)
 
 
 def test_the_next_lock_holder_removes_a_killed_preparations_temporary(tmp_path, config):
