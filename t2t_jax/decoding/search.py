@@ -32,11 +32,14 @@ Conventions of both searches:
   `tokens_to_logits` closed over.
 """
 
+import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jax.typing import ArrayLike
 
@@ -389,8 +392,15 @@ def _beam_step(
   bos_id: int,
   eos_only_at_limit: bool,
   prefix: jax.Array | None = None,
+  done: jax.Array | None = None,
 ) -> _BeamState:
   """One search step: extends every live hypothesis by one token.
+
+  `done` (bool [batch], `beam_done` before the step) freezes the sentences that are
+  done: they offer no EOS extension and keep no live hypothesis, so their finished sets stay
+  as they were when they were declared done, whichever sentences share their batch and
+  however long it runs (under the heuristic rule, or the exact rule on fewer than beam_size
+  final hypotheses, stepping on could still change them).
 
   With `prefix` (int32 [batch, P]), a sentence still inside its prefix extends every live
   hypothesis by the prefix token only and offers no EOS extension; the log-normaliser is
@@ -430,6 +440,8 @@ def _beam_step(
   if forced is not None:
     eos_log_probs = jnp.where(forced[:, None], NEG_INF, eos_log_probs)
   eos_log_probs = eos_log_probs.reshape(batch_size, beam_size)
+  if done is not None:
+    eos_log_probs = jnp.where(done[:, None], NEG_INF, eos_log_probs)
   eos_scores = eos_log_probs / length_penalty(state.step + 1, alpha)
   eos_tokens = jnp.full((batch_size, beam_size), eos_id, jnp.int32)
   eos_seqs = _write_tokens(state.live_seqs, state.step, eos_tokens)
@@ -440,6 +452,8 @@ def _beam_step(
   # The live set is the beam_size best non-EOS extensions; at its limit a sentence has none.
   candidates = live + _log_probs_of(top_logits, row_max, log_normalizer)
   candidates = jnp.where(at_limit, NEG_INF, candidates).reshape(batch_size, -1)
+  if done is not None:
+    candidates = jnp.where(done[:, None], NEG_INF, candidates)
   live_log_probs, top = lax.top_k(candidates, beam_size)  # [batch, beam]
   parent = top // per_beam
   token = jnp.take_along_axis(top_tokens.reshape(batch_size, -1), top, axis=1)
@@ -454,13 +468,15 @@ def _beam_step(
   )
 
 
-def _beam_search_done(
+def beam_done(
   state: _BeamState,
   max_lengths: jax.Array,
   alpha: float | jax.Array,
   stop: str = SearchConfig.beam_stop,
+  final: int | None = None,
 ) -> jax.Array:
-  """[batch] bool: True where no live hypothesis can still change the finished set.
+  """[batch] bool: True where no live hypothesis can still change the `final` best
+  finished hypotheses (None: all beam_size of them).
 
   Bound: a live hypothesis with log-prob L <= 0 and length `step` ends with log-prob
   L' <= L (log-probs only fall) at some length n in [step + 1, max_length], so its score is
@@ -468,8 +484,11 @@ def _beam_search_done(
   (increasing for alpha >= 0, where this is t2t's L / lp(max_length); decreasing for
   alpha < 0), so its largest value on the range is at an end. The bound is exact (never
   stops while a live hypothesis could still enter the finished set) for every alpha.
-  A sentence is done when that bound for its best live hypothesis is strictly below its
-  worst finished score (so the finished set is full) or it has no live hypothesis left.
+  A sentence is done when that bound for its best live hypothesis is strictly below the
+  score of its `final`-th best finished hypothesis (so it has at least `final`) or it has
+  no live hypothesis left. With final=1 the 1-best is exact and the search stops as soon as
+  no live hypothesis can beat the best finished one; with final=beam_size (tensor2tensor's
+  rule) the whole finished set is.
 
   stop="heuristic" divides by lp(step + 1) alone: the best live hypothesis is scored as if
   it ended at the next step (Hugging Face's early_stopping=False rule). For alpha > 0 it
@@ -481,8 +500,9 @@ def _beam_search_done(
   if stop == "exact":
     largest_lp = jnp.maximum(largest_lp, length_penalty(max_lengths, alpha))
   best_possible = best_live / largest_lp
-  worst_finished = state.finished_scores[:, -1]
-  return (best_live == NEG_INF) | (best_possible < worst_finished)
+  rank = state.finished_scores.shape[1] if final is None else final
+  last_needed = state.finished_scores[:, rank - 1]
+  return (best_live == NEG_INF) | (best_possible < last_needed)
 
 
 def beam_search(
@@ -502,6 +522,7 @@ def beam_search(
   resize_cache: Callable[[Cache, int], Cache] | None = None,
   stop: str = SearchConfig.beam_stop,
   prefix: jax.Array | None = None,
+  final: int | None = None,
 ) -> tuple[jax.Array, jax.Array]:
   """Beam search with the GNMT length penalty, as in tensor2tensor (paper: beam 4, alpha 0.6).
 
@@ -510,7 +531,7 @@ def beam_search(
   score = log p(sequence) / length_penalty(length incl. EOS, alpha). The beam_size most
   probable non-EOS extensions become the next live set; each carries its parent's history
   (its cache is reordered by parent). The search stops when no live hypothesis can still
-  enter the finished set (see `_beam_search_done`; exact, not a heuristic) or at
+  enter the finished set (see `beam_done`; exact, not a heuristic) or at
   `max_decode_len`.
 
   One deliberate difference from t2t's beam_search.py (and Flax's examples/wmt): those take
@@ -558,13 +579,17 @@ def beam_search(
     stop: when a sentence is done. "exact" (tensor2tensor's rule, the default): when no
       live hypothesis can still enter the finished set. "heuristic": when none would if it
       ended at the next step (faster on real text; can return another output, see
-      `_beam_search_done`).
+      `beam_done`).
     prefix: int32 [batch, P], each sentence's forced first tokens, PAD after them (an
       all-PAD row: unconstrained). For its first len(prefix) steps every hypothesis of the
       sentence takes the prefix token (so only one stays live and the beam branches after
       the prefix); no EOS is offered inside it, and the scores count the prefix tokens'
       log-probabilities. A limit below len(prefix) + 1 is raised to it; prefixes must be
       shorter than max_decode_len.
+    final: how many of the best finished hypotheses must be final when a sentence stops
+      (`beam_done`): None (all beam_size, tensor2tensor's rule) or 1..beam_size. With 1
+      the best output is the same and the search stops sooner; hypotheses beyond the
+      first `final` are the best found when it stopped.
 
   Returns:
     sequences int32 [batch, beam_size, max_decode_len] (no BOS, EOS then PAD) and scores
@@ -575,26 +600,26 @@ def beam_search(
   """
   max_lengths = _check_args(cache, max_lengths, max_decode_len)
   max_lengths = _prefix_limits(max_lengths, prefix, max_decode_len)
-  if stop not in STOP_RULES:
-    raise ValueError(f"stop={stop!r}: must be one of {', '.join(STOP_RULES)}")
+  check_stop(stop, final, beam_size)
   if reorder_cache is None:
     tokens_to_logits, cache, reorder_cache = _per_row_model(tokens_to_logits, cache, beam_size)
   batch_size = max_lengths.shape[0]
-  empty_seqs = jnp.full((batch_size, beam_size, max_decode_len), PAD_ID, jnp.int32)
-  first_beam_only = jnp.where(jnp.arange(beam_size) == 0, 0.0, NEG_INF)
-  state = _BeamState(
-    step=jnp.array(0, jnp.int32),
-    live_seqs=empty_seqs,
-    # All beams start identical; only the first may expand or it would be found k times.
-    live_log_probs=jnp.broadcast_to(first_beam_only, (batch_size, beam_size)),
-    finished_seqs=empty_seqs,
-    finished_scores=jnp.full((batch_size, beam_size), NEG_INF, jnp.float32),
-    cache=cache,
-  )
-
+  state = init_beam_state(cache, batch_size, beam_size, max_decode_len)
   bounds = segment_bounds(max_decode_len) if resize_cache is not None else [max_decode_len]
   if len(bounds) > 1:
     state = state._replace(cache=resize_cache(state.cache, bounds[0]))
+  stage = functools.partial(
+    beam_stage,
+    tokens_to_logits=tokens_to_logits,
+    reorder_cache=reorder_cache,
+    alpha=alpha,
+    stop=stop,
+    final=final,
+    eos_id=eos_id,
+    bos_id=bos_id,
+    eos_only_at_limit=eos_only_at_limit,
+    early_stop=early_stop,
+  )
 
   def run(
     state: _BeamState,
@@ -608,51 +633,99 @@ def beam_search(
     for i, bound in enumerate(bounds):
       if i:
         state = state._replace(cache=resize_cache(state.cache, bound))
-      state = run_to(state, lengths, prefix, next_rows, bound)
+      state = stage(state, max_lengths=lengths, prefix=prefix, bound=bound, until=next_rows)
     return state
-
-  def run_to(
-    state: _BeamState, lengths: jax.Array, prefix: jax.Array | None, next_rows: int, bound: int
-  ) -> _BeamState:
-    def cond(state: _BeamState) -> jax.Array:
-      running = state.step < bound
-      if not early_stop:
-        return running & (state.step < jnp.max(lengths))
-      not_done = ~_beam_search_done(state, lengths, alpha, stop)
-      return running & (jnp.sum(not_done) > next_rows)
-
-    def body(state: _BeamState) -> _BeamState:
-      return _beam_step(
-        state,
-        tokens_to_logits,
-        reorder_cache,
-        lengths,
-        alpha,
-        eos_id,
-        bos_id,
-        eos_only_at_limit,
-        prefix,
-      )
-
-    return lax.while_loop(cond, body, _materialized(state))
 
   sizes = _batch_sizes(batch_size) if early_stop and compact else [batch_size]
   if len(sizes) == 1:
-    return _beam_outputs(run(state, max_lengths, prefix, 0, bounds), alpha)
+    return beam_outputs(run(state, max_lengths, prefix, 0, bounds), alpha)
   # Finished sentences leave the batch: each loop runs until at most the next size is left,
   # then those rows are gathered (padded with finished ones, whose results are final).
   state = run(state, max_lengths, prefix, sizes[1], bounds)  # then the cache has every position
-  sequences, scores = _beam_outputs(state, alpha)
+  sequences, scores = beam_outputs(state, alpha)
   rows, lengths = jnp.arange(batch_size), max_lengths
   for size, next_size in zip(sizes[1:], sizes[2:] + [0]):
-    keep = jnp.argsort(_beam_search_done(state, lengths, alpha, stop), stable=True)[:size]
+    done = beam_done(state, lengths, alpha, stop, final)
+    keep = jnp.argsort(done, stable=True)[:size]
     state = _map_nonscalar(lambda x, keep=keep: x[keep], state)
     rows, lengths = rows[keep], lengths[keep]
     prefix = None if prefix is None else prefix[keep]
     state = run(state, lengths, prefix, next_size)
-    row_sequences, row_scores = _beam_outputs(state, alpha)
+    row_sequences, row_scores = beam_outputs(state, alpha)
     sequences, scores = sequences.at[rows].set(row_sequences), scores.at[rows].set(row_scores)
   return sequences, scores
+
+
+def check_stop(stop: str, final: int | None, beam_size: int) -> None:
+  """Refuses a stopping rule other than STOP_RULES and a `final` outside 1..beam_size."""
+  if stop not in STOP_RULES:
+    raise ValueError(f"stop={stop!r}: must be one of {', '.join(STOP_RULES)}")
+  if final is not None and not 1 <= final <= beam_size:
+    raise ValueError(f"final={final}: must be between 1 and beam_size={beam_size}")
+
+
+def init_beam_state(
+  cache: Cache, batch_size: int, beam_size: int, max_decode_len: int
+) -> "_BeamState":
+  """The search state before the first step: BOS only, nothing finished; `cache` beam-aware."""
+  empty_seqs = jnp.full((batch_size, beam_size, max_decode_len), PAD_ID, jnp.int32)
+  first_beam_only = jnp.where(jnp.arange(beam_size) == 0, 0.0, NEG_INF)
+  return _BeamState(
+    step=jnp.array(0, jnp.int32),
+    live_seqs=empty_seqs,
+    # All beams start identical; only the first may expand or it would be found k times.
+    live_log_probs=jnp.broadcast_to(first_beam_only, (batch_size, beam_size)),
+    finished_seqs=empty_seqs,
+    finished_scores=jnp.full((batch_size, beam_size), NEG_INF, jnp.float32),
+    cache=cache,
+  )
+
+
+def beam_stage(
+  state: "_BeamState",
+  *,
+  tokens_to_logits: TokensToLogits,
+  reorder_cache: Callable[[Cache, jax.Array], Cache],
+  max_lengths: jax.Array,
+  bound: int,
+  until: int | jax.Array,
+  alpha: float | jax.Array = SearchConfig.alpha,
+  stop: str = SearchConfig.beam_stop,
+  final: int | None = None,
+  eos_id: int = EOS_ID,
+  bos_id: int = BOS_ID,
+  eos_only_at_limit: bool = False,
+  prefix: jax.Array | None = None,
+  early_stop: bool = True,
+) -> "_BeamState":
+  """Beam search steps in one `lax.while_loop`: until step == `bound` (the cache's length
+  in positions) or at most `until` sentences are not done (`beam_done` with
+  `stop` and `final`; without early_stop: until every sentence's limit). The unit that
+  `beam_search` chains (one per batch size and cache segment) and that `run_in_stages`
+  calls from the host. Arguments as `beam_search`'s, for the state's rows."""
+
+  def cond(state: _BeamState) -> jax.Array:
+    running = state.step < bound
+    if not early_stop:
+      return running & (state.step < jnp.max(max_lengths))
+    not_done = ~beam_done(state, max_lengths, alpha, stop, final)
+    return running & (jnp.sum(not_done) > until)
+
+  def body(state: _BeamState) -> _BeamState:
+    return _beam_step(
+      state,
+      tokens_to_logits,
+      reorder_cache,
+      max_lengths,
+      alpha,
+      eos_id,
+      bos_id,
+      eos_only_at_limit,
+      prefix,
+      done=beam_done(state, max_lengths, alpha, stop, final),
+    )
+
+  return lax.while_loop(cond, body, _materialized(state))
 
 
 def _batch_sizes(batch_size: int, factor: int = 4, smallest: int = 8) -> list[int]:
@@ -667,7 +740,7 @@ def _batch_sizes(batch_size: int, factor: int = 4, smallest: int = 8) -> list[in
   return sizes
 
 
-def _beam_outputs(state: _BeamState, alpha: float | jax.Array) -> tuple[jax.Array, jax.Array]:
+def beam_outputs(state: _BeamState, alpha: float | jax.Array) -> tuple[jax.Array, jax.Array]:
   """(sequences, scores) as beam_search returns them, from a search state."""
   has_finished = state.finished_scores[:, 0] > NEG_INF
   live_scores = state.live_log_probs / length_penalty(state.step, alpha)
@@ -708,17 +781,48 @@ def greedy_search(
   """
   max_lengths = _check_args(cache, max_lengths, max_decode_len)
   max_lengths = _prefix_limits(max_lengths, prefix, max_decode_len)
-  batch_size = max_lengths.shape[0]
-  init = _GreedyState(
+  state = init_greedy_state(cache, max_lengths.shape[0], max_decode_len)
+  final = greedy_stage(
+    state,
+    tokens_to_logits=tokens_to_logits,
+    max_lengths=max_lengths,
+    bound=max_decode_len,
+    until=0,
+    eos_id=eos_id,
+    bos_id=bos_id,
+    prefix=prefix,
+  )
+  return final.seqs, final.log_probs
+
+
+def init_greedy_state(cache: Cache, batch_size: int, max_decode_len: int) -> _GreedyState:
+  """Greedy search's state before the first step (`cache` per row)."""
+  return _GreedyState(
     step=jnp.array(0, jnp.int32),
     seqs=jnp.full((batch_size, max_decode_len), PAD_ID, jnp.int32),
     log_probs=jnp.zeros((batch_size,), jnp.float32),
     finished=jnp.zeros((batch_size,), bool),
-    cache=_materialized(cache),
+    cache=cache,
   )
 
+
+def greedy_stage(
+  state: _GreedyState,
+  *,
+  tokens_to_logits: TokensToLogits,
+  max_lengths: jax.Array,
+  bound: int,
+  until: int | jax.Array,
+  eos_id: int = EOS_ID,
+  bos_id: int = BOS_ID,
+  prefix: jax.Array | None = None,
+) -> _GreedyState:
+  """Greedy steps in one `lax.while_loop`, until step == `bound` (the cache's length in
+  positions) or at most `until` rows have not ended: the unit that `greedy_search` runs
+  once and `run_in_stages` calls from the host. A row that has ended takes PAD."""
+
   def cond(state: _GreedyState) -> jax.Array:
-    return (state.step < max_decode_len) & ~jnp.all(state.finished)
+    return (state.step < bound) & (jnp.sum(~state.finished) > until)
 
   def body(state: _GreedyState) -> _GreedyState:
     ids = _last_tokens(state.seqs, state.step, bos_id)
@@ -739,8 +843,102 @@ def greedy_search(
       cache=cache,
     )
 
-  final = lax.while_loop(cond, body, init)
-  return final.seqs, final.log_probs
+  return lax.while_loop(cond, body, _materialized(state))
+
+
+# --- running a search in stages from the host -------------------------------------------------
+
+
+class Stages(NamedTuple):
+  """What `run_in_stages` needs of a search, each a (jitted) function of its rows' state.
+
+  The rows' state is any pytree whose non-scalar leaves have leading dim rows (the search
+  state with its cache, plus per-row inputs such as limits and prefixes) and that holds
+  the scalar step.
+  """
+
+  run: Callable[[Any, int, int], Any]  # (rows, bound, until) -> rows: steps until step ==
+  # bound (the cache's positions) or at most `until` rows are not done
+  step: Callable[[Any], jax.Array]  # int32 scalar: positions written so far
+  done: Callable[[Any], jax.Array]  # bool [rows]: whose results are final
+  outputs: Callable[[Any], tuple[jax.Array, ...]]  # each row's results, leading dim rows
+  take: Callable[[Any, jax.Array], Any]  # (rows, keep int32 [n]) -> those rows, in order
+  resize: Callable[[Any, int], Any] | None  # (rows, n) -> the cache grown to n positions
+
+
+@dataclasses.dataclass
+class StageStats:
+  """What a staged search did, summed over calls (docs/performance.md): rows stepped times
+  steps (padding and done rows included; times beam_size: hypothesis-steps), stages run,
+  and how often the batch was compacted and the cache grown."""
+
+  row_steps: int = 0
+  stages: int = 0
+  compactions: int = 0
+  resizes: int = 0
+
+
+def _power_of_two_at_least(n: int) -> int:
+  return 1 << max(n - 1, 0).bit_length()
+
+
+def run_in_stages(
+  stages: Stages,
+  rows: Any,
+  batch_size: int,
+  bounds: Sequence[int],
+  min_rows: int = 1,
+  stats: StageStats | None = None,
+) -> tuple[np.ndarray, ...]:
+  """Runs a search to its end in jitted stages chosen on the host, as CTranslate2 does
+  step by step: whenever at most half of the rows are still running, those are gathered
+  into a batch of the next power of two at least their number (padded with done rows,
+  whose results are final), and whenever the step reaches the cache's length it grows to
+  the next of `bounds` (`segment_bounds`; the first is its length already). A stage runs
+  only as long as neither is due, so the cache is never longer than twice what has been
+  written and at least half of the rows stepped are running, at every batch size. Each
+  (rows, bound) pair compiles once; powers of two keep the pairs few.
+
+  Returns the `stages.outputs` of the batch_size original rows, as numpy arrays, each row
+  taken when it was done (frozen from then on, so the same whatever runs beside it).
+  `stats`, when given, is added to.
+  """
+  origin = np.arange(batch_size)  # each current row's original row; -1: padding
+  results: list[np.ndarray] | None = None
+  size, segment, step = batch_size, 0, 0
+  stats = StageStats() if stats is None else stats
+
+  def collect(rows: Any, which: np.ndarray) -> None:
+    nonlocal results
+    outputs = jax.device_get(stages.outputs(rows))
+    if results is None:
+      results = [np.zeros((batch_size,) + x.shape[1:], x.dtype) for x in outputs]
+    for result, x in zip(results, outputs):
+      result[origin[which]] = x[which]
+
+  while True:
+    until = size // 2 if size > min_rows else 0
+    rows = stages.run(rows, bounds[segment], until)
+    before, (step, done) = step, jax.device_get((stages.step(rows), stages.done(rows)))
+    stats.stages += 1
+    stats.row_steps += size * (int(step) - before)
+    real = origin >= 0
+    running = np.flatnonzero(real & ~done)
+    if running.size == 0 or step >= bounds[-1]:
+      collect(rows, np.flatnonzero(real))
+      return tuple(results)
+    if running.size <= until:
+      collect(rows, np.flatnonzero(real & done))
+      size = max(_power_of_two_at_least(running.size), min_rows)
+      filler = np.flatnonzero(done)[: size - running.size]
+      keep = np.concatenate([running, filler])
+      origin = np.concatenate([origin[running], np.full(filler.size, -1)])
+      rows = stages.take(rows, jnp.asarray(keep, jnp.int32))
+      stats.compactions += 1
+    elif step >= bounds[segment]:
+      segment += 1
+      stats.resizes += 1
+      rows = stages.resize(rows, bounds[segment])
 
 
 # --- sampling ---------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ Used by notebooks, t2t-translate and the trainer's evaluation. Sentences are sor
 for batching and put back in input order; padded shapes are rounded so that few compile.
 """
 
+import dataclasses
 import functools
 import os
 from collections.abc import Iterable, Iterator, Sequence
@@ -80,6 +81,123 @@ def _round_up(n: int, multiple: int) -> int:
 Members = tuple[Transformer, ...]
 
 
+def _as_members(
+  params: VariableDict | tuple[VariableDict, ...], model: Transformer | Members
+) -> tuple[tuple[VariableDict, ...], Members]:
+  """(params, models) as tuples: one member, or an ensemble's members."""
+  if isinstance(model, tuple):
+    return tuple(params), model
+  return (params,), (model,)
+
+
+def _member_caches(
+  member_params: tuple[VariableDict, ...],
+  models: Members,
+  inputs: jax.Array,
+  max_decode_len: int,
+  repeats: int = 1,
+) -> tuple[VariableDict, ...]:
+  """Each member encodes the input once and builds its decoding cache (`init_cache`), with
+  every sentence's encoder output repeated `repeats` times (one row per sample)."""
+  caches = []
+  for member, params in zip(models, member_params):
+    encoded = member.apply({"params": params}, inputs, method=Transformer.encode)
+    member_inputs = inputs
+    if repeats > 1:
+      encoded, member_inputs = (jnp.repeat(x, repeats, axis=0) for x in (encoded, inputs))
+    _, state = member.apply(
+      {"params": params},
+      encoded,
+      member_inputs,
+      max_decode_len,
+      method=Transformer.init_cache,
+      mutable=["cache"],
+    )
+    caches.append(state["cache"])
+  return tuple(caches)
+
+
+def _combine(logits: list[jax.Array]) -> jax.Array:
+  """One member's logits, or an ensemble's next-token log-probabilities."""
+  return logits[0] if len(logits) == 1 else search.ensemble_log_probs(logits)
+
+
+def _row_model(
+  member_params: tuple[VariableDict, ...], models: Members, suppress_eos: bool
+) -> search.TokensToLogits:
+  """The per-row `tokens_to_logits` of greedy search and sampling over a tuple of member
+  caches; with suppress_eos EOS's logit is -1e9 (benchmarks: outputs run to their limit)."""
+
+  def tokens_to_logits(ids: jax.Array, caches: tuple) -> tuple[jax.Array, tuple]:
+    logits, new_caches = [], []
+    for member, params, cache in zip(models, member_params, caches):
+      member_logits, new = member.apply(
+        {"params": params, "cache": cache}, ids, method=Transformer.decode_step, mutable=["cache"]
+      )
+      logits.append(member_logits)
+      new_caches.append(new["cache"])
+    combined = _combine(logits)
+    if suppress_eos:
+      combined = jnp.where(jnp.arange(combined.shape[-1]) == EOS_ID, -1e9, combined)
+    return combined, tuple(new_caches)
+
+  return tokens_to_logits
+
+
+BeamCache = tuple[tuple[VariableDict, ...], search.BeamSlots]
+
+
+def _beam_model(
+  member_params: tuple[VariableDict, ...], models: Members
+) -> tuple[search.TokensToLogits, Any]:
+  """(tokens_to_logits, reorder_cache) of the beam-aware search: ids [batch, beam] through
+  `Transformer.decode_beam_step`, members' caches never moved, one `BeamSlots` table
+  reordered for all of them."""
+
+  def tokens_to_logits(ids: jax.Array, cache: BeamCache) -> tuple[jax.Array, BeamCache]:
+    model_caches, slots = cache
+    mask = slots.attention_mask()
+    logits, new_caches = [], []
+    for member, params, model_cache in zip(models, member_params, model_caches):
+      member_logits, new = member.apply(
+        {"params": params, "cache": model_cache},
+        ids,
+        mask,
+        method=Transformer.decode_beam_step,
+        mutable=["cache"],
+      )
+      logits.append(member_logits)
+      new_caches.append(new["cache"])
+    return _combine(logits), (tuple(new_caches), slots)
+
+  def reorder(cache: BeamCache, parents: jax.Array) -> BeamCache:
+    model_caches, slots = cache
+    return model_caches, slots.reorder(parents)
+
+  return tokens_to_logits, reorder
+
+
+def _resize_cache(cache: Any, length: int, beam_size: int) -> Any:
+  """A cache cut or zero-padded to `length` positions: beam search's (member caches with
+  beam_size slots per position, and the BeamSlots table) or greedy search's (member
+  caches, one slot per position)."""
+
+  def resize(caches: tuple, slots_per_position: int) -> tuple:
+    fn = lambda x: search.resize_positions(x, length * slots_per_position)
+    return tuple(map_self_attention_cache(c, fn) for c in caches)
+
+  if beam_size == 1:
+    return resize(cache, 1)
+  model_caches, slots = cache
+  return resize(model_caches, beam_size), slots.resize(length)
+
+
+def _beam_cache(caches: tuple[VariableDict, ...], beam_size: int, max_decode_len: int) -> BeamCache:
+  batch = jax.tree_util.tree_leaves(caches)[0].shape[0]
+  beam_caches = tuple(beam_search_cache(c, beam_size) for c in caches)
+  return beam_caches, search.BeamSlots.create(batch, beam_size, max_decode_len)
+
+
 def decode(
   params: VariableDict | tuple[VariableDict, ...],
   inputs: jax.Array,
@@ -94,9 +212,12 @@ def decode(
   draw: "Draw | None" = None,
   num_samples: int = 1,
   prefix: jax.Array | None = None,
+  final: int | None = None,
 ) -> tuple[jax.Array, jax.Array]:
   """Encodes once, builds the cache, then beam search (beam_size > 1), greedy decoding, or
-  with `draw` sampling (`num_samples` per sentence, `search.sample_search`).
+  with `draw` sampling (`num_samples` per sentence, `search.sample_search`), as one
+  program (jit it whole); `search_batch` runs beam and greedy search in stages instead
+  (`decode_in_stages`), with the same outputs.
 
   Beam search runs the decoder on [batch, beam] ids (`Transformer.decode_beam_step`): the
   hypotheses of a sentence share its encoder keys/values, and their self-attention entries
@@ -112,7 +233,8 @@ def decode(
   suppress_eos (benchmarks only): EOS is never chosen before the length limit, so every
   output has exactly its max length whatever the parameters (beam search: EOS extensions
   are offered only at the limit, `eos_only_at_limit`; greedy: EOS's logit is set to -1e9).
-  stop: beam search's stopping rule (`search.beam_search`): "exact" or "heuristic".
+  stop, final: beam search's stopping rule (`search.beam_search`): "exact" or "heuristic",
+  and how many best hypotheses it makes final (None: all).
   prefix: int32 [batch, P], each sentence's forced first output tokens, PAD after them
   (the searches' `prefix`).
 
@@ -125,54 +247,13 @@ def decode(
     sampling: (sequences [batch, num_samples, max_decode_len], log-probs [batch,
     num_samples]), ordered by length-normalised score, best first (ties: sample order).
   """
-  ensemble = isinstance(model, tuple)
-  models = model if ensemble else (model,)
-  member_params = params if ensemble else (params,)
-  caches = []
-  for member, member_params_ in zip(models, member_params):
-    encoded = member.apply({"params": member_params_}, inputs, method=Transformer.encode)
-    member_inputs = inputs
-    if draw is not None:
-      encoded, member_inputs = (jnp.repeat(x, num_samples, axis=0) for x in (encoded, inputs))
-    _, state = member.apply(
-      {"params": member_params_},
-      encoded,
-      member_inputs,
-      max_decode_len,
-      method=Transformer.init_cache,
-      mutable=["cache"],
-    )
-    caches.append(state["cache"])
-
-  def no_eos(logits: jax.Array) -> jax.Array:
-    if not suppress_eos:
-      return logits
-    return jnp.where(jnp.arange(logits.shape[-1]) == EOS_ID, -1e9, logits)
-
-  def combine(logits: list[jax.Array]) -> jax.Array:
-    return logits[0] if not ensemble else search.ensemble_log_probs(logits)
-
-  def member_step(m: int, ids: jax.Array, cache: VariableDict) -> tuple[jax.Array, VariableDict]:
-    logits, new = models[m].apply(
-      {"params": member_params[m], "cache": cache},
-      ids,
-      method=Transformer.decode_step,
-      mutable=["cache"],
-    )
-    return logits, new["cache"]
-
-  def tokens_to_logits(ids: jax.Array, cache: Any) -> tuple[jax.Array, Any]:
-    if not ensemble:
-      logits, new = member_step(0, ids, cache)
-      return no_eos(logits), new
-    steps = [member_step(m, ids, c) for m, c in enumerate(cache)]
-    return no_eos(combine([x for x, _ in steps])), tuple(c for _, c in steps)
-
-  row_cache = tuple(caches) if ensemble else caches[0]
+  member_params, models = _as_members(params, model)
+  repeats = num_samples if draw is not None else 1
+  caches = _member_caches(member_params, models, inputs, max_decode_len, repeats)
   if draw is not None:
     seqs, log_probs = search.sample_search(
-      tokens_to_logits,
-      row_cache,
+      _row_model(member_params, models, suppress_eos),
+      caches,
       max_lengths=jnp.repeat(max_lengths, num_samples),
       max_decode_len=max_decode_len,
       keys=search.sample_keys(draw.seed, draw.sentence_ids, num_samples),
@@ -189,61 +270,211 @@ def decode(
 
   if beam_size == 1:
     seqs, log_probs = search.greedy_search(
-      tokens_to_logits,
-      row_cache,
+      _row_model(member_params, models, suppress_eos),
+      caches,
       max_lengths=max_lengths,
       max_decode_len=max_decode_len,
       prefix=prefix,
     )
     return seqs[:, None], log_probs[:, None]
 
-  BeamCache = tuple[tuple[VariableDict, ...], search.BeamSlots]
-
-  def beam_tokens_to_logits(ids: jax.Array, cache: BeamCache) -> tuple[jax.Array, BeamCache]:
-    model_caches, slots = cache
-    mask = slots.attention_mask()
-    logits, new_caches = [], []
-    for member, member_params_, model_cache in zip(models, member_params, model_caches):
-      member_logits, new = member.apply(
-        {"params": member_params_, "cache": model_cache},
-        ids,
-        mask,
-        method=Transformer.decode_beam_step,
-        mutable=["cache"],
-      )
-      logits.append(member_logits)
-      new_caches.append(new["cache"])
-    return combine(logits), (tuple(new_caches), slots)
-
-  def reorder(cache: BeamCache, parents: jax.Array) -> BeamCache:
-    model_caches, slots = cache
-    return model_caches, slots.reorder(parents)
-
-  def resize(cache: BeamCache, length: int) -> BeamCache:
-    model_caches, slots = cache
-    resized = tuple(
-      map_self_attention_cache(c, lambda x: search.resize_positions(x, length * beam_size))
-      for c in model_caches
-    )
-    return resized, slots.resize(length)
-
-  cache = (
-    tuple(beam_search_cache(c, beam_size) for c in caches),
-    search.BeamSlots.create(inputs.shape[0], beam_size, max_decode_len),
-  )
+  tokens_to_logits, reorder = _beam_model(member_params, models)
   return search.beam_search(
-    beam_tokens_to_logits,
-    cache,
+    tokens_to_logits,
+    _beam_cache(caches, beam_size, max_decode_len),
     max_lengths=max_lengths,
     max_decode_len=max_decode_len,
     beam_size=beam_size,
     alpha=alpha,
     reorder_cache=reorder,
     eos_only_at_limit=suppress_eos,
-    resize_cache=resize,
+    resize_cache=lambda cache, length: _resize_cache(cache, length, beam_size),
     stop=stop,
     prefix=prefix,
+    final=final,
   )
+
+
+# --- beam and greedy search in stages (search.run_in_stages) ----------------------------------
+
+
+class _Rows(NamedTuple):
+  """The rows of a staged search: the search state and each row's inputs."""
+
+  state: Any  # search._BeamState (beam_size > 1) or search._GreedyState
+  max_lengths: jax.Array  # int32 [rows], clipped, raised to fit each prefix
+  prefix: jax.Array | None  # int32 [rows, P]
+
+
+@functools.partial(jax.jit, static_argnames=("model", "max_decode_len", "beam_size", "first"))
+def _stage_start(
+  params: Any,
+  inputs: jax.Array,
+  max_lengths: jax.Array,
+  prefix: jax.Array | None,
+  *,
+  model: Transformer | Members,
+  max_decode_len: int,
+  beam_size: int,
+  first: int,
+) -> _Rows:
+  """Encodes, builds the caches (`first` positions long) and the state before step 0."""
+  member_params, models = _as_members(params, model)
+  caches = _member_caches(member_params, models, inputs, max_decode_len)
+  max_lengths = search._prefix_limits(
+    jnp.clip(max_lengths.astype(jnp.int32), 1, max_decode_len), prefix, max_decode_len
+  )
+  batch = inputs.shape[0]
+  if beam_size == 1:
+    state = search.init_greedy_state(caches, batch, max_decode_len)
+  else:
+    state = search.init_beam_state(
+      _beam_cache(caches, beam_size, max_decode_len), batch, beam_size, max_decode_len
+    )
+  if first < max_decode_len:
+    state = state._replace(cache=_resize_cache(state.cache, first, beam_size))
+  return _Rows(state, max_lengths, prefix)
+
+
+_STAGE_STATIC = ("model", "beam_size", "bound", "stop", "final", "suppress_eos")
+
+
+@functools.partial(jax.jit, static_argnames=_STAGE_STATIC, donate_argnames=("rows",))
+def _stage_run(
+  params: Any,
+  rows: _Rows,
+  alpha: jax.Array,
+  until: jax.Array,
+  *,
+  model: Transformer | Members,
+  beam_size: int,
+  bound: int,
+  stop: str,
+  final: int | None,
+  suppress_eos: bool,
+) -> _Rows:
+  """Search steps until step == bound or at most `until` rows are not done."""
+  member_params, models = _as_members(params, model)
+  if beam_size == 1:
+    state = search.greedy_stage(
+      rows.state,
+      tokens_to_logits=_row_model(member_params, models, suppress_eos),
+      max_lengths=rows.max_lengths,
+      bound=bound,
+      until=until,
+      prefix=rows.prefix,
+    )
+  else:
+    tokens_to_logits, reorder = _beam_model(member_params, models)
+    state = search.beam_stage(
+      rows.state,
+      tokens_to_logits=tokens_to_logits,
+      reorder_cache=reorder,
+      max_lengths=rows.max_lengths,
+      bound=bound,
+      until=until,
+      alpha=alpha,
+      stop=stop,
+      final=final,
+      eos_only_at_limit=suppress_eos,
+      prefix=rows.prefix,
+    )
+  return rows._replace(state=state)
+
+
+@functools.partial(jax.jit, static_argnames=("stop", "final"))
+def _stage_done(rows: _Rows, alpha: jax.Array, *, stop: str, final: int | None) -> jax.Array:
+  if isinstance(rows.state, search._GreedyState):
+    return rows.state.finished
+  return search.beam_done(rows.state, rows.max_lengths, alpha, stop, final)
+
+
+@jax.jit
+def _stage_outputs(rows: _Rows, alpha: jax.Array) -> tuple[jax.Array, jax.Array]:
+  state = rows.state
+  if isinstance(state, search._GreedyState):
+    return state.seqs[:, None], state.log_probs[:, None]
+  return search.beam_outputs(state, alpha)
+
+
+@jax.jit
+def _stage_take(rows: _Rows, keep: jax.Array) -> _Rows:
+  return search._map_nonscalar(lambda x: x[keep], rows)
+
+
+@functools.partial(jax.jit, static_argnames=("length", "beam_size"))
+def _stage_resize(rows: _Rows, *, length: int, beam_size: int) -> _Rows:
+  state = rows.state
+  return rows._replace(state=state._replace(cache=_resize_cache(state.cache, length, beam_size)))
+
+
+def decode_in_stages(
+  params: VariableDict | tuple[VariableDict, ...],
+  inputs: ArrayLike,
+  max_lengths: ArrayLike,
+  alpha: float,
+  *,
+  model: Transformer | Members,
+  max_decode_len: int,
+  beam_size: int,
+  suppress_eos: bool = False,
+  stop: str = SearchConfig.beam_stop,
+  prefix: ArrayLike | None = None,
+  final: int | None = None,
+  stats: search.StageStats | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+  """`decode`'s beam and greedy search with `search.run_in_stages`: sentences leave the
+  batch (halving it) as they finish and the self-attention cache grows with the output at
+  every batch size. Same arguments and outputs as `decode` (numpy), the same results;
+  `stats` is added to (`search.StageStats`)."""
+  if beam_size > 1:
+    search.check_stop(stop, final, beam_size)
+  bounds = search.segment_bounds(max_decode_len)
+  alpha = jnp.float32(alpha)
+  inputs = jnp.asarray(inputs, jnp.int32)
+  rows = _stage_start(
+    params,
+    inputs,
+    jnp.asarray(max_lengths, jnp.int32),
+    None if prefix is None else jnp.asarray(prefix, jnp.int32),
+    model=model,
+    max_decode_len=max_decode_len,
+    beam_size=beam_size,
+    first=bounds[0],
+  )
+  static = dict(stop=stop, final=final if beam_size > 1 else None)
+  stages = search.Stages(
+    run=lambda rows, bound, until: _stage_run(
+      params,
+      rows,
+      alpha,
+      jnp.int32(until),
+      model=model,
+      beam_size=beam_size,
+      bound=bound,
+      suppress_eos=suppress_eos,
+      **static,
+    ),
+    step=lambda rows: rows.state.step,
+    done=lambda rows: _stage_done(rows, alpha, **static),
+    outputs=lambda rows: _stage_outputs(rows, alpha),
+    take=_stage_take,
+    resize=lambda rows, length: _stage_resize(rows, length=length, beam_size=beam_size),
+  )
+  return search.run_in_stages(stages, rows, inputs.shape[0], bounds, stats=stats)
+
+
+@dataclasses.dataclass
+class DecodeStats(search.StageStats):
+  """A Translator's staged searches, summed (`Translator.stats`; t2t-bench prints them):
+  batches, the sentences in them and their rows (padding rows included), and the steps
+  the outputs needed (each sentence's best output length, EOS included: a search that
+  stepped every sentence only until its output ended would run that many row-steps)."""
+
+  batches: int = 0
+  sentences: int = 0
+  rows: int = 0
+  needed_row_steps: int = 0
 
 
 class Draw(NamedTuple):
@@ -310,9 +541,16 @@ def search_batch(
   nbest: bool = False,
   sentence_ids: ArrayLike | None = None,
   prefix: ArrayLike | None = None,
+  final: int | None = None,
+  stats: search.StageStats | None = None,
 ) -> jax.Array | tuple[jax.Array, jax.Array]:
-  """Decodes one padded batch with the jitted search, the entry for code that holds a model
-  and parameters but no Translator (benchmarks, A/B timing).
+  """Decodes one padded batch, the entry for code that holds a model and parameters but no
+  Translator (benchmarks, A/B timing). Beam and greedy search run in stages
+  (`decode_in_stages`), sampling as one jitted program.
+
+  final: how many of the best beam hypotheses must be exact when a sentence stops
+  (`search.beam_search`'s final); default 1 for the best output, all of them with nbest.
+  stats: a `search.StageStats` that the staged search adds to.
 
   inputs: int32 [batch, source length] (PAD 0); max_lengths: int32 [batch], each output's
   limit, EOS included. The search compiles once per model, shape, beam size, stop rule and
@@ -332,12 +570,26 @@ def search_batch(
   beam]; beam search: length-normalised, greedy: raw log-probs; sampling: [batch,
   num_samples, ...] with raw log-probs, best length-normalised score first).
   """
+  if not search.sampling:
+    seqs, scores = decode_in_stages(
+      params,
+      inputs,
+      max_lengths,
+      search.alpha,
+      model=model,
+      max_decode_len=max_decode_len,
+      beam_size=search.beam_size,
+      suppress_eos=suppress_eos,
+      stop=search.beam_stop,
+      prefix=prefix,
+      final=final if final is not None or nbest else 1,
+      stats=stats,
+    )
+    return (seqs, scores) if nbest else seqs[:, 0]
   run = _nbest if nbest else _best
   inputs = jnp.asarray(inputs)
-  draw = None
-  if search.sampling:
-    ids = np.arange(inputs.shape[0]) if sentence_ids is None else sentence_ids
-    draw = Draw.of(search, ids)
+  ids = np.arange(inputs.shape[0]) if sentence_ids is None else sentence_ids
+  draw = Draw.of(search, ids)
   return run(
     params,
     inputs,
@@ -722,15 +974,21 @@ class Translator:
       yield self._translate_batch([source], settings, nbest, shape, ids=[index])[0]
 
   def _batches(self, order: Sequence[int], sources: Sequence[Sequence[int]]) -> Iterator[list[int]]:
-    batch, longest = [], 0
-    for i in order:
-      longest = max(longest, len(sources[i]))
-      if batch and (len(batch) + 1) * longest > self.batch_tokens:
-        yield batch
-        batch, longest = [], len(sources[i])
-      batch.append(i)
-    if batch:
-      yield batch
+    """Consecutive runs of `order` within batch_tokens (rows x longest source). Every batch
+    but the last holds a power of two of sentences (the rest start the next batch), so that
+    `_padded_batch` adds no padding rows to it."""
+    start = 0
+    while start < len(order):
+      n, longest = 0, 0
+      while start + n < len(order):
+        longer = max(longest, len(sources[order[start + n]]))
+        if n and (n + 1) * longer > self.batch_tokens:
+          break
+        n, longest = n + 1, longer
+      if start + n < len(order):
+        n = 1 << (n.bit_length() - 1)
+      yield list(order[start : start + n])
+      start += n
 
   def _padded_batch(
     self,
@@ -792,17 +1050,28 @@ class Translator:
       search=settings,
       sentence_ids=sentence_ids,
       prefix=prefix,
+      stats=self.stats,
     )
     if nbest is None:
       seqs = np.asarray(search_batch(params, inputs, limits, **kw))
+      self._count(len(sources), seqs.shape[0], seqs[: len(sources)])
       return [self.tokenizer.decode(row) for row in seqs[: len(sources)]]
-    found = search_batch(params, inputs, limits, nbest=True, **kw)
+    exact = nbest if settings.beam_size > 1 and not settings.sampling else None
+    found = search_batch(params, inputs, limits, nbest=True, final=exact, **kw)
     seqs, scores = (np.asarray(x) for x in found)
+    self._count(len(sources), seqs.shape[0], seqs[: len(sources), 0])
     beam, alpha = settings.beam_size, settings.alpha
     return [
       _hypotheses(self.tokenizer, seqs[r], scores[r], beam, alpha, nbest)
       for r in range(len(sources))
     ]
+
+  def _count(self, sentences: int, rows: int, best: np.ndarray) -> None:
+    """Adds a batch to `stats` (best: int32 [sentences, max_decode_len], PAD after EOS)."""
+    self.stats.batches += 1
+    self.stats.sentences += sentences
+    self.stats.rows += rows
+    self.stats.needed_row_steps += int(np.sum(best != PAD_ID))
 
   def attention_weights(self, source: str, target: str) -> dict[str, np.ndarray | list[str]]:
     """Every layer's and head's attention for one pair, teacher-forced on `target`.

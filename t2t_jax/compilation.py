@@ -1,0 +1,57 @@
+"""JAX's persistent compilation cache, on by default for t2t-train, t2t-translate and the
+Translator: a program compiled once on a machine is read back by later processes instead of
+compiled again (an entry is keyed by the program, the XLA flags and the jax/jaxlib versions,
+so it is never used for anything else).
+
+Where: $T2T_COMPILATION_CACHE if set ('off' or '' turns it off), else
+$XDG_CACHE_HOME/t2t_jax/xla, else ~/.cache/t2t_jax/xla. A process that already has a cache
+directory (JAX_COMPILATION_CACHE_DIR, or jax.config set by the caller, e.g. the test suite)
+keeps its own.
+"""
+
+import os
+
+import jax
+from absl import logging
+
+ENV = "T2T_COMPILATION_CACHE"
+OFF = ("", "off", "none", "false", "0")
+MAX_BYTES = 2 * 2**30  # least recently used entries go first beyond this
+
+
+def default_dir() -> str | None:
+  """The cache directory of this environment, or None when $T2T_COMPILATION_CACHE turns it
+  off."""
+  if ENV in os.environ:
+    chosen = os.environ[ENV]
+    return None if chosen.strip().lower() in OFF else chosen
+  root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+  return os.path.join(root, "t2t_jax", "xla")
+
+
+def enable(directory: str | None = "default") -> str | None:
+  """Turns the persistent cache on in `directory` ('default': `default_dir()`; None or one
+  of OFF: leave it off) unless the process has one already; returns the directory in use,
+  or None. Every program is cached, however quickly it compiled (jax's default keeps only
+  those over a second, and a search compiles many small ones). A directory that cannot be
+  created is warned about and the cache stays off: compiling is slower, never wrong."""
+  current = jax.config.jax_compilation_cache_dir
+  if current:
+    return current
+  if directory == "default":
+    directory = default_dir()
+  if directory is None or directory.strip().lower() in OFF:
+    return None
+  directory = os.path.expanduser(directory)
+  try:
+    os.makedirs(directory, exist_ok=True)
+  except OSError as e:
+    logging.warning(
+      "compilation cache %s cannot be created (%s): compiling without it", directory, e
+    )
+    return None
+  jax.config.update("jax_compilation_cache_dir", directory)
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+  jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+  jax.config.update("jax_compilation_cache_max_size", MAX_BYTES)
+  return directory
