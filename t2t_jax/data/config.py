@@ -55,6 +55,10 @@ def default_config() -> ml_collections.ConfigDict:
   c.treebank_train = "1-179"  # file numbers: ranges and numbers, comma separated
   c.treebank_dev = "180-189"
   c.treebank_test = "190-199"
+  # The target's leaf tokens (t2t_jax.data.trees.TREE_LEAVES): 'xx' (every word XX, as in
+  # Vinyals et al. 2015), 'words' (the word itself: the decoder copies the source in order),
+  # 'positions' (XX1, XX2, ...: each leaf says which word it is). docs/parsing.md.
+  c.tree_leaves = "xx"
 
   # --- TFDS ---
   c.tfds_data_dir = ""  # '' -> TFDS default (WMT) or <data_dir or workdir>/tfds (textfiles)

@@ -162,20 +162,21 @@ def parse_test(
   alpha: float,
   workdir: str,
   source_name: str = "test",
+  leaves: str = "xx",
 ) -> tuple[dict[str, float], str]:
   """Parses the test split; writes <workdir>/test.words (inputs), test.gold (gold trees) and
   test.trees (the outputs rebuilt as trees), one per line (process 0); returns the test_*
-  metrics and a printable report with examples."""
+  metrics and a printable report with examples. `leaves`: the targets' leaf form."""
   sources = [s for s, _ in pairs]
   t0 = time.time()
   outputs = translator.translate(sources, beam_size, alpha, source_name=source_name)
   seconds = time.time() - t0
-  metrics, text = evaluate.parse_report(outputs, sources, golds)
-  parsed = [str(trees.rebuild(o, g.leaves())[0]) for o, g in zip(outputs, golds)]
+  metrics, text = evaluate.parse_report(outputs, sources, golds, leaves)
+  parsed = [str(trees.rebuild(o, g.leaves(), leaves)[0]) for o, g in zip(outputs, golds)]
   if jax.process_index() == 0:
     for name, lines in (("words", sources), ("gold", map(str, golds)), ("trees", parsed)):
-      text = "".join(line + "\n" for line in lines)
-      files.atomic_write_text(Workdir(workdir).test_file(name), text)
+      content = "".join(line + "\n" for line in lines)
+      files.atomic_write_text(Workdir(workdir).test_file(name), content)
   examples = "\n".join(
     f"  input:  {s}\n  output: {o}\n  gold:   {r}"
     for s, o, (_, r) in list(zip(sources, outputs, pairs))[:2]

@@ -239,7 +239,11 @@ class Trainer:
     metric, name = evaluate.bleu, "sacreBLEU"
     if evaluate.is_parsing(self.config.data):
       golds = evaluate.gold_trees(self.config.data, "dev", pairs)
-      metric, name = lambda t, p, b, a: evaluate.f1(t, p, golds, b, a).f1, "bracket F1"
+      leaves = self.config.data.tree_leaves
+      metric, name = (
+        lambda t, p, b, a: evaluate.f1(t, p, golds, b, a, leaves=leaves).f1,
+        "bracket F1",
+      )
     selection = evaluation.select_checkpoint(
       self.ckpts,
       self.config.select_checkpoints,
@@ -308,6 +312,7 @@ class Trainer:
         self.search.alpha,
         self.workdir,
         self.data.split_name("test"),
+        self.config.data.tree_leaves,
       )
       self.writer.write(self.step_reached, metrics)
       summary.log(report)
