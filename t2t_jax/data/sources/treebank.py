@@ -119,7 +119,8 @@ def _read_files(
       try:
         words, symbols = trees.linearize(cleaned, leaves)
       except ValueError as e:
-        raise DataError(f"{path}: sentence {number}: config.data.tree_leaves={leaves!r}: {e}") from None
+        flag = f"config.data.tree_leaves={leaves!r}"
+        raise DataError(f"{path}: sentence {number}: {flag}: {e}") from None
       gold.append(cleaned)
       pairs.append((" ".join(words), " ".join(symbols)))
   return tuple(gold), tuple(pairs)
