@@ -71,8 +71,8 @@ def get_config(size: str = ""):
   config.checkpoint_every_steps = 100
   config.keep_checkpoints = 5
   # The last step parses the test split; no checkpoints are compared on dev, since each
-  # candidate costs a beam-21 dev decoding (--config.select_checkpoints=latest,average:5
-  # chooses by dev F1 where time allows).
+  # candidate costs a dev decoding (--config.select_checkpoints=latest,average:5 chooses by
+  # dev F1, decoded with bleu_beam_size, where time allows).
   config.average_checkpoints = 1
   config.select_checkpoints = ""
   config.bleu_every_steps = 250  # dev bracket F1 (the whole dev split) every 250 steps
