@@ -132,3 +132,12 @@ def test_the_train_step_takes_sources_shorter_than_targets():
   np.testing.assert_allclose(m_short["loss"], m_wide["loss"], rtol=1e-5)
   for a, b in zip(jax.tree.leaves(p_short), jax.tree.leaves(p_wide)):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5, rtol=1e-5)
+
+
+def test_the_parsing_experiment_pads_sources_to_their_own_lengths():
+  from t2t_jax.experiments import parsing
+
+  c = parsing.get_config().data
+  config_lib.validate(c)
+  sources, targets = config_lib.source_bucket_boundaries(c), config_lib.bucket_boundaries(c)
+  assert len(sources) == len(targets) and all(s * 2 <= t for s, t in zip(sources[:-1], targets))
