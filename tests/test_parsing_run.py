@@ -60,7 +60,7 @@ from t2t_jax.training import trainer
 config = parsing.get_config()
 config.data.update(
   treebank_dir=sys.argv[1], treebank_train="1-4", treebank_dev="180", treebank_test="190",
-  bucket_boundaries=(), max_len=96, bucket_min=96,
+  bucket_boundaries=(), source_bucket_boundaries=(), max_len=96, bucket_min=96,
 )
 config.model.update(d_model=32, d_ff=64, num_heads=2, num_layers=1, max_len=128)
 config.update(

@@ -310,12 +310,13 @@ def workdirs(flag: str) -> list[str]:
   return out
 
 
-def _decoding_defaults(args: flags.FlagValues) -> tuple[SearchConfig, bool]:
+def _decoding_defaults(args: flags.FlagValues) -> tuple[SearchConfig, str | None]:
   """The search of this run: the workdir's (its experiment's, SearchConfig.from_config) with
   the --beam_size, --alpha, --beam_stop and sampling flags given replacing its own (sampling
-  decodes with beam 1); and whether the workdir is a parsing one (scored by bracket F1)."""
+  decodes with beam 1); and, for a parsing workdir (scored by bracket F1), its targets' leaf
+  form (trees.TREE_LEAVES), else None."""
   if not args.workdir:
-    return SearchConfig(), False
+    return SearchConfig(), None
   first = workdirs(args.workdir)[0]
   config = load_config(first)
   try:
@@ -336,10 +337,10 @@ def _decoding_defaults(args: flags.FlagValues) -> tuple[SearchConfig, bool]:
     )
   except ValueError as e:  # a flag's value is checked above: here a config.json field
     raise TranslateError(f"{first}/config.json: config.{e}") from None
-  return search, evaluate.is_parsing(config.data)
+  return search, evaluate.tree_leaves(config.data)
 
 
-def _references(path: str, parsing: bool) -> list[str] | list[Tree]:
+def _references(path: str, parsing: str | None) -> list[str] | list[Tree]:
   """Reference lines, or for parsing the (cleaned) gold trees of a bracketed file."""
   if not parsing:
     return read_lines(path)
@@ -357,7 +358,7 @@ class _Inputs(NamedTuple):
   prefixes: list[str] | None
 
 
-def _read_inputs(args: flags.FlagValues, parsing: bool) -> _Inputs:
+def _read_inputs(args: flags.FlagValues, parsing: str | None) -> _Inputs:
   """The input, reference and prefix lines, their counts checked before the model loads."""
   sources = read_lines(args.input)
   input_name = f"--input={args.input or '<stdin>'}"
@@ -379,7 +380,7 @@ def _all_at_once(
   translator: Translator,
   args: flags.FlagValues,
   nbest: int | None,
-  parsing: bool = False,
+  parsing: str | None = None,
   inputs: _Inputs | None = None,
 ) -> None:
   """Translates every line (`_read_inputs`) in length-sorted batches, writes in input order."""
@@ -407,7 +408,7 @@ def _all_at_once(
     )
     if parsing:
       try:
-        _, report = evaluate.parse_report(results, sources, references)
+        _, report = evaluate.parse_report(results, sources, references, parsing)
       except ValueError as e:
         raise TranslateError(f"--reference={args.reference}: {e}") from None
     else:

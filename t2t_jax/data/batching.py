@@ -128,27 +128,31 @@ def bucket_of(
   chunk: int = CHUNK_PAIRS,
   scratch: Scratch | None = None,
   sample: np.ndarray | None = None,
+  source_boundaries: np.ndarray | None = None,
 ) -> np.ndarray:
-  """[pairs] index of each pair's bucket: the first boundary >= its longer side (EOS
+  """[pairs] index of each pair's bucket: the first bucket whose target length (`boundaries`)
+  and source length (`source_boundaries`, default the same) both hold the pair's sides (EOS
   included); with `sample` ([slots] pair indices), [slots] the bucket of each slot's pair.
   Read in chunks, so a memory-mapped corpus is not copied whole."""
+  if source_boundaries is None:
+    source_boundaries = boundaries
   dtype = np.uint8 if len(boundaries) <= 256 else np.int32
   n = len(pairs) if sample is None else len(sample)
   out = (scratch or Scratch()).empty(n, dtype)
   for start in range(0, n, chunk):
     stop = min(start + chunk, n)
     if sample is None:
-      lengths = np.maximum(
-        np.diff(pairs.inputs_offsets[start : stop + 1]),
-        np.diff(pairs.targets_offsets[start : stop + 1]),
-      )
+      inputs = np.diff(pairs.inputs_offsets[start : stop + 1])
+      targets = np.diff(pairs.targets_offsets[start : stop + 1])
     else:
       ids = np.asarray(sample[start:stop], np.int64)
-      lengths = np.maximum(
-        pairs.inputs_offsets[ids + 1] - pairs.inputs_offsets[ids],
-        pairs.targets_offsets[ids + 1] - pairs.targets_offsets[ids],
-      )
-    out[start:stop] = np.searchsorted(boundaries, lengths)
+      inputs = pairs.inputs_offsets[ids + 1] - pairs.inputs_offsets[ids]
+      targets = pairs.targets_offsets[ids + 1] - pairs.targets_offsets[ids]
+    # Both boundary lists grow, so the first bucket holding both sides is the later of the
+    # first holding each.
+    out[start:stop] = np.maximum(
+      np.searchsorted(source_boundaries, inputs), np.searchsorted(boundaries, targets)
+    )
   return out
 
 
@@ -244,11 +248,20 @@ class BucketPlan:
     scratch_min_pairs: int | None = None,
     chunk: int = CHUNK_PAIRS,
     sample: np.ndarray | None = None,
+    source_boundaries: Sequence[int] | None = None,
   ) -> None:
     self.pairs = pairs
     self.sample = sample
     slots = len(pairs) if sample is None else len(sample)
-    self.boundaries = np.asarray(boundaries)
+    self.boundaries = np.asarray(boundaries)  # each bucket's target length
+    # Each bucket's source length (parsing's targets are ~3x their sources); default the same.
+    self.source_boundaries = np.asarray(
+      boundaries if source_boundaries is None else source_boundaries
+    )
+    if self.source_boundaries.shape != self.boundaries.shape:
+      raise ValueError(
+        f"{len(self.source_boundaries)} source bucket lengths for {len(self.boundaries)} buckets"
+      )
     self.sharding = sharding
     self.seed = seed
     self.chunk = chunk
@@ -256,11 +269,14 @@ class BucketPlan:
       scratch_min_pairs = SCRATCH_MIN_PAIRS
     on_disk = scratch_dir is not None and slots >= scratch_min_pairs
     self.scratch = Scratch(scratch_dir if on_disk else None)
-    self.bucket_of = bucket_of(pairs, self.boundaries, chunk, self.scratch, sample)  # [slots]
+    self.bucket_of = bucket_of(  # [slots]
+      pairs, self.boundaries, chunk, self.scratch, sample, self.source_boundaries
+    )
     self.counts = bucket_counts(self.bucket_of, len(self.boundaries), chunk)
     Scratch.release(self.bucket_of)
     self._starts = np.concatenate([[0], np.cumsum(self.counts)])
-    self.rows_per_device = budget_per_device // self.boundaries
+    # The budget is per side: the longer padded side sets the rows.
+    self.rows_per_device = budget_per_device // np.maximum(self.boundaries, self.source_boundaries)
     self.global_rows = self.rows_per_device * sharding.num_devices
     # A slot index per slot and cached epoch (4 bytes per slot below 2**31 slots).
     self._index_dtype = np.int32 if slots < 2**31 else np.int64
@@ -275,11 +291,13 @@ class BucketPlan:
       self._orders.clear()
       self._plans.clear()
 
-  def shapes(self) -> list[tuple[int, int, int]]:
-    """The static [devices, rows_per_device, length] shape of each bucket."""
+  def shapes(self, side: str = "targets") -> list[tuple[int, int, int]]:
+    """The static [devices, rows_per_device, length] shape of each bucket's `side`
+    ('targets' or 'inputs')."""
+    lengths = self.boundaries if side == "targets" else self.source_boundaries
     return [
       (self.sharding.num_local_devices, int(r), int(b))
-      for r, b in zip(self.rows_per_device, self.boundaries)
+      for r, b in zip(self.rows_per_device, lengths)
     ]
 
   @property
@@ -359,13 +377,14 @@ class BucketPlan:
       return b, self._members(b, j * rows, rows)
 
   def __call__(self, step: int) -> dict[str, np.ndarray]:
-    """This process's batch of `step`: 'inputs'/'targets' [devices, rows, bucket length]."""
+    """This process's batch of `step`: 'inputs' [devices, rows, bucket's source length],
+    'targets' [devices, rows, bucket's target length]."""
     bucket, members = self.global_members(step)
     mine = _host_slice(members, self.sharding)
     if self.sample is not None:
       mine = self.sample[mine]
-    length = int(self.boundaries[bucket])
-    batch = {side: _rows(self.pairs, mine, length, side) for side in ("inputs", "targets")}
+    lengths = dict(inputs=int(self.source_boundaries[bucket]), targets=int(self.boundaries[bucket]))
+    batch = {side: _rows(self.pairs, mine, n, side) for side, n in lengths.items()}
     return _device_layout(batch, self.sharding.num_local_devices)
 
 
@@ -447,6 +466,20 @@ def eval_length(length: int, boundaries: Sequence[int]) -> int:
   return int(-(-length // boundaries[-1]) * boundaries[-1])
 
 
+def eval_lengths(
+  source: int, target: int, boundaries: Sequence[int], source_boundaries: Sequence[int]
+) -> tuple[int, int]:
+  """(source, target) padded lengths of an eval pair: the first bucket holding both sides
+  (as `bucket_of`), or, beyond the last, that bucket's lengths times the smallest factor
+  holding both (with equal boundaries: `eval_length` of the longer side, on both sides)."""
+  t, s = np.asarray(boundaries), np.asarray(source_boundaries)
+  b = max(int(np.searchsorted(s, source)), int(np.searchsorted(t, target)))
+  if b < len(t):
+    return int(s[b]), int(t[b])
+  k = max(-(-source // int(s[-1])), -(-target // int(t[-1])))
+  return k * int(s[-1]), k * int(t[-1])
+
+
 def eval_batches(
   pairs: TokenizedPairs,
   boundaries: Sequence[int],
@@ -454,26 +487,36 @@ def eval_batches(
   sharding: Sharding,
   pack_keys: bool,
   max_padded: int | None = None,
+  source_boundaries: Sequence[int] | None = None,
 ) -> Iterator[dict[str, np.ndarray]]:
-  """Yields every pair once, grouped by padded length, as this process's share of batches.
+  """Yields every pair once, grouped by padded lengths, as this process's share of batches.
 
   Each process gets the same number of batches with the same shapes; a length group's last
   batch is completed with all-pad rows (loss weights are 0 there), so nothing is dropped.
-  `max_padded` caps the padded length (the model's position table); pairs must fit it.
+  `max_padded` caps the padded lengths (the model's position table); pairs must fit it.
+  `source_boundaries`: the buckets' source lengths (default `boundaries`).
   """
-  lengths = np.maximum(pairs.inputs_lengths, pairs.targets_lengths)
-  padded = np.array([eval_length(int(n), boundaries) for n in lengths], np.int64)
+  if source_boundaries is None:
+    source_boundaries = boundaries
+  padded = np.array(
+    [
+      eval_lengths(int(s), int(t), boundaries, source_boundaries)
+      for s, t in zip(pairs.inputs_lengths, pairs.targets_lengths)
+    ],
+    np.int64,
+  ).reshape(-1, 2)
   if max_padded is not None:
     padded = np.minimum(padded, max_padded)
-  for length in np.unique(padded):
-    group = np.flatnonzero(padded == length)
-    rows = _global_rows(max(1, budget_per_device // int(length)), sharding)
+  for lengths in np.unique(padded, axis=0):
+    group = np.flatnonzero((padded == lengths).all(axis=1))
+    rows = _global_rows(max(1, budget_per_device // int(lengths.max())), sharding)
     for start in range(0, len(group), rows):
       members = np.full(rows, -1, np.int64)
       chunk = group[start : start + rows]
       members[: len(chunk)] = chunk
       mine = _host_slice(members, sharding)
-      batch = {side: _rows(pairs, mine, int(length), side) for side in ("inputs", "targets")}
+      sides = dict(inputs=int(lengths[0]), targets=int(lengths[1]))
+      batch = {side: _rows(pairs, mine, n, side) for side, n in sides.items()}
       if pack_keys:
         batch = _add_single_pair_segments(batch)
       yield _device_layout(batch, sharding.num_local_devices)

@@ -55,6 +55,10 @@ def default_config() -> ml_collections.ConfigDict:
   c.treebank_train = "1-179"  # file numbers: ranges and numbers, comma separated
   c.treebank_dev = "180-189"
   c.treebank_test = "190-199"
+  # The target's leaf tokens (t2t_jax.data.trees.TREE_LEAVES): 'xx' (every word XX, as in
+  # Vinyals et al. 2015), 'words' (the word itself: the decoder copies the source in order),
+  # 'positions' (XX1, XX2, ...: each leaf says which word it is). docs/parsing.md.
+  c.tree_leaves = "xx"
 
   # --- TFDS ---
   c.tfds_data_dir = ""  # '' -> TFDS default (WMT) or <data_dir or workdir>/tfds (textfiles)
@@ -86,6 +90,9 @@ def default_config() -> ml_collections.ConfigDict:
   c.batching = "bucket"  # 'bucket' (padded length buckets, paper) | 'pack' (segments per row)
   c.tokens_per_batch = 25000  # GLOBAL budget per side per step (paper: ~25000 src + 25000 tgt)
   c.bucket_boundaries = ()  # explicit bucket lengths; () -> geometric rule below, up to max_len
+  # Each bucket's source length, one per bucket of the above (its last = max_len), for tasks
+  # whose sides differ in length (parsing: targets ~3x their sources); () -> the same lengths.
+  c.source_bucket_boundaries = ()
   c.bucket_min = 8  # rule: first bucket length
   c.bucket_scale = 1.1  # rule: each bucket ~10% longer than the previous (tensor2tensor)
   c.bucket_multiple = 8  # rule: lengths rounded up to a multiple of this (TPU tiling)
@@ -115,6 +122,8 @@ def validate(c: ml_collections.ConfigDict) -> None:
       f"config.data.max_length_ratio={c.max_length_ratio} must be 0 (off) or >= 1: it bounds "
       "the longer side's tokens over the shorter side's"
     )
+  if c.batching == "bucket":
+    source_bucket_boundaries(c)  # raises naming the flag
   if c.batching == "pack" and c.pack_len < c.max_len:
     raise DataError(
       f"config.data.pack_len={c.pack_len} must be >= max_len={c.max_len}, "
@@ -156,6 +165,27 @@ def bucket_boundaries(c: ml_collections.ConfigDict) -> tuple[int, ...]:
     grown = -(-int(length * c.bucket_scale) // c.bucket_multiple) * c.bucket_multiple
     length = max(length + c.bucket_multiple, grown)
   return tuple(lengths) + (c.max_len,)
+
+
+def source_bucket_boundaries(c: ml_collections.ConfigDict) -> tuple[int, ...]:
+  """The padded source length of each training bucket (`bucket_boundaries` gives the target
+  length): config.data.source_bucket_boundaries, or the target lengths. DataError names the
+  flag when the list does not give one non-decreasing length per bucket ending at max_len."""
+  targets = bucket_boundaries(c)
+  given = tuple(int(b) for b in c.get("source_bucket_boundaries", ()))
+  if not given:
+    return targets
+  flag = f"config.data.source_bucket_boundaries={given}"
+  if len(given) != len(targets):
+    raise DataError(
+      f"{flag}: needs one source length per bucket, {len(targets)} for the bucket lengths {targets}"
+    )
+  if given[0] < 2 or list(given) != sorted(given) or given[-1] != c.max_len:
+    raise DataError(
+      f"{flag}: the lengths must be >= 2, non-decreasing and end at max_len={c.max_len} "
+      "(every kept pair needs a bucket)"
+    )
+  return given
 
 
 def per_device_budget(c: ml_collections.ConfigDict, num_devices_total: int) -> int:

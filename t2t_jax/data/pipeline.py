@@ -166,7 +166,8 @@ class Datasets:
     self.test_pairs = test_pairs
     self.stats = stats
     self.sharding = sharding
-    self.boundaries = config_lib.bucket_boundaries(c)
+    self.boundaries = config_lib.bucket_boundaries(c)  # target lengths
+    self.source_boundaries = config_lib.source_bucket_boundaries(c)
     self.budget_per_device = config_lib.per_device_budget(c, sharding.num_devices)
     self.corpora = mixture.corpora(c)
     self.corpus_counts = list(corpus_counts or [stats.train])
@@ -184,6 +185,7 @@ class Datasets:
         c.shuffle_seed,
         scratch_dir=scratch_dir,
         sample=self.sample,
+        source_boundaries=self.source_boundaries,
       )
     self._tokenized = {}
     self._warned = set()
@@ -251,6 +253,7 @@ class Datasets:
       self.sharding,
       pack_keys=self.config.batching == "pack",
       max_padded=max_len,
+      source_boundaries=self.source_boundaries,
     )
 
   def split_name(self, split: str) -> str:
@@ -424,5 +427,9 @@ def _read_all(source: PairSource | None, counts: SplitCounts) -> list[tuple[str,
 def _describe_shapes(data: Datasets) -> str:
   d = data.sharding.num_local_devices
   if data.bucket_plan is not None:
-    return " ".join(f"[{d},{r},{n}]" for _, r, n in data.bucket_plan.shapes())
+    plan = data.bucket_plan
+    return " ".join(
+      f"[{d},{r},{n}]" if s == n else f"[{d},{r},{s}/{n}]"  # source/target lengths
+      for (_, r, n), (_, _, s) in zip(plan.shapes(), plan.shapes("inputs"))
+    )
   return f"[{d},{data.pack_rows_per_device},{data.config.pack_len}]"

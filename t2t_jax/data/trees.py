@@ -9,9 +9,18 @@ normalized to one symbol, XX; the words appear on the source side only:
     source: John has a dog .
     target: (S (NP XX )NP (VP XX (NP XX XX )NP )VP XX )S
 
+With XX at every leaf nothing in the target says which word the decoder has reached, so
+`linearize` also writes two other leaf forms (`TREE_LEAVES`, chosen by
+`config.data.tree_leaves`):
+
+    xx:        (S (NP XX )NP (VP XX (NP XX XX )NP )VP XX )S
+    words:     (S (NP John )NP (VP has (NP a dog )NP )VP . )S     the decoder copies the source
+    positions: (S (NP XX1 )NP (VP XX2 (NP XX3 XX4 )NP )VP XX5 )S   each leaf carries its index
+
 Everything here is pure: `parse_brackets` reads bracketed text, `clean` removes empty elements
 and function tags, `linearize` writes the target, and `rebuild` turns any model output back
 into a tree over the input words, repairing what does not fit and counting the repairs.
+Whatever the leaf form, every token that is not a bracket is one leaf, in order.
 """
 
 import dataclasses
@@ -19,7 +28,10 @@ import re
 from collections.abc import Iterator, Sequence
 from typing import Union
 
+from t2t_jax.data.symbols import word_class
+
 XX = "XX"  # the one part-of-speech symbol of the target side
+TREE_LEAVES = ("xx", "words", "positions")  # the target's leaf forms (config.data.tree_leaves)
 NONE_TAG = "-NONE-"  # empty elements (traces, null complementizers)
 ROOT_LABELS = ("", "TOP")  # the treebank's unlabelled outermost bracket, or TOP
 
@@ -135,14 +147,40 @@ def _drop_empty(tree: Tree) -> Tree | None:
   return Tree(base_label(tree.label), children) if children else None
 
 
-def linearize(tree: Tree) -> tuple[list[str], list[str]]:
-  """(words, target symbols) of a cleaned tree: '(L', the children, ')L'; XX per word."""
+def is_bracket(symbol: str) -> bool:
+  """'(L' or ')L': an opening or closing labelled bracket; every other target token is a leaf."""
+  return len(symbol) > 1 and symbol[0] in "()"
+
+
+def position_symbol(index: int) -> str:
+  """The `positions` leaf of the index-th word (1-based): XX1, XX2, ..."""
+  return f"{XX}{index}"
+
+
+def leaf_symbol(leaves: str, index: int, word: str) -> str:
+  """The target token of the index-th (1-based) word in leaf form `leaves` (TREE_LEAVES)."""
+  if leaves == "xx":
+    return XX
+  if leaves == "words":
+    return word
+  if leaves == "positions":
+    return position_symbol(index)
+  raise ValueError(f"tree leaves {leaves!r} must be one of {TREE_LEAVES}")
+
+
+def linearize(tree: Tree, leaves: str = "xx") -> tuple[list[str], list[str]]:
+  """(words, target symbols) of a cleaned tree: '(L', the children, ')L'; one leaf token per
+  word, of the form `leaves` (XX, the word itself, or XX<k> for the k-th word)."""
+  if leaves not in TREE_LEAVES:
+    raise ValueError(f"tree leaves {leaves!r} must be one of {TREE_LEAVES}")
   words, symbols = [], []
 
   def walk(node: Tree) -> None:
     if node.is_preterminal:
       words.append(node.children[0])
-      symbols.append(XX)
+      if leaves == "words" and is_bracket(node.children[0]):
+        raise ValueError(f"the word {node.children[0]!r} reads as a bracket in a target")
+      symbols.append(leaf_symbol(leaves, len(words), node.children[0]))
       return
     symbols.append("(" + node.label)
     for child in node.children:
@@ -168,8 +206,12 @@ class Repairs:
   unopened: int = 0  # closing brackets with nothing open (ignored)
   mislabelled: int = 0  # closing bracket whose label differs from the one it closes
   empty: int = 0  # constituents with no words (removed)
-  extra_leaves: int = 0  # XX beyond the number of input words (removed)
-  missing_leaves: int = 0  # input words without an XX (attached to the top constituent)
+  extra_leaves: int = 0  # leaf tokens beyond the number of input words (removed)
+  missing_leaves: int = 0  # input words without a leaf token (attached to the top constituent)
+  # Leaves in the right place whose token is not that place's (words: neither the word nor
+  # its shape class, which is what the word vocabulary decodes a rare word to; positions: not
+  # XX<k> for the k-th leaf). They still stand for the k-th word.
+  wrong_leaf_tokens: int = 0
 
   @property
   def rebalanced(self) -> bool:
@@ -180,12 +222,26 @@ class Repairs:
     return bool(self.extra_leaves or self.missing_leaves)
 
 
-def rebuild(symbols: Sequence[str] | str, words: Sequence[str]) -> tuple[Tree, Repairs]:
+def _leaf_matches(leaves: str, symbol: str, index: int, word: str) -> bool:
+  if leaves == "words":
+    return symbol in (word, word_class(word))
+  if leaves == "positions":
+    return symbol == position_symbol(index)
+  return symbol == XX
+
+
+def rebuild(
+  symbols: Sequence[str] | str, words: Sequence[str], leaves: str = "xx"
+) -> tuple[Tree, Repairs]:
   """The tree a target sequence describes, over `words`, and the repairs it took.
 
-  Every token that is not a bracket ('(L', ')L') stands for one word, in order. Brackets that
-  do not close are closed at the end and closing brackets with nothing open are ignored
-  (a closing bracket always closes the innermost open one, whatever its label). Leaves beyond
+  Every token that is not a bracket ('(L', ')L') stands for one word, in order, whatever the
+  leaf form `leaves` (TREE_LEAVES): the k-th leaf token, XX, a copied word or XX<k>, gets the
+  k-th word, and one that is not the form's token for it is counted (`wrong_leaf_tokens`).
+  The tree's leaves are preterminals (XX word), the gold tree's with its tags stripped.
+  Brackets that do not close are closed at the end and closing brackets with nothing open are
+  ignored (a closing bracket always closes the innermost open one, whatever its label). Leaves
+  beyond
   the number of words are dropped; words without a leaf are attached, in order, to the end of
   the top constituent. Constituents left without words are removed. Several top-level pieces
   are joined under TOP, which scoring does not count.
@@ -193,21 +249,24 @@ def rebuild(symbols: Sequence[str] | str, words: Sequence[str]) -> tuple[Tree, R
   if isinstance(symbols, str):
     symbols = symbols.split()
   repairs = Repairs()
+  if leaves not in TREE_LEAVES:
+    raise ValueError(f"tree leaves {leaves!r} must be one of {TREE_LEAVES}")
   stack: list[tuple[str, list]] = [("TOP", [])]
-  leaves = 0
+  done = 0  # leaves placed so far
   for symbol in symbols:
-    if symbol.startswith("(") and len(symbol) > 1:
+    if is_bracket(symbol) and symbol[0] == "(":
       stack.append((symbol[1:], []))
-    elif symbol.startswith(")") and len(symbol) > 1:
+    elif is_bracket(symbol):
       if len(stack) == 1:
         repairs.unopened += 1
         continue
       label, children = stack.pop()
       repairs.mislabelled += symbol[1:] != label
       stack[-1][1].append((label, children))
-    elif leaves < len(words):
-      stack[-1][1].append(words[leaves])
-      leaves += 1
+    elif done < len(words):
+      repairs.wrong_leaf_tokens += not _leaf_matches(leaves, symbol, done + 1, words[done])
+      stack[-1][1].append(words[done])
+      done += 1
     else:
       repairs.extra_leaves += 1
   repairs.unclosed = len(stack) - 1
@@ -215,7 +274,7 @@ def rebuild(symbols: Sequence[str] | str, words: Sequence[str]) -> tuple[Tree, R
     label, children = stack.pop()
     stack[-1][1].append((label, children))
   top = stack[0][1]
-  missing = list(words[leaves:])
+  missing = list(words[done:])
   repairs.missing_leaves = len(missing)
   if missing:
     target = top[0][1] if len(top) == 1 and not isinstance(top[0], str) else top

@@ -34,6 +34,14 @@ def is_parsing(data_config: ml_collections.ConfigDict) -> bool:
   return source is not None and source.scores_trees
 
 
+def tree_leaves(data_config: ml_collections.ConfigDict) -> str | None:
+  """The leaf form of a parsing experiment's targets (trees.TREE_LEAVES; 'xx' for a workdir
+  written before there was a choice), or None when it is not a parsing experiment."""
+  if not is_parsing(data_config):
+    return None
+  return data_config.get("tree_leaves", "xx")
+
+
 def gold_trees(
   data_config: ml_collections.ConfigDict, split: str, pairs: Pairs
 ) -> list[trees.Tree]:
@@ -53,10 +61,12 @@ def f1(
   beam_size: int,
   alpha: float,
   source_name: str = "dev",
+  leaves: str = "xx",
 ) -> parseval.ParseScore:
-  """EVALB bracket F1 (`parseval.ParseScore`) of parsing the pairs' sources."""
+  """EVALB bracket F1 (`parseval.ParseScore`) of parsing the pairs' sources; the outputs'
+  leaf tokens are of the form `leaves` (config.data.tree_leaves)."""
   outputs = translator.translate([s for s, _ in pairs], beam_size, alpha, source_name=source_name)
-  return parseval.score_outputs(outputs, golds)
+  return parseval.score_outputs(outputs, golds, leaves)
 
 
 def dev_metrics(
@@ -70,7 +80,8 @@ def dev_metrics(
   """{'dev_bleu': sacreBLEU} or, for parsing, {'dev_f1': bracket F1} of `pairs`."""
   if is_parsing(data_config):
     golds = gold_trees(data_config, "dev", pairs)
-    return dict(dev_f1=f1(translator, pairs, golds, beam_size, alpha, source_name).f1)
+    score = f1(translator, pairs, golds, beam_size, alpha, source_name, data_config.tree_leaves)
+    return dict(dev_f1=score.f1)
   return dict(dev_bleu=bleu(translator, pairs, beam_size, alpha, source_name))
 
 
@@ -92,13 +103,17 @@ def read_gold_trees(path: str) -> list[trees.Tree]:
 
 
 def parse_report(
-  outputs: Sequence[str], sources: Sequence[str], golds: Sequence[trees.Tree]
+  outputs: Sequence[str],
+  sources: Sequence[str],
+  golds: Sequence[trees.Tree],
+  leaves: str = "xx",
 ) -> tuple[dict[str, float], str]:
-  """test_* metrics and the printable F1 line of linearized outputs against gold trees."""
+  """test_* metrics and the printable F1 line of linearized outputs (leaf tokens of the form
+  `leaves`) against gold trees."""
   for i, (source, gold) in enumerate(zip(sources, golds)):
     if source.split() != gold.leaves():
       raise ValueError(f"input line {i + 1}: {source!r} is not the words of gold tree {i + 1}")
-  score = parseval.score_outputs(outputs, golds)
+  score = parseval.score_outputs(outputs, golds, leaves)
   metrics = dict(
     test_f1=score.f1,
     test_precision=score.precision,

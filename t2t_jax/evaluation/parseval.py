@@ -100,7 +100,8 @@ class ParseScore:
   gold_brackets: int
   test_brackets: int
   rebalanced: int = 0  # outputs whose brackets did not balance
-  wrong_leaf_count: int = 0  # outputs with more or fewer XX than input words
+  wrong_leaf_count: int = 0  # outputs with more or fewer leaf tokens than input words
+  wrong_leaf_tokens: int = 0  # outputs with a leaf token not its place's (words, positions)
 
   def summary(self) -> str:
     return (
@@ -109,6 +110,7 @@ class ParseScore:
       f"{self.gold_brackets} gold / {self.test_brackets} test brackets matched); exact "
       f"{self.exact:.2f}%; outputs rebalanced {self.rebalanced}, with the wrong number of "
       f"leaves {self.wrong_leaf_count}"
+      + (f", with a wrong leaf token {self.wrong_leaf_tokens}" if self.wrong_leaf_tokens else "")
     )
 
 
@@ -138,14 +140,22 @@ def corpus_score(
   )
 
 
-def score_outputs(outputs: Sequence[str], golds: Sequence[trees.Tree]) -> ParseScore:
-  """Rebuilds each linearized output over its gold tree's words, then `corpus_score`."""
-  rebuilt = [trees.rebuild(out, gold.leaves()) for out, gold in zip(outputs, golds)]
+def score_outputs(
+  outputs: Sequence[str], golds: Sequence[trees.Tree], leaves: str = "xx"
+) -> ParseScore:
+  """Rebuilds each linearized output over its gold tree's words (its leaf tokens in form
+  `leaves`, trees.TREE_LEAVES), then `corpus_score`.
+
+  An output with the wrong number of leaves is repaired (`trees.rebuild`) and scored like any
+  other, so it counts in every figure; EVALB would skip such a sentence ("length unmatch")
+  and score the rest, which flatters a parser that miscounts."""
   if len(outputs) != len(golds):
     raise ValueError(f"{len(outputs)} outputs but {len(golds)} gold trees")
+  rebuilt = [trees.rebuild(out, gold.leaves(), leaves) for out, gold in zip(outputs, golds)]
   score = corpus_score([tree for tree, _ in rebuilt], golds)
   score.rebalanced = sum(r.rebalanced for _, r in rebuilt)
   score.wrong_leaf_count = sum(r.wrong_leaf_count for _, r in rebuilt)
+  score.wrong_leaf_tokens = sum(bool(r.wrong_leaf_tokens) for _, r in rebuilt)
   return score
 
 

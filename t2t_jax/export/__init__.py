@@ -63,7 +63,9 @@ class Trained:
 
   @property
   def is_sentencepiece(self) -> bool:
-    return not self.vocab_file.endswith(".symbols")
+    """Whether the vocabulary is a SentencePiece model; a symbol or word list (vocab.symbols,
+    parsing's vocab.words: tokenizers with a `symbols` list) is not, whatever its file name."""
+    return getattr(self.tokenizer, "symbols", None) is None
 
 
 def vocabulary_tokens(tokenizer: "Tokenizer") -> list[str]:

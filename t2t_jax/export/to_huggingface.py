@@ -229,8 +229,9 @@ def export(trained: Trained, output: str, search: SearchConfig | None = None) ->
   default: the workdir's, trained.search) and (for a SentencePiece vocabulary) the
   MarianTokenizer files to `output`; returns its path.
 
-  A symbol vocabulary (synthetic tasks) has no SentencePiece model for MarianTokenizer: the
-  model is written without tokenizer files and is used with token ids.
+  A symbol or word vocabulary (synthetic tasks, parsing's vocab.words) has no SentencePiece
+  model for MarianTokenizer: the model is written without tokenizer files and is used with
+  token ids.
   """
   from safetensors.numpy import save_file
 

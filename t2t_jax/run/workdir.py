@@ -293,6 +293,14 @@ class Workdir:
     with open(self.selected_file, encoding="utf-8") as f:
       return json.load(f)
 
+  @staticmethod
+  def selection_scores(record: dict[str, Any]) -> tuple[str, dict[str, float]]:
+    """(metric, {candidate: dev score}) of a selection record: 'metric' names the key that
+    holds the scores ('dev_bleu' or 'dev_f1'); a record without it holds them under
+    'dev_bleu' (written before the metric was named, whatever it measured)."""
+    metric = record.get("metric", "dev_bleu")
+    return metric, record[metric]
+
   def write_selection(self, record: dict[str, Any]) -> str:
     files.atomic_write_text(self.selected_file, json.dumps(record, indent=1))
     return self.selected_file

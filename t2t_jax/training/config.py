@@ -37,7 +37,8 @@ class TrainConfig:
   prefetch_batches: int = 2  # training batches copied to the devices ahead of the step
   bleu_every_steps: int = 0  # sacreBLEU on dev sentences every M steps (0: off)
   bleu_num_sentences: int = 500  # dev sentences of those scores
-  bleu_beam_size: int = 0  # beam of those dev scores (0: beam_size; 1: greedy, cheaper)
+  bleu_beam_size: int = 0  # beam of those dev scores and of the checkpoint selection below
+  #                         (0: beam_size; 1: greedy, cheaper)
   test_at_end: bool = False  # translate and score the test split after training (6.1)
   # Checkpoint selection on dev only (6.2 chose on the development set): candidates
   # ('latest', 'average:N', 'best', 'best:N', 'STEP', comma separated) are scored by dev

@@ -54,18 +54,20 @@ def dev_loss(
 
 @dataclasses.dataclass
 class Selection:
-  """The outcome of `select_checkpoint`: the best spec, every candidate's dev BLEU and steps."""
+  """The outcome of `select_checkpoint`: the best spec, every candidate's dev score (of
+  `metric`: 'dev_bleu', or 'dev_f1' for parsing) and steps."""
 
   best: str
-  dev_bleu: dict[str, float]
+  scores: dict[str, float]
   steps: dict[str, list[int]]
   num_sentences: int
+  metric: str = "dev_bleu"
 
   def table(self) -> str:
     return "\n".join(
       f"  {spec:12s} {score:6.2f}  steps {self.steps[spec]}"
       + ("  <- selected" if spec == self.best else "")
-      for spec, score in self.dev_bleu.items()
+      for spec, score in self.scores.items()
     )
 
 
@@ -77,9 +79,11 @@ def select_checkpoint(
   beam_size: int,
   alpha: float,
   metric: Callable[["Translator", Pairs, int, float], float] = evaluate.bleu,
+  metric_name: str = "dev_bleu",
 ) -> Selection:
   """Scores each candidate of `candidates` ('latest,average:3,best,...') by dev sacreBLEU (or by
-  `metric(translator, pairs, beam_size, alpha)`, higher is better).
+  `metric(translator, pairs, beam_size, alpha)`, higher is better, named `metric_name` in
+  what is written).
 
   `translator_for(spec)` builds a Translator on that checkpoint spec. Averages of more
   checkpoints than are kept are skipped with a warning; ties go to the first listed.
@@ -105,23 +109,32 @@ def select_checkpoint(
       f"{available} checkpoint(s) kept"
     )
   best = max(scores, key=scores.get)
-  return Selection(best, scores, steps_of, len(pairs))
+  return Selection(best, scores, steps_of, len(pairs), metric_name)
 
 
 def write_selection(workdir: str, selection: Selection, beam_size: int, alpha: float) -> str:
-  """Writes <workdir>/selected.json (read by t2t-translate --checkpoint=selected|auto)."""
+  """Writes <workdir>/selected.json (read by t2t-translate --checkpoint=selected|auto): the
+  scores under their metric's name ('metric' says which; `Workdir.selection_scores`)."""
   path = Workdir(workdir).selected_file
   if jax.process_index() == 0:
     record = dict(
       checkpoint=selection.best,
       steps=selection.steps[selection.best],
-      dev_bleu=selection.dev_bleu,
+      metric=selection.metric,
+      **{selection.metric: selection.scores},
       dev_sentences=selection.num_sentences,
       beam_size=beam_size,
       alpha=alpha,
     )
     Workdir(workdir).write_selection(record)
   return path
+
+
+def dev_beam(bleu_beam_size: int, beam_size: int) -> int:
+  """The beam of the trainer's dev decodings (dev scores and checkpoint selection):
+  `bleu_beam_size`, or `beam_size` when it is 0. Selection scores several candidates on dev,
+  so it decodes as cheaply as the periodic dev scores do."""
+  return bleu_beam_size or beam_size
 
 
 def translate_test(
@@ -162,20 +175,21 @@ def parse_test(
   alpha: float,
   workdir: str,
   source_name: str = "test",
+  leaves: str = "xx",
 ) -> tuple[dict[str, float], str]:
   """Parses the test split; writes <workdir>/test.words (inputs), test.gold (gold trees) and
   test.trees (the outputs rebuilt as trees), one per line (process 0); returns the test_*
-  metrics and a printable report with examples."""
+  metrics and a printable report with examples. `leaves`: the targets' leaf form."""
   sources = [s for s, _ in pairs]
   t0 = time.time()
   outputs = translator.translate(sources, beam_size, alpha, source_name=source_name)
   seconds = time.time() - t0
-  metrics, text = evaluate.parse_report(outputs, sources, golds)
-  parsed = [str(trees.rebuild(o, g.leaves())[0]) for o, g in zip(outputs, golds)]
+  metrics, text = evaluate.parse_report(outputs, sources, golds, leaves)
+  parsed = [str(trees.rebuild(o, g.leaves(), leaves)[0]) for o, g in zip(outputs, golds)]
   if jax.process_index() == 0:
     for name, lines in (("words", sources), ("gold", map(str, golds)), ("trees", parsed)):
-      text = "".join(line + "\n" for line in lines)
-      files.atomic_write_text(Workdir(workdir).test_file(name), text)
+      content = "".join(line + "\n" for line in lines)
+      files.atomic_write_text(Workdir(workdir).test_file(name), content)
   examples = "\n".join(
     f"  input:  {s}\n  output: {o}\n  gold:   {r}"
     for s, o, (_, r) in list(zip(sources, outputs, pairs))[:2]

@@ -129,7 +129,7 @@ def run_summary(workdir: str) -> dict[str, Any]:
   selected = Workdir(workdir).read_selection()
   if selected is not None:
     out["selected"] = selected
-  tests = [r for r in records if "test_bleu" in r]
+  tests = [r for r in records if "test_bleu" in r or "test_f1" in r]  # translation, parsing
   if tests:
     out.update({k: v for k, v in tests[-1].items() if k.startswith("test_")})
   return out
@@ -137,11 +137,15 @@ def run_summary(workdir: str) -> dict[str, Any]:
 
 def _row(s: dict[str, Any]) -> str:
   pick = s.get("selected", {})
-  chosen = f"{pick['checkpoint']} (dev {pick['dev_bleu'][pick['checkpoint']]:.2f})" if pick else "-"
+  chosen = "-"
+  if pick:
+    metric, scores = Workdir.selection_scores(pick)
+    label = {"dev_bleu": "BLEU", "dev_f1": "F1"}.get(metric, metric)
+    chosen = f"{pick['checkpoint']} (dev {label} {scores[pick['checkpoint']]:.2f})"
   minutes = f"{s['train_minutes']:.1f}" if "train_minutes" in s else "-"
   figure = lambda key: f"{s[key]:.2f}" if key in s else "-"
   scores = " | ".join(
-    figure(f"test_{k}") for k in ("bleu", "tokenized_bleu", "lowercased_bleu", "chrf")
+    figure(f"test_{k}") for k in ("bleu", "tokenized_bleu", "lowercased_bleu", "chrf", "f1")
   )
   return f"| {s['workdir']} | {s['steps']} | {minutes} | {chosen} | {scores} |"
 
@@ -150,9 +154,9 @@ def main(argv: Sequence[str]) -> None:
   """python -m t2t_jax.training.summary WORKDIR... : one markdown row per finished run."""
   print(
     "| workdir | steps | training minutes | checkpoint (chosen on dev) | test sacreBLEU | "
-    "tokenized BLEU | lowercased BLEU | chrF |"
+    "tokenized BLEU | lowercased BLEU | chrF | bracket F1 (parsing) |"
   )
-  print("|---|---|---|---|---|---|---|---|")
+  print("|---|---|---|---|---|---|---|---|---|")
   for workdir in argv[1:]:
     print(_row(run_summary(workdir)))
 

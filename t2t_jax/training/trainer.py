@@ -232,28 +232,38 @@ class Trainer:
     return Translator(self.model, params, self.data.tokenizer, search=self.search)
 
   def select(self) -> str:
-    """The best of `select_checkpoints` by dev sacreBLEU (parsing: dev F1), written to
-    <workdir>/selected.json."""
+    """The best of `select_checkpoints` by dev sacreBLEU (parsing: dev F1), decoded with the
+    dev beam (`evaluation.dev_beam`), written to <workdir>/selected.json."""
     n = self.config.select_num_sentences
     pairs = self.data.dev_pairs[:n] if n else self.data.dev_pairs
-    metric, name = evaluate.bleu, "sacreBLEU"
+    metric, metric_name, name = evaluate.bleu, "dev_bleu", "sacreBLEU"
     if evaluate.is_parsing(self.config.data):
       golds = evaluate.gold_trees(self.config.data, "dev", pairs)
-      metric, name = lambda t, p, b, a: evaluate.f1(t, p, golds, b, a).f1, "bracket F1"
+      leaves = self.config.data.tree_leaves
+      metric, metric_name, name = (
+        lambda t, p, b, a: evaluate.f1(t, p, golds, b, a, leaves=leaves).f1,
+        "dev_f1",
+        "bracket F1",
+      )
+    beam = evaluation.dev_beam(self.config.bleu_beam_size, self.search.beam_size)
     selection = evaluation.select_checkpoint(
       self.ckpts,
       self.config.select_checkpoints,
       pairs,
       lambda spec: self.translator(None, spec),
-      self.search.beam_size,
+      beam,
       self.search.alpha,
       metric,
+      metric_name,
     )
-    evaluation.write_selection(self.workdir, selection, self.search.beam_size, self.search.alpha)
+    evaluation.write_selection(self.workdir, selection, beam, self.search.alpha)
     summary.log(
-      f"checkpoint selection on dev ({len(pairs)} sentences, {name}):\n{selection.table()}"
+      f"checkpoint selection on dev ({len(pairs)} sentences, {name}, beam {beam}):\n"
+      f"{selection.table()}"
     )
-    self.writer.write(self.step_reached, dict(selected_dev_bleu=selection.dev_bleu[selection.best]))
+    self.writer.write(
+      self.step_reached, {f"selected_{metric_name}": selection.scores[selection.best]}
+    )
     return selection.best
 
   def test_spec(self) -> str | None:
@@ -273,7 +283,7 @@ class Trainer:
     pairs = self.data.dev_pairs[: self.config.bleu_num_sentences]
     if not pairs:
       return {}
-    beam = self.config.bleu_beam_size or self.search.beam_size
+    beam = evaluation.dev_beam(self.config.bleu_beam_size, self.search.beam_size)
     return evaluate.dev_metrics(
       self.translator(p_params),
       pairs,
@@ -308,6 +318,7 @@ class Trainer:
         self.search.alpha,
         self.workdir,
         self.data.split_name("test"),
+        self.config.data.tree_leaves,
       )
       self.writer.write(self.step_reached, metrics)
       summary.log(report)

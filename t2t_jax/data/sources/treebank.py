@@ -94,18 +94,21 @@ def read_trees(path: str) -> list[trees.Tree]:
   return out
 
 
-def _read_split(paths: list[str]) -> tuple[tuple[trees.Tree, ...], tuple[tuple[str, str], ...]]:
-  """(cleaned trees, pairs) of the files, cached while no file changes (size, mtime)."""
+def _read_split(
+  paths: list[str], leaves: str = "xx"
+) -> tuple[tuple[trees.Tree, ...], tuple[tuple[str, str], ...]]:
+  """(cleaned trees, pairs with leaf form `leaves`) of the files, cached while no file changes
+  (size, mtime)."""
   stamps = []
   for path in paths:
     stat = os.stat(path)
     stamps.append((path, stat.st_size, stat.st_mtime_ns))
-  return _read_files(tuple(stamps))
+  return _read_files(tuple(stamps), leaves)
 
 
 @functools.lru_cache(maxsize=16)
 def _read_files(
-  stamps: tuple[tuple[str, int, int], ...],
+  stamps: tuple[tuple[str, int, int], ...], leaves: str
 ) -> tuple[tuple[trees.Tree, ...], tuple[tuple[str, str], ...]]:
   gold, pairs = [], []
   for path, _, _ in stamps:
@@ -113,15 +116,20 @@ def _read_files(
       cleaned = trees.clean(tree)
       if cleaned is None:
         raise DataError(f"{path}: sentence {number}: no words left after removing -NONE-")
-      words, symbols = trees.linearize(cleaned)
+      try:
+        words, symbols = trees.linearize(cleaned, leaves)
+      except ValueError as e:
+        flag = f"config.data.tree_leaves={leaves!r}"
+        raise DataError(f"{path}: sentence {number}: {flag}: {e}") from None
       gold.append(cleaned)
       pairs.append((" ".join(words), " ".join(symbols)))
   return tuple(gold), tuple(pairs)
 
 
 def split_pairs(c: ml_collections.ConfigDict, split: str) -> list[tuple[str, str]]:
-  """(words, linearized tree) pairs of one split, in file and sentence order."""
-  return list(_read_split(split_files(c)[split])[1])
+  """(words, linearized tree) pairs of one split, in file and sentence order; the target's
+  leaves in the form `config.data.tree_leaves`."""
+  return list(_read_split(split_files(c)[split], c.tree_leaves)[1])
 
 
 def gold_trees(c: ml_collections.ConfigDict, split: str) -> list[trees.Tree]:
@@ -138,7 +146,15 @@ def open_splits(c: ml_collections.ConfigDict) -> base.Splits:
   }
 
 
-IDENTITY_FIELDS = ("treebank_train", "treebank_dev", "treebank_test", "vocab_min_count")
+IDENTITY_FIELDS = (
+  "treebank_train",
+  "treebank_dev",
+  "treebank_test",
+  "vocab_min_count",
+  "tree_leaves",
+)
+# A manifest or fingerprint written before tree_leaves existed was made with XX leaves.
+_RECORDED_DEFAULTS = {"tree_leaves": "xx"}
 
 
 def identity(c: ml_collections.ConfigDict) -> dict[str, Any]:
@@ -161,11 +177,26 @@ def identity(c: ml_collections.ConfigDict) -> dict[str, Any]:
   )
 
 
-def vocabulary_symbols(c: ml_collections.ConfigDict) -> list[str]:
-  """The word vocabulary: every target symbol of the training split (sorted), the word
-  classes, then training words seen >= vocab_min_count times (most frequent first)."""
+def target_symbols(c: ml_collections.ConfigDict) -> list[str]:
+  """The target-only symbols, sorted: every bracket of the training targets, and the leaf
+  symbols of the leaf form (xx: XX; positions: XX1 .. XX<max_len>, since a kept target is
+  shorter than max_len and a dev or test sentence may be longer than every training one;
+  words: none, the leaves are the source's own tokens)."""
   pairs = split_pairs(c, "train")
-  symbols = sorted({s for _, target in pairs for s in target.split()})
+  if c.tree_leaves == "xx":
+    return sorted({s for _, target in pairs for s in target.split()})
+  brackets = sorted({s for _, target in pairs for s in target.split() if trees.is_bracket(s)})
+  if c.tree_leaves == "positions":
+    return brackets + [trees.position_symbol(k) for k in range(1, c.max_len + 1)]
+  return brackets
+
+
+def vocabulary_symbols(c: ml_collections.ConfigDict) -> list[str]:
+  """The word vocabulary: the target symbols (`target_symbols`), the word classes, then
+  training words seen >= vocab_min_count times (most frequent first). Source and target
+  share it, so in the `words` leaf form a target leaf is the very id of its source word."""
+  pairs = split_pairs(c, "train")
+  symbols = target_symbols(c)
   counts = collections.Counter(w for source, _ in pairs for w in source.split())
   taken = set(symbols) | set(WORD_CLASSES)
   words = sorted(
@@ -185,6 +216,10 @@ class Treebank(base.Source):
   def validate(self, c: ml_collections.ConfigDict) -> None:
     if c.vocab_min_count < 1:
       raise DataError(f"config.data.vocab_min_count={c.vocab_min_count} must be >= 1")
+    if c.tree_leaves not in trees.TREE_LEAVES:
+      raise DataError(
+        f"config.data.tree_leaves={c.tree_leaves!r} must be one of {trees.TREE_LEAVES}"
+      )
 
   def open_splits(
     self, c: ml_collections.ConfigDict, workdir: str, process_index: int
@@ -200,18 +235,23 @@ class Treebank(base.Source):
     """The training files' digest (from the files when a store made before it was recorded
     lacks it), the training file numbers and the word vocabulary's threshold."""
     train = recorded.get("train_files_sha256") or identity(c)["train_files_sha256"]
-    return dict(
+    out = dict(
       name=self.name,
       train_files_sha256=train,
       treebank_train=recorded["treebank_train"],
       vocab_min_count=recorded["vocab_min_count"],
     )
+    leaves = recorded.get("tree_leaves", _RECORDED_DEFAULTS["tree_leaves"])
+    if leaves != "xx":  # absent for XX leaves: the fingerprints of older runs still match
+      out["tree_leaves"] = leaves
+    return out
 
   def check_identity(
     self, path: pathlib.Path, recorded: dict[str, Any], c: ml_collections.ConfigDict
   ) -> None:
     """The same split flags and vocabulary threshold, and files of the same content."""
     current = identity(c)
+    recorded = {**_RECORDED_DEFAULTS, **recorded}
     base.check_fields(path, recorded, {field: current[field] for field in IDENTITY_FIELDS})
     if recorded.get("files_sha256") != current["files_sha256"]:
       raise DataError(
