@@ -29,15 +29,23 @@ def default_dir() -> str | None:
   return os.path.join(root, "t2t_jax", "xla")
 
 
+_chosen = False  # whether a command or caller has decided for this process
+
+
 def enable(directory: str | None = "default") -> str | None:
   """Turns the persistent cache on in `directory` ('default': `default_dir()`; None or one
-  of OFF: leave it off) unless the process has one already; returns the directory in use,
-  or None. Every program is cached, however quickly it compiled (jax's default keeps only
-  those over a second, and a search compiles many small ones). A directory that cannot be
-  created is warned about and the cache stays off: compiling is slower, never wrong."""
+  of OFF: leave it off) unless the process has one already, or ('default') a command has
+  chosen for it already; returns the directory in use, or None.
+
+  Every program is cached, however quickly it compiled (jax's default keeps only those over
+  a second, and a search compiles many small ones). A directory that cannot be created is
+  warned about and the cache stays off: compiling is slower, never wrong.
+  """
+  global _chosen
   current = jax.config.jax_compilation_cache_dir
-  if current:
-    return current
+  if current or (_chosen and directory == "default"):
+    return current or None
+  _chosen = True
   if directory == "default":
     directory = default_dir()
   if directory is None or directory.strip().lower() in OFF:
@@ -54,4 +62,10 @@ def enable(directory: str | None = "default") -> str | None:
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
   jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
   jax.config.update("jax_compilation_cache_max_size", MAX_BYTES)
+  try:  # a process that compiled before has settled on no cache; make it look again
+    from jax._src import compilation_cache
+
+    compilation_cache.reset_cache()
+  except (ImportError, AttributeError):
+    pass
   return directory

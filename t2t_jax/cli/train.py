@@ -33,6 +33,7 @@ flags.DEFINE_string(
 )
 flags.DEFINE_string("workdir", None, "directory for checkpoints, vocabulary and logs")
 distributed.define_flags()
+common.define_compilation_cache_flag()
 
 
 def main(argv: Sequence[str]) -> None:
@@ -48,6 +49,7 @@ def main(argv: Sequence[str]) -> None:
     raise SystemExit(f"t2t-train: {e}") from e
   from t2t_jax.training import trainer
 
+  common.use_compilation_cache()
   common.quiet_library_logs()
   config = flags.FLAGS.config
   logging.info("experiment %s, workdir %s", flags.FLAGS.experiment, flags.FLAGS.workdir)

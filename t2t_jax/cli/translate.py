@@ -194,6 +194,7 @@ def _define_flags() -> flags.FlagValues:
     None,
     "with --sampling: the random seed (default: the workdir's config.sampling_seed, 0)",
   )
+  common.define_compilation_cache_flag()
   return flags.FLAGS
 
 
@@ -281,6 +282,7 @@ def main(argv: Sequence[str]) -> None:
   args = _define_flags.flags
   if len(argv) > 1:
     raise SystemExit(f"t2t-translate: unexpected arguments {argv[1:]}")
+  common.use_compilation_cache(args)
   from_stdin = args.input in (None, "", "-")
   interactive = args.interactive
   if interactive is None:

@@ -38,6 +38,9 @@ class SearchConfig:
     num_samples: outputs drawn per sentence.
     sampling_seed: sample j of the sentence at input index i uses the key
       fold_in(fold_in(PRNGKey(seed), i), j), so it does not depend on the batch it is in.
+    constrained: a task whose outputs have a grammar (parsing: well-formed trees over the
+      source's words, decoding/constraints.py) is decoded under it, so that no output is
+      malformed; False decodes the model as it is. No effect on translation.
   """
 
   beam_size: int = 4
@@ -50,6 +53,7 @@ class SearchConfig:
   sampling_topp: float = 1.0
   num_samples: int = 1
   sampling_seed: int = 0
+  constrained: bool = True
 
   def __post_init__(self) -> None:
     if self.beam_stop not in STOP_RULES:

@@ -49,6 +49,13 @@ class Constraint(Protocol):
   def advance(self, state: PyTree, tokens: jax.Array) -> PyTree: ...
 
 
+def init_state(constraint: Any, sources: jax.Array, **inputs: jax.Array) -> PyTree:
+  """`constraint.init(sources, ...)` with those of `inputs` that its init names (a search
+  offers every per-sentence input it has, e.g. max_lengths and prefix)."""
+  names = inspect.signature(constraint.init).parameters
+  return constraint.init(sources, **{k: v for k, v in inputs.items() if k in names})
+
+
 def source_lengths(sources: jax.Array) -> jax.Array:
   """int32 [batch]: the tokens of each source before its EOS (PAD and EOS excluded)."""
   before_eos = jnp.cumsum(sources == EOS_ID, axis=-1) == 0
@@ -68,7 +75,7 @@ def _one_hot(ids: jax.Array, vocab_size: int) -> jax.Array:
   return ids[:, None] == jnp.arange(vocab_size)[None, :]
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
+@dataclasses.dataclass(frozen=True)
 class TreeConstraint:
   """Linearized trees over the source's words: '(L' ... ')L' brackets and one leaf per word.
 

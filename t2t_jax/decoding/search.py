@@ -307,6 +307,7 @@ class _BeamState(NamedTuple):
   finished_seqs: jax.Array  # int32 [batch, beam, max_decode_len], EOS-terminated
   finished_scores: jax.Array  # float32 [batch, beam], sorted best first; -inf = empty slot
   cache: Cache  # the model's, for beams (see beam_search)
+  constraint: PyTree = None  # a Constraint's state per hypothesis, leaves [batch, beam, ...]
 
 
 def _merge_finished(
@@ -393,6 +394,7 @@ def _beam_step(
   eos_only_at_limit: bool,
   prefix: jax.Array | None = None,
   done: jax.Array | None = None,
+  constraint: Any = None,
 ) -> _BeamState:
   """One search step: extends every live hypothesis by one token.
 
@@ -404,7 +406,10 @@ def _beam_step(
 
   With `prefix` (int32 [batch, P]), a sentence still inside its prefix extends every live
   hypothesis by the prefix token only and offers no EOS extension; the log-normaliser is
-  still the whole row's, so the hypothesis's log-prob counts the forced token.
+  still the whole row's, so the hypothesis's log-prob counts the forced token. A
+  `constraint` (decoding/constraints.py, its state in `state.constraint`) removes the
+  tokens it does not allow from the choice and the EOS extension where EOS is not allowed,
+  the same way, and its state follows each hypothesis's parent and token.
 
   Only what the search keeps is turned into log-probabilities: the EOS logit of every
   hypothesis and the beam_size best other logits of each (chosen on the logits, which
@@ -420,13 +425,18 @@ def _beam_step(
   # rank, and this way the log-probs equal those of a per-row model bit for bit.
   rows = logits.astype(jnp.float32).reshape(-1, vocab)
   per_beam = min(beam_size, vocab)
-  forced = None
-  if prefix is None:
+  forced, allowed = None, None
+  if prefix is None and constraint is None:
     top_logits, top_tokens, row_max = _top_tokens(rows, per_beam, eos_id)
   else:
-    forced, forced_token = (jnp.repeat(x, beam_size) for x in _prefix_tokens(prefix, state.step))
-    other = jnp.arange(vocab) != forced_token[:, None]
-    choosable = jnp.where(forced[:, None] & other, NEG_INF, rows)
+    choosable = rows
+    if prefix is not None:
+      forced, forced_token = (jnp.repeat(x, beam_size) for x in _prefix_tokens(prefix, state.step))
+      other = jnp.arange(vocab) != forced_token[:, None]
+      choosable = jnp.where(forced[:, None] & other, NEG_INF, choosable)
+    if constraint is not None:
+      allowed = constraint.allowed(flatten_beam_dim(state.constraint))  # [rows, vocab]
+      choosable = jnp.where(allowed, choosable, NEG_INF)
     top_logits, top_tokens, _ = _top_tokens(choosable, per_beam, eos_id)
     row_max = jnp.max(rows, axis=-1)
   log_normalizer = jnp.log(jnp.sum(jnp.exp(rows - row_max[:, None]), axis=-1))
@@ -439,6 +449,8 @@ def _beam_step(
     eos_log_probs = jnp.where(at_limit, eos_log_probs, NEG_INF)
   if forced is not None:
     eos_log_probs = jnp.where(forced[:, None], NEG_INF, eos_log_probs)
+  if allowed is not None:
+    eos_log_probs = jnp.where(allowed[:, eos_id : eos_id + 1], eos_log_probs, NEG_INF)
   eos_log_probs = eos_log_probs.reshape(batch_size, beam_size)
   if done is not None:
     eos_log_probs = jnp.where(done[:, None], NEG_INF, eos_log_probs)
@@ -458,6 +470,11 @@ def _beam_step(
   parent = top // per_beam
   token = jnp.take_along_axis(top_tokens.reshape(batch_size, -1), top, axis=1)
   live_seqs = _write_tokens(gather_beams(state.live_seqs, parent), state.step, token)
+  constraint_state = state.constraint
+  if constraint is not None:
+    chosen = flatten_beam_dim(gather_beams(constraint_state, parent))
+    advanced = constraint.advance(chosen, token.reshape(-1))
+    constraint_state = unflatten_beam_dim(advanced, batch_size)
   return _BeamState(
     step=state.step + 1,
     live_seqs=live_seqs,
@@ -465,6 +482,7 @@ def _beam_step(
     finished_seqs=finished_seqs,
     finished_scores=finished_scores,
     cache=reorder_cache(cache, parent),
+    constraint=constraint_state,
   )
 
 
@@ -523,6 +541,8 @@ def beam_search(
   stop: str = SearchConfig.beam_stop,
   prefix: jax.Array | None = None,
   final: int | None = None,
+  constraint: Any = None,
+  constraint_state: PyTree = None,
 ) -> tuple[jax.Array, jax.Array]:
   """Beam search with the GNMT length penalty, as in tensor2tensor (paper: beam 4, alpha 0.6).
 
@@ -590,6 +610,10 @@ def beam_search(
       (`beam_done`): None (all beam_size, tensor2tensor's rule) or 1..beam_size. With 1
       the best output is the same and the search stops sooner; hypotheses beyond the
       first `final` are the best found when it stopped.
+    constraint, constraint_state: a `decoding.constraints.Constraint` and its `init` state
+      per sentence (leaves [batch, ...]): hypotheses extend only by the tokens it allows
+      and end only where it allows EOS (scores stay the model's log-probabilities, not
+      renormalised), each carrying its own state.
 
   Returns:
     sequences int32 [batch, beam_size, max_decode_len] (no BOS, EOS then PAD) and scores
@@ -601,10 +625,12 @@ def beam_search(
   max_lengths = _check_args(cache, max_lengths, max_decode_len)
   max_lengths = _prefix_limits(max_lengths, prefix, max_decode_len)
   check_stop(stop, final, beam_size)
+  if (constraint is None) != (constraint_state is None):
+    raise ValueError("constraint and constraint_state go together")
   if reorder_cache is None:
     tokens_to_logits, cache, reorder_cache = _per_row_model(tokens_to_logits, cache, beam_size)
   batch_size = max_lengths.shape[0]
-  state = init_beam_state(cache, batch_size, beam_size, max_decode_len)
+  state = init_beam_state(cache, batch_size, beam_size, max_decode_len, constraint_state)
   bounds = segment_bounds(max_decode_len) if resize_cache is not None else [max_decode_len]
   if len(bounds) > 1:
     state = state._replace(cache=resize_cache(state.cache, bounds[0]))
@@ -619,6 +645,7 @@ def beam_search(
     bos_id=bos_id,
     eos_only_at_limit=eos_only_at_limit,
     early_stop=early_stop,
+    constraint=constraint,
   )
 
   def run(
@@ -665,9 +692,14 @@ def check_stop(stop: str, final: int | None, beam_size: int) -> None:
 
 
 def init_beam_state(
-  cache: Cache, batch_size: int, beam_size: int, max_decode_len: int
+  cache: Cache,
+  batch_size: int,
+  beam_size: int,
+  max_decode_len: int,
+  constraint_state: PyTree = None,
 ) -> "_BeamState":
-  """The search state before the first step: BOS only, nothing finished; `cache` beam-aware."""
+  """The search state before the first step: BOS only, nothing finished; `cache` beam-aware;
+  `constraint_state` per sentence (leaves [batch, ...]), copied to every hypothesis."""
   empty_seqs = jnp.full((batch_size, beam_size, max_decode_len), PAD_ID, jnp.int32)
   first_beam_only = jnp.where(jnp.arange(beam_size) == 0, 0.0, NEG_INF)
   return _BeamState(
@@ -678,6 +710,7 @@ def init_beam_state(
     finished_seqs=empty_seqs,
     finished_scores=jnp.full((batch_size, beam_size), NEG_INF, jnp.float32),
     cache=cache,
+    constraint=None if constraint_state is None else add_beam_dim(constraint_state, beam_size),
   )
 
 
@@ -697,12 +730,14 @@ def beam_stage(
   eos_only_at_limit: bool = False,
   prefix: jax.Array | None = None,
   early_stop: bool = True,
+  constraint: Any = None,
 ) -> "_BeamState":
   """Beam search steps in one `lax.while_loop`: until step == `bound` (the cache's length
   in positions) or at most `until` sentences are not done (`beam_done` with
   `stop` and `final`; without early_stop: until every sentence's limit). The unit that
   `beam_search` chains (one per batch size and cache segment) and that `run_in_stages`
-  calls from the host. Arguments as `beam_search`'s, for the state's rows."""
+  calls from the host. Arguments as `beam_search`'s, for the state's rows; the state holds
+  the constraint's state when `constraint` is given."""
 
   def cond(state: _BeamState) -> jax.Array:
     running = state.step < bound
@@ -723,6 +758,7 @@ def beam_stage(
       eos_only_at_limit,
       prefix,
       done=beam_done(state, max_lengths, alpha, stop, final),
+      constraint=constraint,
     )
 
   return lax.while_loop(cond, body, _materialized(state))
@@ -758,6 +794,7 @@ class _GreedyState(NamedTuple):
   log_probs: jax.Array  # float32 [batch]: sum of log-probs of the tokens chosen (EOS included)
   finished: jax.Array  # bool [batch]
   cache: Cache  # leaves [batch, ...]
+  constraint: PyTree = None  # a Constraint's state per row, leaves [batch, ...]
 
 
 def greedy_search(
@@ -769,11 +806,14 @@ def greedy_search(
   eos_id: int = EOS_ID,
   bos_id: int = BOS_ID,
   prefix: jax.Array | None = None,
+  constraint: Any = None,
+  constraint_state: PyTree = None,
 ) -> tuple[jax.Array, jax.Array]:
   """Takes the most probable token at every step until EOS (or the forced EOS at the limit).
 
   Args: as `beam_search`; `cache` leaves have leading dim batch; prefix int32 [batch, P]:
-    the tokens each row takes first (`force_prefix`; the log-probs count them).
+    the tokens each row takes first (`force_prefix`; the log-probs count them);
+    constraint, constraint_state: the most probable token the constraint allows.
 
   Returns:
     sequences int32 [batch, max_decode_len] (no BOS, EOS then PAD) and their log-probs
@@ -781,7 +821,9 @@ def greedy_search(
   """
   max_lengths = _check_args(cache, max_lengths, max_decode_len)
   max_lengths = _prefix_limits(max_lengths, prefix, max_decode_len)
-  state = init_greedy_state(cache, max_lengths.shape[0], max_decode_len)
+  if (constraint is None) != (constraint_state is None):
+    raise ValueError("constraint and constraint_state go together")
+  state = init_greedy_state(cache, max_lengths.shape[0], max_decode_len, constraint_state)
   final = greedy_stage(
     state,
     tokens_to_logits=tokens_to_logits,
@@ -791,18 +833,22 @@ def greedy_search(
     eos_id=eos_id,
     bos_id=bos_id,
     prefix=prefix,
+    constraint=constraint,
   )
   return final.seqs, final.log_probs
 
 
-def init_greedy_state(cache: Cache, batch_size: int, max_decode_len: int) -> _GreedyState:
-  """Greedy search's state before the first step (`cache` per row)."""
+def init_greedy_state(
+  cache: Cache, batch_size: int, max_decode_len: int, constraint_state: PyTree = None
+) -> _GreedyState:
+  """Greedy search's state before the first step (`cache` and `constraint_state` per row)."""
   return _GreedyState(
     step=jnp.array(0, jnp.int32),
     seqs=jnp.full((batch_size, max_decode_len), PAD_ID, jnp.int32),
     log_probs=jnp.zeros((batch_size,), jnp.float32),
     finished=jnp.zeros((batch_size,), bool),
     cache=cache,
+    constraint=constraint_state,
   )
 
 
@@ -816,6 +862,7 @@ def greedy_stage(
   eos_id: int = EOS_ID,
   bos_id: int = BOS_ID,
   prefix: jax.Array | None = None,
+  constraint: Any = None,
 ) -> _GreedyState:
   """Greedy steps in one `lax.while_loop`, until step == `bound` (the cache's length in
   positions) or at most `until` rows have not ended: the unit that `greedy_search` runs
@@ -831,6 +878,8 @@ def greedy_stage(
     )
     if prefix is not None:
       log_probs = force_prefix(log_probs, state.step, prefix)
+    if constraint is not None:
+      log_probs = jnp.where(constraint.allowed(state.constraint), log_probs, NEG_INF)
     token = argmax(log_probs).astype(jnp.int32)
     token_log_prob = jnp.take_along_axis(log_probs, token[:, None], axis=-1)[:, 0]
     token = jnp.where(state.finished, PAD_ID, token)
@@ -841,6 +890,7 @@ def greedy_stage(
       log_probs=state.log_probs + jnp.where(state.finished, 0.0, token_log_prob),
       finished=state.finished | (token == eos_id),
       cache=cache,
+      constraint=None if constraint is None else constraint.advance(state.constraint, token),
     )
 
   return lax.while_loop(cond, body, _materialized(state))
@@ -920,8 +970,9 @@ def run_in_stages(
     until = size // 2 if size > min_rows else 0
     rows = stages.run(rows, bounds[segment], until)
     before, (step, done) = step, jax.device_get((stages.step(rows), stages.done(rows)))
+    step = int(step)
     stats.stages += 1
-    stats.row_steps += size * (int(step) - before)
+    stats.row_steps += size * (step - before)
     real = origin >= 0
     running = np.flatnonzero(real & ~done)
     if running.size == 0 or step >= bounds[-1]:

@@ -18,9 +18,10 @@ from absl import logging
 from flax.typing import VariableDict
 from jax.typing import ArrayLike
 
+from t2t_jax import compilation
 from t2t_jax import data as data_lib
 from t2t_jax.data.tokenizer import Tokenizer
-from t2t_jax.decoding import search
+from t2t_jax.decoding import constraints, search
 from t2t_jax.decoding.config import PAPER_SEARCH, SearchConfig
 from t2t_jax.model import (
   Transformer,
@@ -213,6 +214,7 @@ def decode(
   num_samples: int = 1,
   prefix: jax.Array | None = None,
   final: int | None = None,
+  constraint: Any = None,
 ) -> tuple[jax.Array, jax.Array]:
   """Encodes once, builds the cache, then beam search (beam_size > 1), greedy decoding, or
   with `draw` sampling (`num_samples` per sentence, `search.sample_search`), as one
@@ -236,7 +238,8 @@ def decode(
   stop, final: beam search's stopping rule (`search.beam_search`): "exact" or "heuristic",
   and how many best hypotheses it makes final (None: all).
   prefix: int32 [batch, P], each sentence's forced first output tokens, PAD after them
-  (the searches' `prefix`).
+  (the searches' `prefix`). constraint: a `decoding.constraints` constraint that beam and
+  greedy search obey (its state from the inputs and the limits).
 
   Sampling repeats each sentence's encoder output num_samples times (the encoder runs once)
   and draws every sample on its own row of the per-row cache.
@@ -268,6 +271,14 @@ def decode(
     order = jnp.argsort(-(log_probs / search.length_penalty(lengths, alpha)), axis=1, stable=True)
     return search.gather_beams(seqs, order), jnp.take_along_axis(log_probs, order, axis=1)
 
+  guide = dict(constraint=constraint, constraint_state=None)
+  if constraint is not None:
+    limits = search._prefix_limits(
+      jnp.clip(max_lengths.astype(jnp.int32), 1, max_decode_len), prefix, max_decode_len
+    )
+    guide["constraint_state"] = constraints.init_state(
+      constraint, inputs, max_lengths=limits, prefix=prefix
+    )
   if beam_size == 1:
     seqs, log_probs = search.greedy_search(
       _row_model(member_params, models, suppress_eos),
@@ -275,6 +286,7 @@ def decode(
       max_lengths=max_lengths,
       max_decode_len=max_decode_len,
       prefix=prefix,
+      **guide,
     )
     return seqs[:, None], log_probs[:, None]
 
@@ -292,6 +304,7 @@ def decode(
     stop=stop,
     prefix=prefix,
     final=final,
+    **guide,
   )
 
 
@@ -306,7 +319,9 @@ class _Rows(NamedTuple):
   prefix: jax.Array | None  # int32 [rows, P]
 
 
-@functools.partial(jax.jit, static_argnames=("model", "max_decode_len", "beam_size", "first"))
+@functools.partial(
+  jax.jit, static_argnames=("model", "max_decode_len", "beam_size", "first", "constraint")
+)
 def _stage_start(
   params: Any,
   inputs: jax.Array,
@@ -317,6 +332,7 @@ def _stage_start(
   max_decode_len: int,
   beam_size: int,
   first: int,
+  constraint: Any = None,
 ) -> _Rows:
   """Encodes, builds the caches (`first` positions long) and the state before step 0."""
   member_params, models = _as_members(params, model)
@@ -325,18 +341,20 @@ def _stage_start(
     jnp.clip(max_lengths.astype(jnp.int32), 1, max_decode_len), prefix, max_decode_len
   )
   batch = inputs.shape[0]
+  guided = None
+  if constraint is not None:
+    guided = constraints.init_state(constraint, inputs, max_lengths=max_lengths, prefix=prefix)
   if beam_size == 1:
-    state = search.init_greedy_state(caches, batch, max_decode_len)
+    state = search.init_greedy_state(caches, batch, max_decode_len, guided)
   else:
-    state = search.init_beam_state(
-      _beam_cache(caches, beam_size, max_decode_len), batch, beam_size, max_decode_len
-    )
+    beam_cache = _beam_cache(caches, beam_size, max_decode_len)
+    state = search.init_beam_state(beam_cache, batch, beam_size, max_decode_len, guided)
   if first < max_decode_len:
     state = state._replace(cache=_resize_cache(state.cache, first, beam_size))
   return _Rows(state, max_lengths, prefix)
 
 
-_STAGE_STATIC = ("model", "beam_size", "bound", "stop", "final", "suppress_eos")
+_STAGE_STATIC = ("model", "beam_size", "bound", "stop", "final", "suppress_eos", "constraint")
 
 
 @functools.partial(jax.jit, static_argnames=_STAGE_STATIC, donate_argnames=("rows",))
@@ -352,6 +370,7 @@ def _stage_run(
   stop: str,
   final: int | None,
   suppress_eos: bool,
+  constraint: Any = None,
 ) -> _Rows:
   """Search steps until step == bound or at most `until` rows are not done."""
   member_params, models = _as_members(params, model)
@@ -363,6 +382,7 @@ def _stage_run(
       bound=bound,
       until=until,
       prefix=rows.prefix,
+      constraint=constraint,
     )
   else:
     tokens_to_logits, reorder = _beam_model(member_params, models)
@@ -378,6 +398,7 @@ def _stage_run(
       final=final,
       eos_only_at_limit=suppress_eos,
       prefix=rows.prefix,
+      constraint=constraint,
     )
   return rows._replace(state=state)
 
@@ -422,6 +443,7 @@ def decode_in_stages(
   prefix: ArrayLike | None = None,
   final: int | None = None,
   stats: search.StageStats | None = None,
+  constraint: Any = None,
 ) -> tuple[np.ndarray, np.ndarray]:
   """`decode`'s beam and greedy search with `search.run_in_stages`: sentences leave the
   batch (halving it) as they finish and the self-attention cache grows with the output at
@@ -441,6 +463,7 @@ def decode_in_stages(
     max_decode_len=max_decode_len,
     beam_size=beam_size,
     first=bounds[0],
+    constraint=constraint,
   )
   static = dict(stop=stop, final=final if beam_size > 1 else None)
   stages = search.Stages(
@@ -453,6 +476,7 @@ def decode_in_stages(
       beam_size=beam_size,
       bound=bound,
       suppress_eos=suppress_eos,
+      constraint=constraint,
       **static,
     ),
     step=lambda rows: rows.state.step,
@@ -543,6 +567,7 @@ def search_batch(
   prefix: ArrayLike | None = None,
   final: int | None = None,
   stats: search.StageStats | None = None,
+  constraint: Any = None,
 ) -> jax.Array | tuple[jax.Array, jax.Array]:
   """Decodes one padded batch, the entry for code that holds a model and parameters but no
   Translator (benchmarks, A/B timing). Beam and greedy search run in stages
@@ -550,7 +575,8 @@ def search_batch(
 
   final: how many of the best beam hypotheses must be exact when a sentence stops
   (`search.beam_search`'s final); default 1 for the best output, all of them with nbest.
-  stats: a `search.StageStats` that the staged search adds to.
+  stats: a `search.StageStats` that the staged search adds to. constraint: a
+  `decoding.constraints` constraint for beam and greedy search (not sampling).
 
   inputs: int32 [batch, source length] (PAD 0); max_lengths: int32 [batch], each output's
   limit, EOS included. The search compiles once per model, shape, beam size, stop rule and
@@ -570,6 +596,8 @@ def search_batch(
   beam]; beam search: length-normalised, greedy: raw log-probs; sampling: [batch,
   num_samples, ...] with raw log-probs, best length-normalised score first).
   """
+  if search.sampling and constraint is not None:
+    raise ValueError("a constraint applies to beam and greedy search, not to sampling")
   if not search.sampling:
     seqs, scores = decode_in_stages(
       params,
@@ -584,6 +612,7 @@ def search_batch(
       prefix=prefix,
       final=final if final is not None or nbest else 1,
       stats=stats,
+      constraint=constraint,
     )
     return (seqs, scores) if nbest else seqs[:, 0]
   run = _nbest if nbest else _best
@@ -644,6 +673,17 @@ def _hypotheses(
   return out
 
 
+def _task_constraint(data_config: ml_collections.ConfigDict, tokenizer: Tokenizer) -> Any:
+  """The constraint of a task whose outputs have a grammar: for a source scored by trees
+  (parsing), well-formed trees over the source's words in the workdir's leaf form; None
+  for translation."""
+  source = data_lib.sources.find(data_config.source)
+  if source is None or not source.scores_trees:
+    return None
+  pieces = [tokenizer.id_to_piece(i) for i in range(tokenizer.vocab_size)]
+  return constraints.TreeConstraint.for_symbols(pieces, data_config.get("tree_leaves", "xx"))
+
+
 class _MemberShape(NamedTuple):
   vocab: str
   vocab_sha256: str
@@ -669,6 +709,10 @@ class Translator:
 
   `search` holds the decoding settings translate() uses unless told otherwise (from_workdir:
   the workdir's config); max_output_extra= and beam_stop= override its fields.
+  compilation_cache: JAX's persistent compilation cache directory ('default': see
+  `t2t_jax.compilation`; None or 'off': none), set for the process unless it has one, so
+  that the searches compiled here are read back by later processes. `stats` sums what the
+  searches did (`DecodeStats`).
   """
 
   def __init__(
@@ -680,8 +724,14 @@ class Translator:
     batch_tokens: int = 4096,
     beam_stop: str | None = None,
     search: SearchConfig = PAPER_SEARCH,
+    compilation_cache: str | None = "default",
   ) -> None:
+    compilation.enable(compilation_cache)
     self.search = search.override(max_output_extra=max_output_extra, beam_stop=beam_stop)
+    self.stats = DecodeStats()
+    # The grammar of the task's outputs (parsing workdirs: `constraints.TreeConstraint`),
+    # obeyed by beam and greedy search when search.constrained.
+    self.constraint: Any = None
     self.model, self.params, self.tokenizer = model, params, tokenizer
     self.batch_tokens = batch_tokens
     self.checkpoint_steps: list[int] = []
@@ -717,6 +767,7 @@ class Translator:
     out.workdirs = [w for t in translators for w in t.workdirs]
     out.member_steps = [list(t.checkpoint_steps) for t in translators]
     out.target_lang = first.target_lang
+    out.constraint = first.constraint
     return out
 
   @classmethod
@@ -784,6 +835,7 @@ class Translator:
     translator.checkpoint_steps = steps
     translator.workdirs = [workdir]
     translator.target_lang = data_lib.target_language(config.data)
+    translator.constraint = _task_constraint(config.data, tokenizer)
     return translator
 
   def _settings(
@@ -1051,6 +1103,7 @@ class Translator:
       sentence_ids=sentence_ids,
       prefix=prefix,
       stats=self.stats,
+      constraint=self.constraint if settings.constrained and not settings.sampling else None,
     )
     if nbest is None:
       seqs = np.asarray(search_batch(params, inputs, limits, **kw))

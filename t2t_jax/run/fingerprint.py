@@ -32,6 +32,7 @@ MAY_CHANGE_ON_RESUME = frozenset(
     "checkpoint_every_steps",
     "eval_every_steps",
     # Read only when the workdir has no checkpoint: a resume never looks at them.
+    "constrained",
     "init_from",
     "init_keep_optimizer",
     "keep_best_checkpoints",
