@@ -16,7 +16,14 @@ Prints a table and, with --json, writes every figure:
 With --vs=peers, train times the same model and batch in t2t_jax, torch.nn.Transformer, a
 plain flax.linen Transformer and Hugging Face's MarianMTModel, interleaved
 (t2t_jax.bench.peers; JSON `train_vs`); --vs=ctranslate2 does the same for decode
-(t2t_jax.bench.ctranslate2).
+(t2t_jax.bench.ctranslate2: random parameters, outputs forced to --seq_len; JSON
+`decode_vs`). With a trained --workdir, --vs=ctranslate2 translates a text file instead,
+as t2t-translate and CTranslate2's translate_batch do, beam and greedy, and prints speed,
+sacreBLEU, identical lines and the search statistics (t2t_jax.bench.real_text; JSON
+`decode_text`):
+
+    t2t-bench --parts=decode --vs=ctranslate2 --workdir=W --decode_input=test2016.en \
+        --decode_reference=test2016.de [--decode_sentences=0] [--repeats=3] [--cold]
 """
 
 import json
@@ -87,6 +94,12 @@ flags.DEFINE_integer(
   "--vs=ctranslate2 --workdir: source tokens per batch, every system (t2t-translate's "
   "--batch_tokens, CTranslate2's max_batch_size)",
 )
+flags.DEFINE_string(
+  "checkpoint",
+  "auto",
+  "--vs=ctranslate2 --workdir: the parameters, as t2t-translate's --checkpoint ('auto', "
+  "'latest', 'average:N', 'best[:N]', 'selected' or a step)",
+)
 flags.DEFINE_boolean(
   "cold",
   False,
@@ -130,7 +143,7 @@ def _train_part(
   results["train"] = result
 
 
-REAL_TEXT_FLAGS = ("decode_input", "decode_reference", "decode_batch_tokens", "cold")
+REAL_TEXT_FLAGS = ("decode_input", "decode_reference", "decode_batch_tokens", "checkpoint", "cold")
 
 
 def _real_text() -> bool:
@@ -175,6 +188,7 @@ def _real_text_part(results: dict, counter: timing.CompileCounter) -> None:
       beam_size=FLAGS.beam_size,
       repeats=FLAGS.repeats,
       batch_tokens=FLAGS.decode_batch_tokens,
+      checkpoint=FLAGS.checkpoint,
       cold=FLAGS.cold,
       counter=counter,
     )

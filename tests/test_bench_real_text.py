@@ -1,0 +1,129 @@
+"""t2t-bench --vs=ctranslate2 --workdir: t2t_jax against its CTranslate2 exports on a text
+file, in t2t-translate's batches (bench.real_text)."""
+
+import os
+import sys
+
+import pytest
+
+from t2t_jax.bench import real_text
+from t2t_jax.bench.timing import CompileCounter
+from t2t_jax.cli import bench, common
+from tests import export_support
+
+LINES = 8
+
+
+@pytest.fixture
+def bench_main(monkeypatch):
+  """t2t-bench's main() on argv, its global flags reset afterwards."""
+  if "config" not in bench.FLAGS:
+    monkeypatch.setattr(sys, "argv", ["t2t-bench"])
+    common.define_config_flag("t2t-bench")
+
+  def run(*args):
+    argv = ["t2t-bench", "--experiment=tiny", *args]
+    try:
+      bench.FLAGS(argv)
+      bench.main(argv)
+    finally:
+      bench.FLAGS.unparse_flags()
+
+  return run
+
+
+@pytest.mark.parametrize(
+  "args, message",
+  [
+    (["--decode_input=x.en"], "--decode_input is for the real-text comparison"),
+    (["--parts=decode", "--cold"], "--cold is for the real-text comparison"),
+    (
+      ["--parts=decode", "--vs=ctranslate2", "--workdir=W", "--decode_batch_tokens=0"],
+      "--decode_batch_tokens=0 must be >= 1",
+    ),
+    (
+      ["--parts=decode", "--vs=ctranslate2", "--workdir=W", "--decode_sentences=-1"],
+      "--decode_sentences=-1 must be >= 0",
+    ),
+  ],
+)
+def test_bad_real_text_flags_are_one_line_naming_the_flag(bench_main, args, message):
+  with pytest.raises(SystemExit) as e:
+    bench_main(*args)
+  assert str(e.value).startswith("t2t-bench: ") and message in str(e.value)
+  assert "\n" not in str(e.value)
+
+
+def test_text_and_reference_are_read_and_checked(tmp_path):
+  source, reference = tmp_path / "in.en", tmp_path / "ref.de"
+  source.write_text("a\nb\nc\n")
+  reference.write_text("x\ny\n")
+  text = real_text.read_text(str(source), str(reference), 2)
+  assert (text.lines, text.references, text.origin) == (["a", "b"], ["x", "y"], str(source))
+  assert real_text.read_text(str(source), None, 0).lines == ["a", "b", "c"]
+  with pytest.raises(real_text.TextError, match=r"^--decode_reference=.*: 2 lines for 3"):
+    real_text.read_text(str(source), str(reference), 0)
+  with pytest.raises(real_text.TextError, match=r"^--decode_input=.*missing.en"):
+    real_text.read_text(str(tmp_path / "missing.en"), None, 0)
+
+
+def test_compile_counter_sums_compile_seconds():
+  import jax
+  import jax.numpy as jnp
+
+  counter = CompileCounter()
+  before = counter.snapshot()
+  jax.jit(lambda x: x * 3 + 1)(jnp.arange(7.0)).block_until_ready()
+  count, seconds = (now - then for now, then in zip(counter.snapshot(), before))
+  # A program the persistent compilation cache already holds is not compiled again.
+  assert count in (0, 1) and (seconds > 0) == (count == 1)
+
+
+@pytest.fixture(scope="module")
+def comparison():
+  pytest.importorskip("ctranslate2")
+  workdir = export_support.text_workdir()
+  corpus = export_support._text_corpus()
+  text = real_text.read_text(
+    os.path.join(corpus, "test2016.en"), os.path.join(corpus, "test2016.de"), LINES
+  )
+  return real_text.compare(workdir, text, beam_size=4, repeats=1, batch_tokens=64, threads=1)
+
+
+@pytest.mark.slow  # trains the shared SentencePiece workdir when no earlier test did
+def test_every_system_translates_the_text_in_both_searches(comparison):
+  assert comparison["sentences"] == LINES and comparison["reference"]
+  assert list(comparison["searches"]) == ["beam", "greedy"]
+  for name, search in comparison["searches"].items():
+    systems = search["systems"]
+    assert list(systems) == ["t2t_jax", "ctranslate2 float32", "ctranslate2 int8"]
+    for system, row in systems.items():
+      assert 0 <= row["same_as_t2t_jax"] <= LINES, (name, system)
+      assert row["bleu"] is not None and row["output_tokens"] >= LINES, (name, system)
+      assert row["sentences_per_s"] > 0 and row["setup_s"] > 0 and len(row["seconds"]) == 1
+    assert systems["t2t_jax"]["same_as_t2t_jax"] == LINES
+    for system in ("ctranslate2 float32", "ctranslate2 int8"):
+      assert (
+        systems[system]["hypothesis_steps"]
+        == search["beam_size"] * (systems[system]["output_tokens"])
+      )
+  # Greedy search has no length penalty: the float32 export gives t2t_jax's outputs.
+  assert comparison["searches"]["greedy"]["systems"]["ctranslate2 float32"]["same_as_t2t_jax"] == (
+    LINES
+  )
+
+
+@pytest.mark.slow
+def test_the_search_statistics_count_one_pass(comparison):
+  for search in comparison["searches"].values():
+    stats, beam = search["t2t_jax"], search["beam_size"]
+    assert stats["sentences"] == LINES and stats["rows"] >= LINES and stats["batches"] >= 1
+    assert stats["padding_rows"] == stats["rows"] - LINES
+    assert stats["hypothesis_steps_run"] >= stats["hypothesis_steps_needed"] > 0
+    assert stats["hypothesis_steps_needed"] % beam == 0
+    # The output tokens are the steps the outputs needed, EOS included.
+    assert stats["hypothesis_steps_needed"] == beam * search["systems"]["t2t_jax"]["output_tokens"]
+    assert stats["stages"] >= stats["batches"] and stats["timed_compiles"] == 0
+  text = real_text.table(comparison)
+  for line in ("| ctranslate2 int8 |", "hypothesis-steps", "beam, beam 4", "greedy, beam 1"):
+    assert line in text, text
