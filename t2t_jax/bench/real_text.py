@@ -459,7 +459,8 @@ def _fmt(value: float | None, spec: str) -> str:
 
 def _search_lines(name: str, s: dict[str, Any], sentences: int) -> list[str]:
   lines = [
-    f"{name}, beam {s['beam_size']} (CTranslate2 max_decoding_length {s['max_decoding_length']}):",
+    f"{name} search, beam {s['beam_size']} (CTranslate2 max_decoding_length "
+    f"{s['max_decoding_length']}):",
     "| system | sentences/s | tokens/s | sacreBLEU | same output as t2t_jax | set-up s | "
     "hypothesis-steps |",
     "|---|---:|---:|---:|---:|---:|---:|",

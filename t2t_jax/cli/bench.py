@@ -22,7 +22,7 @@ as t2t-translate and CTranslate2's translate_batch do, beam and greedy, and prin
 sacreBLEU, identical lines and the search statistics (t2t_jax.bench.real_text; JSON
 `decode_text`):
 
-    t2t-bench --parts=decode --vs=ctranslate2 --workdir=W --decode_input=test2016.en \
+    t2t-bench --parts=decode --vs=ctranslate2 --workdir=W --decode_input=test2016.en \\
         --decode_reference=test2016.de [--decode_sentences=0] [--repeats=3] [--cold]
 """
 

@@ -920,8 +920,9 @@ def run_in_stages(
     until = size // 2 if size > min_rows else 0
     rows = stages.run(rows, bounds[segment], until)
     before, (step, done) = step, jax.device_get((stages.step(rows), stages.done(rows)))
+    step = int(step)  # a Python int: the sums in `stats` must not wrap at 2^31
     stats.stages += 1
-    stats.row_steps += size * (int(step) - before)
+    stats.row_steps += size * (step - before)
     real = origin >= 0
     running = np.flatnonzero(real & ~done)
     if running.size == 0 or step >= bounds[-1]:
