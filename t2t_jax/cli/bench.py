@@ -169,12 +169,13 @@ def _real_text() -> bool:
 
 def _real_text_part(results: dict, counter: timing.CompileCounter) -> None:
   """t2t_jax against CTranslate2 on a text file through --workdir (bench.real_text)."""
+  from t2t_jax import data
   from t2t_jax.bench import real_text
   from t2t_jax.decoding.translator import TranslateError, load_config
   from t2t_jax.run.checkpoint import CheckpointSpecError
 
   try:
-    target_lang = load_config(FLAGS.workdir).data.get("target_lang") or "de"
+    target_lang = data.target_language(load_config(FLAGS.workdir).data)
     text = real_text.read_text(
       FLAGS.decode_input,
       FLAGS.decode_reference,
