@@ -75,6 +75,20 @@ def test_text_and_reference_are_read_and_checked(tmp_path):
     real_text.read_text(str(tmp_path / "missing.en"), None, 0)
 
 
+def test_the_shared_test_set_brings_its_own_reference(tmp_path, monkeypatch):
+  (tmp_path / "multi30k").mkdir()
+  (tmp_path / "multi30k" / "test2016.en").write_text("a\nb\n")
+  monkeypatch.setenv("T2T_SHARED_DATA", str(tmp_path))
+  assert real_text.read_text(None, None, 0, "multi30k").references is None
+  (tmp_path / "multi30k" / "test2016.de").write_text("x\ny\n")
+  text = real_text.read_text(None, None, 1, "multi30k")
+  assert (text.lines, text.references) == (["a"], ["x"])
+  assert text.origin == str(tmp_path / "multi30k" / "test2016.en")
+  monkeypatch.setenv("T2T_SHARED_DATA", str(tmp_path / "none"))
+  with pytest.raises(real_text.TextError, match="^--decode_input: no file given"):
+    real_text.read_text(None, None, 0)
+
+
 def test_compile_counter_sums_compile_seconds():
   import jax
   import jax.numpy as jnp
