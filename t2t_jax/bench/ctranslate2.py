@@ -2,20 +2,20 @@
 
     t2t-bench --experiment=tiny --config.model.d_model=128 --config.model.d_ff=512 \
         --vocab_size=8000 --parts=decode --vs=ctranslate2 --decode_sentences=128 --seq_len=30
-    t2t-bench --parts=decode --vs=ctranslate2 --workdir=DIR     # a trained model, real text
 
-The parameters t2t_jax times (random, or a --workdir's as t2t-translate loads them) are
-exported with `t2t_jax.export.to_ctranslate2` into a temporary directory and loaded by
-CTranslate2 with compute type float32 and int8, with as many threads as XLA uses (the cores
-this process may run on). Every system decodes the same source ids in one batch with the
-same beam and alpha:
+(A trained --workdir on a text file, in t2t-translate's batches: bench.real_text.)
+
+The parameters t2t_jax times are exported with `t2t_jax.export.to_ctranslate2` into a
+temporary directory and loaded by CTranslate2 with compute type float32 and int8, with as
+many threads as XLA uses (the cores this process may run on). Every system decodes the same
+source ids in one batch with the same beam and alpha:
 
 - random parameters: sources of --seq_len tokens (EOS included) and outputs forced to
   --seq_len tokens (t2t_jax suppresses EOS until its limit, CTranslate2 gets
   min_decoding_length = max_decoding_length), so every system runs the same number of
   decoder steps over the same shapes;
-- a trained model: real sentences, each output ends where the model puts EOS (limit:
-  source + 50 tokens for t2t_jax; CTranslate2 takes one limit for the batch, the longest).
+- trained parameters (compare(forced=False)): each output ends where the model puts EOS
+  (limits as given for t2t_jax; CTranslate2 takes one limit for the batch, the longest).
 
 Repetitions are interleaved (t2t_jax, CTranslate2 float32, CTranslate2 int8, t2t_jax, ...)
 so that machine noise hits all of them; the table gives medians and the ratio of each

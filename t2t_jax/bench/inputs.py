@@ -30,14 +30,14 @@ def shared_data_dir() -> pathlib.Path:
 
 
 def real_sentences(n: int, corpus: str = "") -> tuple[list[str] | None, str | None]:
-  """English sources from ../shared/data: `corpus` (an error if absent), or the first of
-  multi30k test2016 and newstest2014 present, or (None, None)."""
+  """The first n (0: all) English sources from ../shared/data: `corpus` (an error if
+  absent), or the first of multi30k test2016 and newstest2014 present, or (None, None)."""
   root = str(shared_data_dir())
   for name in [corpus] if corpus else CORPORA:
     path = os.path.join(root, CORPORA[name])
     if os.path.isfile(path):
       with open(path, encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f][:n], CORPORA[name]
+        return [line.rstrip("\n") for line in f][: n or None], CORPORA[name]
   if corpus:
     raise app.UsageError(
       f"--decode_corpus={corpus}: {path} not found "

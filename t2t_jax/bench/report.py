@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from t2t_jax.bench import ctranslate2, peers
+from t2t_jax.bench import ctranslate2, peers, real_text
 
 
 def _peak_lines(results: dict[str, Any]) -> list[str]:
@@ -76,6 +76,8 @@ def table(results: dict[str, Any]) -> str:
     lines += _decode_lines(results["decode"])
   if "decode_vs" in results:
     lines += _decode_vs_lines(results["decode_vs"])
+  if "decode_text" in results:
+    lines.append(real_text.table(results["decode_text"]))
   if "pipeline" in results:
     lines += _pipeline_lines(results["pipeline"])
   return "\n".join(lines)

@@ -13,16 +13,24 @@ from jax.typing import DTypeLike
 
 
 class CompileCounter:
-  """Counts XLA compilations (jax's backend-compile events)."""
+  """Counts XLA compilations (jax's backend-compile events) and sums their seconds; a
+  program read back from the persistent compilation cache is not compiled, so it adds
+  nothing."""
 
   def __init__(self) -> None:
     self.count = 0
+    self.seconds = 0.0
     jax.monitoring.register_event_duration_secs_listener(self._listen)
 
   def _listen(self, event: str, duration: float, **kwargs: Any) -> None:
-    del duration, kwargs
+    del kwargs
     if event == "/jax/core/compile/backend_compile_duration":
       self.count += 1
+      self.seconds += duration
+
+  def snapshot(self) -> tuple[int, float]:
+    """(compilations, compile seconds) so far: subtract two to get a span's."""
+    return self.count, self.seconds
 
 
 def best_time(run: Callable[[], object], repeats: int) -> float:

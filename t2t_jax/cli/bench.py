@@ -16,7 +16,14 @@ Prints a table and, with --json, writes every figure:
 With --vs=peers, train times the same model and batch in t2t_jax, torch.nn.Transformer, a
 plain flax.linen Transformer and Hugging Face's MarianMTModel, interleaved
 (t2t_jax.bench.peers; JSON `train_vs`); --vs=ctranslate2 does the same for decode
-(t2t_jax.bench.ctranslate2).
+(t2t_jax.bench.ctranslate2: random parameters, outputs forced to --seq_len; JSON
+`decode_vs`). With a trained --workdir, --vs=ctranslate2 translates a text file instead,
+as t2t-translate and CTranslate2's translate_batch do, beam and greedy, and prints speed,
+sacreBLEU, identical lines and the search statistics (t2t_jax.bench.real_text; JSON
+`decode_text`):
+
+    t2t-bench --parts=decode --vs=ctranslate2 --workdir=W --decode_input=test2016.en \\
+        --decode_reference=test2016.de [--decode_sentences=0] [--repeats=3] [--cold]
 """
 
 import json
@@ -38,7 +45,11 @@ flags.DEFINE_integer("seq_len", 32, "source and target length of the synthetic b
 flags.DEFINE_integer("vocab_size", 0, "vocabulary size (0: the config's data.vocab_size)")
 flags.DEFINE_integer("steps", 10, "timed training steps after warm-up")
 flags.DEFINE_string("workdir", None, "trained workdir for decoding (else random parameters)")
-flags.DEFINE_integer("decode_sentences", 128, "sentences to decode")
+flags.DEFINE_integer(
+  "decode_sentences",
+  None,
+  "sentences to decode (default 128; with --vs=ctranslate2 --workdir every line; 0: all)",
+)
 flags.DEFINE_enum(
   "decode_corpus",
   "",
@@ -65,6 +76,36 @@ flags.DEFINE_enum(
   "train the same model on the same batch in torch, plain flax and Marian too, interleaved",
 )
 flags.DEFINE_integer("repeats", 3, "interleaved repetitions per system for --vs")
+flags.DEFINE_string(
+  "decode_input",
+  None,
+  "--vs=ctranslate2 --workdir: the text to translate, one sentence a line (default: the "
+  "--decode_corpus test set)",
+)
+flags.DEFINE_string(
+  "decode_reference",
+  None,
+  "--vs=ctranslate2 --workdir: its reference translations, for sacreBLEU (default: the "
+  "test set's own when the text is one)",
+)
+flags.DEFINE_integer(
+  "decode_batch_tokens",
+  4096,
+  "--vs=ctranslate2 --workdir: source tokens per batch, every system (t2t-translate's "
+  "--batch_tokens, CTranslate2's max_batch_size)",
+)
+flags.DEFINE_string(
+  "checkpoint",
+  "auto",
+  "--vs=ctranslate2 --workdir: the parameters, as t2t-translate's --checkpoint ('auto', "
+  "'latest', 'average:N', 'best[:N]', 'selected' or a step)",
+)
+flags.DEFINE_boolean(
+  "cold",
+  False,
+  "--vs=ctranslate2 --workdir: also time fresh processes end to end: t2t-translate of the "
+  "text with an empty and then a filled compilation cache, and CTranslate2 load + translate",
+)
 flags.DEFINE_integer("pipeline_batches", 200, "batches drawn from the input pipeline")
 flags.DEFINE_string("json", None, "write the results here as JSON")
 FLAGS = flags.FLAGS
@@ -102,23 +143,77 @@ def _train_part(
   results["train"] = result
 
 
+REAL_TEXT_FLAGS = ("decode_input", "decode_reference", "decode_batch_tokens", "checkpoint", "cold")
+
+
+def _real_text() -> bool:
+  """Whether this run is the real-text comparison; its flags given elsewhere are refused."""
+  real = "decode" in FLAGS.parts and FLAGS.vs == "ctranslate2" and bool(FLAGS.workdir)
+  for name in REAL_TEXT_FLAGS:
+    if FLAGS[name].present and not real:
+      raise SystemExit(
+        f"t2t-bench: --{name} is for the real-text comparison: add --parts=decode "
+        "--vs=ctranslate2 --workdir=W"
+      )
+  if real:
+    if FLAGS.decode_batch_tokens < 1:
+      raise SystemExit(f"t2t-bench: --decode_batch_tokens={FLAGS.decode_batch_tokens} must be >= 1")
+    if FLAGS.repeats < 1:
+      raise SystemExit(f"t2t-bench: --repeats={FLAGS.repeats} must be >= 1")
+  if FLAGS.decode_sentences is not None and FLAGS.decode_sentences < (0 if real else 1):
+    raise SystemExit(
+      f"t2t-bench: --decode_sentences={FLAGS.decode_sentences} must be >= {0 if real else 1}"
+    )
+  return real
+
+
+def _real_text_part(results: dict, counter: timing.CompileCounter) -> None:
+  """t2t_jax against CTranslate2 on a text file through --workdir (bench.real_text)."""
+  from t2t_jax import data
+  from t2t_jax.bench import real_text
+  from t2t_jax.decoding.translator import TranslateError, load_config
+  from t2t_jax.run.checkpoint import CheckpointSpecError
+
+  try:
+    target_lang = data.target_language(load_config(FLAGS.workdir).data)
+    text = real_text.read_text(
+      FLAGS.decode_input,
+      FLAGS.decode_reference,
+      FLAGS.decode_sentences or 0,
+      FLAGS.decode_corpus,
+      target_lang,
+    )
+    results["decode_text"] = real_text.compare(
+      FLAGS.workdir,
+      text,
+      beam_size=FLAGS.beam_size,
+      repeats=FLAGS.repeats,
+      batch_tokens=FLAGS.decode_batch_tokens,
+      checkpoint=FLAGS.checkpoint,
+      cold=FLAGS.cold,
+      counter=counter,
+    )
+  except (real_text.TextError, TranslateError, CheckpointSpecError) as e:
+    raise SystemExit(f"t2t-bench: {e}") from None
+
+
 def _decode_part(config: ml_collections.ConfigDict, vocab: int, results: dict) -> None:
   """The decode figure, or with --vs=ctranslate2 the comparison, into `results`."""
   search = SearchConfig.from_config(config).override(beam_size=FLAGS.beam_size)
   where = dict(workdir=FLAGS.workdir, corpus=FLAGS.decode_corpus)
+  sentences = FLAGS.decode_sentences or 128
   if FLAGS.vs == "ctranslate2":
     results["decode_vs"] = decode.measure_decode_vs(
       config,
       vocab,
       search,
-      sentences=FLAGS.decode_sentences,
+      sentences=sentences,
       seq_len=FLAGS.seq_len,
       repeats=FLAGS.repeats,
-      **where,
     )
     return
   results["decode"] = decode.measure_decode(
-    config, vocab, FLAGS.decode_sentences, search, sampling=FLAGS.sampling, **where
+    config, vocab, sentences, search, sampling=FLAGS.sampling, **where
   )
 
 
@@ -126,6 +221,7 @@ def main(argv: Sequence[str]) -> None:
   del argv
   common.quiet_library_logs()
   config = FLAGS.config
+  real_text = _real_text()
   vocab = _vocab_size(config)
   counter = timing.CompileCounter()
   results = dict(
@@ -135,7 +231,9 @@ def main(argv: Sequence[str]) -> None:
     results["peak"] = timing.measure_peak()
   if "train" in FLAGS.parts:
     _train_part(config, vocab, results, counter)
-  if "decode" in FLAGS.parts:
+  if real_text:
+    _real_text_part(results, counter)
+  elif "decode" in FLAGS.parts:
     _decode_part(config, vocab, results)
   if "pipeline" in FLAGS.parts:
     results["pipeline"] = pipeline.measure_pipeline(config, FLAGS.pipeline_batches)

@@ -257,6 +257,8 @@ def _check_output(path: str | None) -> None:
     return
   if os.path.isdir(path):
     raise TranslateError(f"--output={path}: cannot write (Is a directory)")
+  if os.path.exists(path) and os.access(path, os.W_OK):
+    return  # a writable file or device (/dev/null) whose directory may not take a probe
   probe = os.path.join(
     os.path.dirname(os.path.abspath(path)), f".{os.path.basename(path)}.probe-{os.getpid()}"
   )

@@ -970,7 +970,7 @@ def run_in_stages(
     until = size // 2 if size > min_rows else 0
     rows = stages.run(rows, bounds[segment], until)
     before, (step, done) = step, jax.device_get((stages.step(rows), stages.done(rows)))
-    step = int(step)
+    step = int(step)  # a Python int: the sums in `stats` must not wrap at 2^31
     stats.stages += 1
     stats.row_steps += size * (step - before)
     real = origin >= 0

@@ -741,6 +741,7 @@ class Translator:
     self.members: tuple[tuple[Transformer, VariableDict], ...] = ((model, params),)
     self.workdirs: list[str] = []
     self.member_steps: list[list[int]] = []  # an ensemble's checkpoint steps per member
+    self.stats = DecodeStats()  # summed over every batch translated; reassign to reset
 
   @classmethod
   def ensemble(cls, translators: Sequence["Translator"], **kwargs: Any) -> "Translator":
