@@ -232,15 +232,14 @@ def test_run_in_stages_halves_and_grows_on_a_counting_search():
     while step < bound and np.sum(left > step) > until:
       step += 1
     assert cache.shape[0] == bound, "the cache has the current bound's length"
-    return dict(rows, step=step)
+    return dict(rows, step=step), step, left <= step
 
+  outputs = lambda rows: (rows["left"] * 10,)
   rows = dict(step=0, cache=np.zeros(bounds[0]), left=np.arange(1, batch + 1))
   stages = search.Stages(
     run=run,
-    step=lambda rows: rows["step"],
-    done=lambda rows: rows["left"] <= rows["step"],
-    outputs=lambda rows: (rows["left"] * 10 + rows["step"] * 0,),
-    take=lambda rows, keep: dict(rows, left=rows["left"][np.asarray(keep)]),
+    take=lambda rows, keep: (dict(rows, left=rows["left"][np.asarray(keep)]), outputs(rows)),
+    outputs=outputs,
     resize=lambda rows, n: dict(rows, cache=np.zeros(n)),
   )
   stats = search.StageStats()

@@ -296,16 +296,20 @@ def compare(
   cold: bool = False,
   cold_env: Mapping[str, str] | None = None,
   counter: CompileCounter | None = None,
+  beam_stop: str | None = None,
 ) -> dict[str, Any]:
   """t2t_jax and CTranslate2 (each of `compute_types`, exported with that quantization) on
   `text` through `workdir`'s model: the beam search (`beam_size`, default the workdir's)
   and greedy search, `repeats` interleaved rounds each; with `cold`, also `cold_processes`
   (run with `cold_env`, default this process's environment). Returns what t2t-bench writes
-  under `decode_text` (`table` prints it)."""
+  under `decode_text` (`table` prints it). beam_stop: t2t_jax's stopping rule (None: the
+  workdir's).
   threads = threads or cpu_threads()
   counter = counter or CompileCounter()
   start = time.perf_counter()
-  translator = Translator.from_workdir(workdir, checkpoint, batch_tokens=batch_tokens)
+  translator = Translator.from_workdir(
+    workdir, checkpoint, batch_tokens=batch_tokens, beam_stop=beam_stop
+  )
   load_s = time.perf_counter() - start
   beam_size = beam_size or translator.search.beam_size
   ids = translator._source_ids(text.lines)

@@ -61,6 +61,13 @@ flags.DEFINE_enum(
 flags.DEFINE_integer(
   "beam_size", None, "beam width for the decoding figure (default: the config's beam_size)"
 )
+flags.DEFINE_enum(
+  "beam_stop",
+  None,
+  ["exact", "heuristic"],
+  "real-text decoding (--workdir with --vs=ctranslate2): t2t_jax's stopping rule "
+  "(default: the workdir's config.beam_stop)",
+)
 flags.DEFINE_boolean(
   "sampling",
   False,
@@ -192,6 +199,7 @@ def _real_text_part(results: dict, counter: timing.CompileCounter) -> None:
       checkpoint=FLAGS.checkpoint,
       cold=FLAGS.cold,
       counter=counter,
+      beam_stop=FLAGS.beam_stop,
     )
   except (real_text.TextError, TranslateError, CheckpointSpecError) as e:
     raise SystemExit(f"t2t-bench: {e}") from None

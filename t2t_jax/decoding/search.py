@@ -907,12 +907,12 @@ class Stages(NamedTuple):
   the scalar step.
   """
 
-  run: Callable[[Any, int, int], Any]  # (rows, bound, until) -> rows: steps until step ==
-  # bound (the cache's positions) or at most `until` rows are not done
-  step: Callable[[Any], jax.Array]  # int32 scalar: positions written so far
-  done: Callable[[Any], jax.Array]  # bool [rows]: whose results are final
+  run: Callable[[Any, int, int], tuple[Any, jax.Array, jax.Array]]  # (rows, bound, until)
+  # -> (rows, step, done): steps until step == bound (the cache's positions) or at most
+  # `until` rows are not done; then the scalar step and bool [rows] whose results are final
+  take: Callable[[Any, jax.Array], tuple[Any, tuple[jax.Array, ...]]]  # (rows, keep int32
+  # [n]) -> (those rows in order, the `outputs` of every row before taking)
   outputs: Callable[[Any], tuple[jax.Array, ...]]  # each row's results, leading dim rows
-  take: Callable[[Any, jax.Array], Any]  # (rows, keep int32 [n]) -> those rows, in order
   resize: Callable[[Any, int], Any] | None  # (rows, n) -> the cache grown to n positions
 
 
@@ -958,9 +958,9 @@ def run_in_stages(
   size, segment, step = batch_size, 0, 0
   stats = StageStats() if stats is None else stats
 
-  def collect(rows: Any, which: np.ndarray) -> None:
+  def collect(outputs: tuple[jax.Array, ...], which: np.ndarray) -> None:
     nonlocal results
-    outputs = jax.device_get(stages.outputs(rows))
+    outputs = jax.device_get(outputs)
     if results is None:
       results = [np.zeros((batch_size,) + x.shape[1:], x.dtype) for x in outputs]
     for result, x in zip(results, outputs):
@@ -968,23 +968,23 @@ def run_in_stages(
 
   while True:
     until = size // 2 if size > min_rows else 0
-    rows = stages.run(rows, bounds[segment], until)
-    before, (step, done) = step, jax.device_get((stages.step(rows), stages.done(rows)))
+    rows, step_now, done = stages.run(rows, bounds[segment], until)
+    before, (step, done) = step, jax.device_get((step_now, done))
     step = int(step)  # a Python int: the sums in `stats` must not wrap at 2^31
     stats.stages += 1
     stats.row_steps += size * (step - before)
     real = origin >= 0
     running = np.flatnonzero(real & ~done)
     if running.size == 0 or step >= bounds[-1]:
-      collect(rows, np.flatnonzero(real))
+      collect(stages.outputs(rows), np.flatnonzero(real))
       return tuple(results)
     if running.size <= until:
-      collect(rows, np.flatnonzero(real & done))
       size = max(_power_of_two_at_least(running.size), min_rows)
       filler = np.flatnonzero(done)[: size - running.size]
       keep = np.concatenate([running, filler])
+      rows, outputs = stages.take(rows, jnp.asarray(keep, jnp.int32))
+      collect(outputs, np.flatnonzero(real & done))
       origin = np.concatenate([origin[running], np.full(filler.size, -1)])
-      rows = stages.take(rows, jnp.asarray(keep, jnp.int32))
       stats.compactions += 1
     elif step >= bounds[segment]:
       segment += 1

@@ -371,8 +371,9 @@ def _stage_run(
   final: int | None,
   suppress_eos: bool,
   constraint: Any = None,
-) -> _Rows:
-  """Search steps until step == bound or at most `until` rows are not done."""
+) -> tuple[_Rows, jax.Array, jax.Array]:
+  """Search steps until step == bound or at most `until` rows are not done; (rows, step,
+  done [rows]), in one program so that a stage is one call."""
   member_params, models = _as_members(params, model)
   if beam_size == 1:
     state = search.greedy_stage(
@@ -400,33 +401,40 @@ def _stage_run(
       prefix=rows.prefix,
       constraint=constraint,
     )
-  return rows._replace(state=state)
+    done = search.beam_done(state, rows.max_lengths, alpha, stop, final)
+    return rows._replace(state=state), state.step, done
+  return rows._replace(state=state), state.step, state.finished
 
 
-@functools.partial(jax.jit, static_argnames=("stop", "final"))
-def _stage_done(rows: _Rows, alpha: jax.Array, *, stop: str, final: int | None) -> jax.Array:
-  if isinstance(rows.state, search._GreedyState):
-    return rows.state.finished
-  return search.beam_done(rows.state, rows.max_lengths, alpha, stop, final)
-
-
-@jax.jit
-def _stage_outputs(rows: _Rows, alpha: jax.Array) -> tuple[jax.Array, jax.Array]:
+def _outputs(rows: _Rows, alpha: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """`decode`'s (sequences, scores) of every row."""
   state = rows.state
   if isinstance(state, search._GreedyState):
     return state.seqs[:, None], state.log_probs[:, None]
   return search.beam_outputs(state, alpha)
 
 
+_stage_outputs = jax.jit(_outputs)
+
+
 @jax.jit
-def _stage_take(rows: _Rows, keep: jax.Array) -> _Rows:
-  return search._map_nonscalar(lambda x: x[keep], rows)
+def _stage_take(
+  rows: _Rows, keep: jax.Array, alpha: jax.Array
+) -> tuple[_Rows, tuple[jax.Array, jax.Array]]:
+  """(the rows `keep`, every row's outputs): results of the rows leaving the batch are
+  read in the same program that drops them."""
+  return search._map_nonscalar(lambda x: x[keep], rows), _outputs(rows, alpha)
 
 
 @functools.partial(jax.jit, static_argnames=("length", "beam_size"))
 def _stage_resize(rows: _Rows, *, length: int, beam_size: int) -> _Rows:
   state = rows.state
   return rows._replace(state=state._replace(cache=_resize_cache(state.cache, length, beam_size)))
+
+
+# The smallest batch a staged search compacts to: below it a step costs about the same, and
+# every smaller size would compile stages of its own.
+MIN_ROWS = 8
 
 
 def decode_in_stages(
@@ -479,13 +487,11 @@ def decode_in_stages(
       constraint=constraint,
       **static,
     ),
-    step=lambda rows: rows.state.step,
-    done=lambda rows: _stage_done(rows, alpha, **static),
+    take=lambda rows, keep: _stage_take(rows, keep, alpha),
     outputs=lambda rows: _stage_outputs(rows, alpha),
-    take=_stage_take,
     resize=lambda rows, length: _stage_resize(rows, length=length, beam_size=beam_size),
   )
-  return search.run_in_stages(stages, rows, inputs.shape[0], bounds, stats=stats)
+  return search.run_in_stages(stages, rows, inputs.shape[0], bounds, min_rows=MIN_ROWS, stats=stats)
 
 
 @dataclasses.dataclass
@@ -728,7 +734,6 @@ class Translator:
   ) -> None:
     compilation.enable(compilation_cache)
     self.search = search.override(max_output_extra=max_output_extra, beam_stop=beam_stop)
-    self.stats = DecodeStats()
     # The grammar of the task's outputs (parsing workdirs: `constraints.TreeConstraint`),
     # obeyed by beam and greedy search when search.constrained.
     self.constraint: Any = None
@@ -1051,7 +1056,8 @@ class Translator:
     prefixes: Sequence[Sequence[int]] | None = None,
   ) -> tuple[np.ndarray, np.ndarray, int, np.ndarray | None]:
     """(inputs, limits, max_decode_len, prefix) of one batch: rows rounded up to a power of
-    two and lengths to multiples of 8 (few distinct shapes: few compilations), unless `shape`
+    two, source lengths to multiples of 8 and the output length to a power of two (few
+    distinct shapes: few compilations), unless `shape`
     fixes (source length, max_decode_len). A limit is at least its prefix's length + 1;
     prefix: int32 [rows, P] PAD-padded, or None when no sentence has one."""
     max_len = self.model.config.max_len
@@ -1076,7 +1082,11 @@ class Translator:
         max_len,
         extra,
       )
-    max_decode_len = max_decode_len or min(_round_up(int(limits.max()), 8), max_len)
+    # A power of two (from 16): the cache's segment lengths (search.segment_bounds), and
+    # with them the compiled stages, are shared by batches of other lengths. Each output's
+    # own limit is in `limits`; the rounding only lengthens the output arrays.
+    longest = search._power_of_two_at_least(max(int(limits.max()), search.FIRST_SEGMENT))
+    max_decode_len = max_decode_len or min(longest, max_len)
     return inputs, np.minimum(limits, max_len), max_decode_len, prefix
 
   def _translate_batch(
