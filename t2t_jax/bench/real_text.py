@@ -303,7 +303,7 @@ def compare(
   and greedy search, `repeats` interleaved rounds each; with `cold`, also `cold_processes`
   (run with `cold_env`, default this process's environment). Returns what t2t-bench writes
   under `decode_text` (`table` prints it). beam_stop: t2t_jax's stopping rule (None: the
-  workdir's).
+  workdir's)."""
   threads = threads or cpu_threads()
   counter = counter or CompileCounter()
   start = time.perf_counter()
