@@ -105,18 +105,15 @@ def unknown_override(config: ml_collections.ConfigDict, argv: Sequence[str]) -> 
   return None
 
 
-def define_compilation_cache_flag() -> None:
-  """--compilation_cache, read by `use_compilation_cache` before anything compiles."""
-  flags.DEFINE_string(
-    "compilation_cache",
-    "default",
-    "directory of JAX's persistent compilation cache, so that a later run reads the programs "
-    "this one compiled ('default': $T2T_COMPILATION_CACHE, else ~/.cache/t2t_jax/xla; "
-    "'off': compile everything)",
-  )
+COMPILATION_CACHE_HELP = (
+  "directory of JAX's persistent compilation cache, so that a later run reads the programs "
+  "this one compiled ('default': $T2T_COMPILATION_CACHE, else ~/.cache/t2t_jax/xla; "
+  "'off': compile everything)"
+)
 
 
 def use_compilation_cache(flag_values: flags.FlagValues = flags.FLAGS) -> None:
+  """Turns on the cache --compilation_cache names, before anything compiles."""
   from t2t_jax import compilation
 
   compilation.enable(flag_values.compilation_cache)

@@ -33,7 +33,7 @@ flags.DEFINE_string(
 )
 flags.DEFINE_string("workdir", None, "directory for checkpoints, vocabulary and logs")
 distributed.define_flags()
-common.define_compilation_cache_flag()
+flags.DEFINE_string("compilation_cache", "default", common.COMPILATION_CACHE_HELP)
 
 
 def main(argv: Sequence[str]) -> None:

@@ -194,7 +194,7 @@ def _define_flags() -> flags.FlagValues:
     None,
     "with --sampling: the random seed (default: the workdir's config.sampling_seed, 0)",
   )
-  common.define_compilation_cache_flag()
+  flags.DEFINE_string("compilation_cache", "default", common.COMPILATION_CACHE_HELP)
   return flags.FLAGS
 
 

@@ -838,6 +838,35 @@ def greedy_search(
   return final.seqs, final.log_probs
 
 
+def _greedy_choice(
+  logits: jax.Array,
+  step: jax.Array,
+  max_lengths: jax.Array,
+  eos_id: int,
+  prefix: jax.Array | None,
+  constraint: Any,
+  state: "_GreedyState",
+) -> tuple[jax.Array, jax.Array]:
+  """(token int32 [rows], its log-probability [rows]) of one greedy step, from logits
+  float32 [rows, vocab]: the most probable token the prefix and constraint allow, EOS at
+  the limit. The [rows, vocab] log-probabilities are never written: the choice is made on
+  the logits (log-softmax keeps their order) and only the chosen token's log-probability
+  is computed, as jax.nn.log_softmax computes it."""
+  choosable = logits
+  if prefix is not None:
+    forced, forced_token = _prefix_tokens(prefix, step)
+    other = jnp.arange(logits.shape[-1]) != forced_token[:, None]
+    choosable = jnp.where(forced[:, None] & other, NEG_INF, choosable)
+  if constraint is not None:
+    choosable = jnp.where(constraint.allowed(state.constraint), choosable, NEG_INF)
+  token = argmax(choosable).astype(jnp.int32)
+  token = jnp.where(step + 1 >= max_lengths, eos_id, token)
+  row_max = jnp.max(logits, axis=-1)
+  log_normalizer = jnp.log(jnp.sum(jnp.exp(logits - row_max[:, None]), axis=-1))
+  chosen = jnp.take_along_axis(logits, token[:, None], axis=-1)
+  return token, _log_probs_of(chosen, row_max, log_normalizer)[:, 0]
+
+
 def init_greedy_state(
   cache: Cache, batch_size: int, max_decode_len: int, constraint_state: PyTree = None
 ) -> _GreedyState:
@@ -873,15 +902,10 @@ def greedy_stage(
 
   def body(state: _GreedyState) -> _GreedyState:
     ids = _last_tokens(state.seqs, state.step, bos_id)
-    log_probs, cache = _next_log_probs(
-      tokens_to_logits, ids, state.cache, state.step, max_lengths, eos_id
+    logits, cache = tokens_to_logits(ids.reshape(-1, 1), state.cache)
+    token, token_log_prob = _greedy_choice(
+      logits.astype(jnp.float32), state.step, max_lengths, eos_id, prefix, constraint, state
     )
-    if prefix is not None:
-      log_probs = force_prefix(log_probs, state.step, prefix)
-    if constraint is not None:
-      log_probs = jnp.where(constraint.allowed(state.constraint), log_probs, NEG_INF)
-    token = argmax(log_probs).astype(jnp.int32)
-    token_log_prob = jnp.take_along_axis(log_probs, token[:, None], axis=-1)[:, 0]
     token = jnp.where(state.finished, PAD_ID, token)
     seqs = lax.dynamic_update_slice_in_dim(state.seqs, token[:, None], state.step, axis=1)
     return _GreedyState(
