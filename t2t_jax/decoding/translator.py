@@ -679,7 +679,7 @@ def _hypotheses(
   return out
 
 
-def _task_constraint(data_config: ml_collections.ConfigDict, tokenizer: Tokenizer) -> Any:
+def task_constraint(data_config: ml_collections.ConfigDict, tokenizer: Tokenizer) -> Any:
   """The constraint of a task whose outputs have a grammar: for a source scored by trees
   (parsing), well-formed trees over the source's words in the workdir's leaf form; None
   for translation."""
@@ -718,7 +718,8 @@ class Translator:
   compilation_cache: JAX's persistent compilation cache directory ('default': see
   `t2t_jax.compilation`; None or 'off': none), set for the process unless it has one, so
   that the searches compiled here are read back by later processes. `stats` sums what the
-  searches did (`DecodeStats`).
+  searches did (`DecodeStats`). constraint: the grammar beam and greedy search obey when
+  search.constrained (`task_constraint`; from_workdir sets the workdir's).
   """
 
   def __init__(
@@ -731,12 +732,13 @@ class Translator:
     beam_stop: str | None = None,
     search: SearchConfig = PAPER_SEARCH,
     compilation_cache: str | None = "default",
+    constraint: Any = None,
   ) -> None:
     compilation.enable(compilation_cache)
     self.search = search.override(max_output_extra=max_output_extra, beam_stop=beam_stop)
-    # The grammar of the task's outputs (parsing workdirs: `constraints.TreeConstraint`),
-    # obeyed by beam and greedy search when search.constrained.
-    self.constraint: Any = None
+    # The grammar of the task's outputs (parsing workdirs: `constraints.TreeConstraint`,
+    # `task_constraint`), obeyed by beam and greedy search when search.constrained.
+    self.constraint: Any = constraint
     self.model, self.params, self.tokenizer = model, params, tokenizer
     self.batch_tokens = batch_tokens
     self.checkpoint_steps: list[int] = []
@@ -841,7 +843,7 @@ class Translator:
     translator.checkpoint_steps = steps
     translator.workdirs = [workdir]
     translator.target_lang = data_lib.target_language(config.data)
-    translator.constraint = _task_constraint(config.data, tokenizer)
+    translator.constraint = task_constraint(config.data, tokenizer)
     return translator
 
   def _settings(

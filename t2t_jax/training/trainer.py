@@ -23,7 +23,7 @@ from flax.typing import VariableDict
 
 from t2t_jax import data as data_lib
 from t2t_jax.decoding import SearchConfig
-from t2t_jax.decoding.translator import Translator
+from t2t_jax.decoding.translator import Translator, task_constraint
 from t2t_jax.evaluation import evaluate
 from t2t_jax.model import Transformer, TransformerConfig
 from t2t_jax.run import checkpoint, fingerprint
@@ -229,7 +229,10 @@ class Trainer:
       self.ckpts.wait()
       params, steps_used = checkpoint.load_params(self.workdir, spec, None)
       logging.info("%s: parameters from checkpoint(s) %s", spec, steps_used)
-    return Translator(self.model, params, self.data.tokenizer, search=self.search)
+    constraint = task_constraint(self.config.data, self.data.tokenizer)
+    return Translator(
+      self.model, params, self.data.tokenizer, search=self.search, constraint=constraint
+    )
 
   def select(self) -> str:
     """The best of `select_checkpoints` by dev sacreBLEU (parsing: dev F1), decoded with the
