@@ -9,6 +9,7 @@ directory (JAX_COMPILATION_CACHE_DIR, or jax.config set by the caller, e.g. the 
 keeps its own.
 """
 
+import contextlib
 import os
 
 import jax
@@ -16,7 +17,8 @@ from absl import logging
 
 ENV = "T2T_COMPILATION_CACHE"
 OFF = ("", "off", "none", "false", "0")
-MAX_BYTES = 2 * 2**30  # least recently used entries go first beyond this
+MAX_BYTES = 2 * 2**30  # beyond this, the oldest entries go when a process turns it on
+SUFFIXES = ("-cache", "-atime")  # jax's files: an entry and its access time
 
 
 def default_dir() -> str | None:
@@ -61,7 +63,11 @@ def enable(directory: str | None = "default") -> str | None:
   jax.config.update("jax_compilation_cache_dir", directory)
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
   jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-  jax.config.update("jax_compilation_cache_max_size", MAX_BYTES)
+  # jax's own bound (a size >= 0) lists and stats the whole directory at every write and
+  # locks it at every read: with thousands of entries each write costs more than the small
+  # program it stores. The bound is kept here instead, once per process.
+  jax.config.update("jax_compilation_cache_max_size", -1)
+  trim(directory, MAX_BYTES)
   try:  # a process that compiled before has settled on no cache; make it look again
     from jax._src import compilation_cache
 
@@ -69,3 +75,33 @@ def enable(directory: str | None = "default") -> str | None:
   except (ImportError, AttributeError):
     pass
   return directory
+
+
+def trim(directory: str, max_bytes: int) -> int:
+  """Removes the oldest-written entries of the cache in `directory` until it holds at most
+  `max_bytes`; returns how many were removed. One listing of the directory. Another process
+  may be reading or writing: a vanished file is skipped, and an entry removed under a
+  reader is only compiled again."""
+  entries = []
+  try:
+    with os.scandir(directory) as listing:
+      for entry in listing:
+        if entry.name.endswith(SUFFIXES[0]) and entry.is_file(follow_symlinks=False):
+          try:
+            stat = entry.stat(follow_symlinks=False)
+          except FileNotFoundError:
+            continue
+          entries.append((stat.st_mtime, stat.st_size, entry.path))
+  except OSError:
+    return 0
+  total = sum(size for _, size, _ in entries)
+  removed = 0
+  for _, size, path in sorted(entries):
+    if total <= max_bytes:
+      break
+    for name in (path, path[: -len(SUFFIXES[0])] + SUFFIXES[1]):
+      with contextlib.suppress(FileNotFoundError):
+        os.remove(name)
+    total -= size
+    removed += 1
+  return removed

@@ -21,6 +21,7 @@ CACHE_ENV = "T2T_TEST_COMPILATION_CACHE"
 # XLA's CPU backend at LLVM optimisation level 0: the suite's programs are small, so they
 # compile in about two thirds of the time and run hardly slower (docs/testing.md).
 FAST_COMPILE = "--xla_backend_optimization_level=0"
+COMPILE_REPORT_ENV = "T2T_TEST_COMPILE_REPORT"  # a file: each test's compilations, appended
 SCRATCH_ENV = "T2T_TEST_SHARED_SCRATCH"  # tests.support.made_once: workdirs made once per run
 # The modules that take the most time on two CPU cores (`pytest --durations`), longest first.
 LONGEST_MODULES = (
@@ -52,9 +53,13 @@ def _share_compilations(config) -> None:
   JAX_COMPILATION_CACHE_DIR, so a program several tests build is compiled once, and a later
   run compiles only what changed. A cache entry is keyed by the program, the XLA flags and
   the jax and jaxlib versions, and holds the executable compiling would give, so no result
-  depends on it. T2T_TEST_COMPILATION_CACHE: unset, <repo>/.cache/xla-tests (capped at
-  2 GB, least recently used first out); a directory, that one; 'run', a fresh directory
-  removed at the end (nothing read from another run)."""
+  depends on it. T2T_TEST_COMPILATION_CACHE: unset, <repo>/.cache/xla-tests (trimmed to
+  2 GB at the start of a run, oldest entries first out); a directory, that one; 'run', a
+  fresh directory removed at the end (nothing read from another run).
+
+  jax's own size bound is off (-1): it lists and stats the whole directory at every write
+  and locks it at every read, which made each of the suite's thousands of small programs
+  slower to store than to compile once the cache held a run's entries."""
   chosen = os.environ.get(CACHE_ENV, "")
   if chosen == "run":
     chosen = tempfile.mkdtemp(prefix="t2t-test-xla-cache-")
@@ -65,7 +70,11 @@ def _share_compilations(config) -> None:
     os.makedirs(chosen, exist_ok=True)
     os.environ[CACHE_ENV] = chosen
   os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", chosen)
-  os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(2 * 2**30))
+  os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", "-1")
+  if not os.environ.get("PYTEST_XDIST_WORKER"):  # once per run, before the workers start
+    from t2t_jax import compilation
+
+    compilation.trim(chosen, compilation.MAX_BYTES)
   os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
   os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
@@ -85,6 +94,38 @@ def pytest_configure(config):
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
   _share_compilations(config)
   _share_workdirs(config)
+
+
+@pytest.fixture(autouse=True)
+def _compile_report(request):
+  """With T2T_TEST_COMPILE_REPORT=FILE, appends one JSON line per test: the XLA programs its
+  process compiled (count, seconds of tracing, lowering and backend compilation), so that
+  `python tools/compile_report.py FILE` can say where a run's compile time goes. Programs
+  compiled in the commands a test starts are not counted (their time is in the duration)."""
+  report = os.environ.get(COMPILE_REPORT_ENV)
+  if not report:
+    yield
+    return
+  import json
+
+  from jax._src import monitoring
+
+  totals = {}
+
+  def listen(event: str, seconds: float, **_) -> None:
+    if event.startswith("/jax/core/compile/"):
+      name = event.rsplit("/", 1)[-1]
+      count, total = totals.get(name, (0, 0.0))
+      totals[name] = (count + 1, total + seconds)
+
+  monitoring.register_event_duration_secs_listener(listen)
+  try:
+    yield
+  finally:
+    monitoring.unregister_event_duration_listener(listen)
+    line = {"test": request.node.nodeid, **{k: list(v) for k, v in totals.items()}}
+    with open(report, "a") as f:
+      f.write(json.dumps(line) + "\n")
 
 
 def pytest_unconfigure(config):

@@ -29,7 +29,7 @@ ENV = support.cpu_env()
 def random_params(cfg: TransformerConfig, seed: int = 0):
   """Initial parameters plus noise, so that biases and layer norms are not 0 and 1."""
   x = jnp.ones((1, 4), jnp.int32)
-  params = Transformer(cfg).init(jax.random.PRNGKey(seed), x, x)["params"]
+  params = support.jit_init(Transformer(cfg), jax.random.PRNGKey(seed), x, x)
   rng = np.random.default_rng(seed)
   return jax.tree.map(
     lambda p: np.asarray(p) + rng.normal(0, 0.2, p.shape).astype(np.float32), params

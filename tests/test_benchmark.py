@@ -17,7 +17,7 @@ from tests import support
 def test_model_flops_by_hand():
   cfg = TransformerConfig(vocab_size=10, d_model=8, d_ff=16, num_heads=2, num_layers=1, max_len=8)
   x = jnp.ones((1, 4), jnp.int32)
-  params = Transformer(cfg).init(jax.random.PRNGKey(0), x, x)["params"]
+  params = jax.eval_shape(lambda: Transformer(cfg).init(jax.random.PRNGKey(0), x, x))["params"]
   attention = 4 * 8 * 8 + 3 * 8  # W^Q, W^K, W^V, W^O + biases (none on W^K)
   ffn = 8 * 16 + 16 + 16 * 8 + 8
   encoder, decoder = attention + ffn + 2 * 16, 2 * attention + ffn + 3 * 16

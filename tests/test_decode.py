@@ -19,6 +19,7 @@ from jax import lax
 
 from t2t_jax.decoding import search as decode
 from t2t_jax.tokens import BOS_ID, EOS_ID, PAD_ID
+from tests import support
 
 A, B = 3, 4
 VOCAB = 5
@@ -712,7 +713,7 @@ def test_transformer_beam_search_equals_reference(first_segment, monkeypatch):
   inputs = rng.integers(4, cfg.vocab_size, size=(batch, src_len))
   inputs[np.arange(src_len) >= lengths[:, None]] = PAD_ID
   inputs, max_lengths = jnp.asarray(inputs, jnp.int32), jnp.asarray(lengths + 4, jnp.int32)
-  params = model.init(jax.random.PRNGKey(10), inputs[:, :4], inputs[:, :4])["params"]
+  params = support.jit_init(model, jax.random.PRNGKey(10), inputs[:, :4], inputs[:, :4])
   # Peaked distributions and a likelier EOS: outputs end at many different lengths (random
   # parameters as they are give flat distributions, where ending at once scores best).
   output = params["decoder"]["logits"]
@@ -755,7 +756,7 @@ def test_bfloat16_search_ranks_float32_logits_of_the_bfloat16_features(share_emb
   rng = np.random.default_rng(11)
   inputs = jnp.asarray(rng.integers(4, cfg.vocab_size, size=(4, 7)), jnp.int32)
   max_lengths = jnp.asarray([6, 8, 5, 8], jnp.int32)
-  params = model.init(jax.random.PRNGKey(11), inputs[:, :4], inputs[:, :4])["params"]
+  params = support.jit_init(model, jax.random.PRNGKey(11), inputs[:, :4], inputs[:, :4])
   max_decode_len = 8
 
   def features_logits(module, ids, mask):

@@ -132,7 +132,8 @@ def test_ensemble_scores_are_the_hand_combined_token_log_probs(pair):
   pad = lambda rows: np.array([r + [0] * (8 - len(r)) for r in rows], np.int32)
   inputs = pad([a._source_ids([source])[0] for source in SOURCES])
   tgt = pad([list(a.tokenizer.encode(t)) + [EOS_ID] for t in targets])
-  logits = [np.asarray(m.apply({"params": p}, inputs, tgt)) for m, p in (*a.members, *b.members)]
+  members = (*a.members, *b.members)
+  logits = [np.asarray(support.jit_apply(m, {"params": p}, inputs, tgt)) for m, p in members]
   combined = np_ensemble(logits)
   for row, score in enumerate(got):
     n = len(score.tokens)

@@ -20,7 +20,7 @@ from t2t_jax.decoding.translator import Translator, load_config
 from t2t_jax.export import ExportError, to_ctranslate2
 from t2t_jax.model import Transformer, TransformerConfig
 from t2t_jax.tokens import EOS_ID, PAD_ID
-from tests import export_support
+from tests import export_support, support
 from tests.export_support import random_params, symbol_trained
 
 ctranslate2 = pytest.importorskip("ctranslate2")
@@ -39,7 +39,7 @@ def t2t_log_probs(model, params, sources, targets):
     return out
 
   inputs, outputs = pad(sources), pad(targets)
-  logits = model.apply({"params": params}, jnp.asarray(inputs), jnp.asarray(outputs))
+  logits = support.jit_apply(model, {"params": params}, jnp.asarray(inputs), jnp.asarray(outputs))
   log_probs = np.asarray(jax.nn.log_softmax(logits, axis=-1))
   picked = np.take_along_axis(log_probs, outputs[..., None], axis=-1)[..., 0]
   return [picked[r, : len(ids)] for r, ids in enumerate(targets)]

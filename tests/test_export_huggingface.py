@@ -22,7 +22,7 @@ from t2t_jax.decoding.translator import Translator, load_config
 from t2t_jax.export import ExportError, to_huggingface
 from t2t_jax.model import Transformer, TransformerConfig, positional
 from t2t_jax.tokens import BOS_ID, EOS_ID, PAD_ID
-from tests import export_support
+from tests import export_support, support
 from tests.export_support import random_params, symbol_trained
 
 
@@ -92,9 +92,8 @@ def assert_logits_match(cfg, params, out, seed=1, strict=True):
     assert not any(info.values()), info  # no missing, unexpected or mismatched weights
   model.eval()
   inputs, targets = _random_batch(cfg.vocab_size, seed)
-  ours = np.asarray(
-    Transformer(cfg).apply({"params": params}, jnp.asarray(inputs), jnp.asarray(targets))
-  )
+  batch = jnp.asarray(inputs), jnp.asarray(targets)
+  ours = np.asarray(support.jit_apply(Transformer(cfg), {"params": params}, *batch))
   theirs = hf_logits(model, inputs, targets)
   real = targets != PAD_ID  # logits at padded target positions are not defined the same way
   np.testing.assert_allclose(theirs[real], ours[real], atol=TOLERANCE, rtol=0)

@@ -7,6 +7,7 @@ import pytest
 
 from t2t_jax.experiments import base, big
 from t2t_jax.model import Transformer, TransformerConfig, shift_right
+from tests.support import jit_apply, jit_init
 
 TINY = TransformerConfig(
   vocab_size=50, d_model=32, d_ff=64, num_heads=4, num_layers=2, dropout_rate=0.0, max_len=32
@@ -27,7 +28,7 @@ def _random_batch(rng, batch, src_len, tgt_len, vocab=50, pad_from=None):
 def tiny_setup():
   model = Transformer(TINY)
   inputs, targets = _random_batch(np.random.default_rng(0), 2, 7, 6)
-  params = model.init(jax.random.PRNGKey(0), inputs, targets)["params"]
+  params = jit_init(model, jax.random.PRNGKey(0), inputs, targets)
   apply = jax.jit(lambda p, i, t, *rest: model.apply({"params": p}, i, t, *rest))
   return model, params, apply
 
@@ -84,7 +85,7 @@ def test_padding_does_not_leak(tiny_setup):
 
 @pytest.mark.slow
 def test_packed_row_equals_separate_pairs(tiny_setup):
-  model, params, _ = tiny_setup
+  _, params, apply = tiny_setup
   rng = np.random.default_rng(3)
   (i1, t1), (i2, t2) = [_random_batch(rng, 1, s, t) for s, t in [(4, 3), (5, 4)]]
   row_in = jnp.concatenate([i1, i2, jnp.zeros((1, 2), jnp.int32)], axis=1)
@@ -93,9 +94,9 @@ def test_packed_row_equals_separate_pairs(tiny_setup):
   seg_tg = jnp.array([[1] * 3 + [2] * 4 + [0]])
   pos_in = jnp.array([list(range(4)) + list(range(5)) + [0, 0]])
   pos_tg = jnp.array([list(range(3)) + list(range(4)) + [0]])
-  packed = model.apply({"params": params}, row_in, row_tg, seg_in, seg_tg, pos_in, pos_tg)
-  alone1 = model.apply({"params": params}, i1, t1)
-  alone2 = model.apply({"params": params}, i2, t2)
+  packed = apply(params, row_in, row_tg, seg_in, seg_tg, pos_in, pos_tg)
+  alone1 = apply(params, i1, t1)
+  alone2 = apply(params, i2, t2)
   np.testing.assert_allclose(packed[0, :3], alone1[0], atol=1e-5)
   np.testing.assert_allclose(packed[0, 3:7], alone2[0], atol=1e-5)
 
@@ -108,8 +109,8 @@ def test_cached_decoding_matches_teacher_forcing(norm, positional, share):
   model = Transformer(cfg)
   rng = np.random.default_rng(4)
   inputs, targets = _random_batch(rng, 3, 7, 6, pad_from=[(3, 6), (7, 6), (5, 6)])
-  params = model.init(jax.random.PRNGKey(1), inputs, targets)["params"]
-  full = model.apply({"params": params}, inputs, targets)
+  params = jit_init(model, jax.random.PRNGKey(1), inputs, targets)
+  full = jit_apply(model, {"params": params}, inputs, targets)
 
   @jax.jit
   def start(params, inputs):
@@ -171,7 +172,7 @@ def test_separate_key_and_value_sizes():
   """Table 3 row B: d_k differs from d_model / h; W^O maps h * d_v back to d_model."""
   cfg = TINY.replace(d_k=3, d_v=5)
   x = jnp.ones((2, 4), jnp.int32)
-  params = Transformer(cfg).init(jax.random.PRNGKey(0), x, x)["params"]
+  params = jax.eval_shape(lambda: Transformer(cfg).init(jax.random.PRNGKey(0), x, x))["params"]
   attn = params["encoder"]["layer_0"]["self_attention"]
   assert attn["query"]["kernel"].shape == (32, 4, 3) and attn["key"]["kernel"].shape == (32, 4, 3)
   assert attn["value"]["kernel"].shape == (32, 4, 5) and attn["out"]["kernel"].shape == (4, 5, 32)
@@ -194,7 +195,7 @@ def test_reference_and_fused_attention_agree(tiny_setup):
   model, params, apply = tiny_setup
   inputs, targets = _random_batch(np.random.default_rng(5), 2, 7, 6, pad_from=[(4, 3), (7, 6)])
   fused = Transformer(TINY.replace(attention_impl="xla"))
-  got = fused.apply({"params": params}, inputs, targets)
+  got = jit_apply(fused, {"params": params}, inputs, targets)
   np.testing.assert_allclose(got, apply(params, inputs, targets), atol=1e-5, rtol=1e-5)
 
 
@@ -203,13 +204,13 @@ def test_bfloat16_forward_close_to_float32(tiny_setup):
   model, params, apply = tiny_setup
   inputs, targets = _random_batch(np.random.default_rng(6), 2, 7, 6, pad_from=[(4, 3), (7, 6)])
   bf16 = Transformer(TINY.replace(dtype="bfloat16"))
-  got = bf16.apply({"params": params}, inputs, targets)
+  got = jit_apply(bf16, {"params": params}, inputs, targets)
   assert got.dtype == jnp.float32
   p16, p32 = jax.nn.softmax(got), jax.nn.softmax(apply(params, inputs, targets))
   err = float(jnp.max(jnp.abs(p16 - p32)))
   print(f"\nbf16 vs float32: max |p16 - p32| = {err:.4f}")
   assert err < 0.02
-  leaves = jax.tree.leaves(bf16.init(jax.random.PRNGKey(0), inputs, targets)["params"])
+  leaves = jax.tree.leaves(jax.eval_shape(bf16.init, jax.random.PRNGKey(0), inputs, targets))
   assert all(l.dtype == jnp.float32 for l in leaves)
 
 
@@ -217,15 +218,14 @@ def test_dropout_is_active_only_when_not_deterministic(tiny_setup):
   _, params, apply = tiny_setup
   model = Transformer(TINY.replace(dropout_rate=0.3, attention_dropout_rate=0.2))
   inputs, targets = _random_batch(np.random.default_rng(7), 2, 7, 6)
-  det = model.apply({"params": params}, inputs, targets)
+  det = jit_apply(model, {"params": params}, inputs, targets)
   np.testing.assert_allclose(det, apply(params, inputs, targets), atol=1e-5)
-  run = lambda seed: model.apply(
-    {"params": params},
-    inputs,
-    targets,
-    deterministic=False,
-    rngs={"dropout": jax.random.PRNGKey(seed)},
+  dropped = jax.jit(
+    lambda p, key: model.apply(
+      {"params": p}, inputs, targets, deterministic=False, rngs={"dropout": key}
+    )
   )
+  run = lambda seed: dropped(params, jax.random.PRNGKey(seed))
   assert np.abs(run(0) - det).max() > 1e-3
   np.testing.assert_array_equal(run(0), run(0))
   assert np.abs(run(0) - run(1)).max() > 1e-3
@@ -234,7 +234,7 @@ def test_dropout_is_active_only_when_not_deterministic(tiny_setup):
 def test_attention_weights_are_exposed(tiny_setup):
   model, params, _ = tiny_setup
   inputs, targets = _random_batch(np.random.default_rng(8), 2, 7, 6, pad_from=[(4, 3), (7, 6)])
-  _, state = model.apply({"params": params}, inputs, targets, mutable=["intermediates"])
+  _, state = jit_apply(model, {"params": params}, inputs, targets, mutable=["intermediates"])
   w = state["intermediates"]["encoder"]["layer_0"]["self_attention"]["attention_weights"][0]
   assert w.shape == (2, 4, 7, 7)
   np.testing.assert_allclose(np.asarray(w)[0, :, :4].sum(-1), 1.0, rtol=1e-5)
@@ -281,7 +281,7 @@ def test_too_long_sequence_is_an_error(tiny_setup):
   model, params, _ = tiny_setup
   x = jnp.ones((1, 40), jnp.int32)
   with pytest.raises(ValueError, match="exceeds TransformerConfig.max_len=32"):
-    model.apply({"params": params}, x, x)
+    jit_apply(model, {"params": params}, x, x)
 
 
 @pytest.mark.parametrize("share_embeddings", [True, False])
@@ -302,9 +302,9 @@ def test_bfloat16_logits_are_accumulated_in_float32(share_embeddings):
   )
   model = Transformer(cfg)
   tokens = jnp.asarray(np.random.default_rng(3).integers(4, 64, size=(2, 9)), jnp.int32)
-  params = model.init(jax.random.PRNGKey(3), tokens, tokens)["params"]
-  logits = model.apply({"params": params}, tokens, tokens)
-  y, weights, bias = model.apply({"params": params}, tokens, tokens, features=True)
+  params = jit_init(model, jax.random.PRNGKey(3), tokens, tokens)
+  logits = jit_apply(model, {"params": params}, tokens, tokens)
+  y, weights, bias = jit_apply(model, {"params": params}, tokens, tokens, features=True)
   assert logits.dtype == jnp.float32 and y.dtype == jnp.bfloat16
   w = weights.astype(jnp.bfloat16).astype(jnp.float32)
   want = jnp.einsum("...d,vd->...v", y.astype(jnp.float32), w)

@@ -196,7 +196,8 @@ def test_model_first_tokens_follow_its_top_k_softmax():
     params, inputs, [2], model=model, max_decode_len=2, search=settings, nbest=True
   )
   first = np.asarray(seqs)[0, :, 0]
-  logits = model.apply({"params": params}, inputs, np.array([[EOS_ID]], np.int32))[0, 0]
+  eos = np.array([[EOS_ID]], np.int32)
+  logits = support.jit_apply(model, {"params": params}, inputs, eos)[0, 0]
   log_probs = _without_pad_and_bos(np.asarray(jax.nn.log_softmax(logits)))
   want = np_sampling_probs(log_probs[None], topk=5)[0]
   assert set(first) <= set(np.flatnonzero(want))

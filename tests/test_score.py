@@ -49,7 +49,7 @@ def _training_log_likelihood(t: Translator, sources, targets) -> list[np.ndarray
   src = [t._source_ids([s])[0] for s in sources]
   tgt = [list(t.tokenizer.encode(s)) + [EOS_ID] for s in targets]
   pad = lambda rows: np.array([r + [0] * (max(map(len, rows)) - len(r)) for r in rows], np.int32)
-  logits = t.model.apply({"params": t.params}, pad(src), pad(tgt))
+  logits = support.jit_apply(t.model, {"params": t.params}, pad(src), pad(tgt))
   _, nll = losses.token_losses(logits, pad(tgt), label_smoothing=0.0)
   return [-np.asarray(row[: len(ids)], np.float64) for row, ids in zip(nll, tgt)]
 

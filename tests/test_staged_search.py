@@ -17,6 +17,7 @@ from t2t_jax.decoding import constraints, search
 from t2t_jax.decoding import translator as translate
 from t2t_jax.model import Transformer, TransformerConfig
 from t2t_jax.tokens import EOS_ID, PAD_ID
+from tests import support
 
 VOCAB = 24
 OPEN, CLOSE, LEAF = (4, 5, 6), (7, 8, 9), (10,)
@@ -39,7 +40,7 @@ def _model_and_params(seed: int = 3, eos_bias: float = 2.0):
   )
   model = Transformer(cfg)
   dummy = jnp.ones((1, 4), jnp.int32)
-  params = model.init(jax.random.PRNGKey(seed), dummy, dummy)["params"]
+  params = support.jit_init(model, jax.random.PRNGKey(seed), dummy, dummy)
   out = params["decoder"]["logits"]
   out["kernel"] = out["kernel"] * 8.0
   out["bias"] = out["bias"].at[EOS_ID].set(eos_bias)
@@ -92,7 +93,8 @@ def test_stages_give_the_one_program_search_outputs(beam_size, stop, monkeypatch
   want = _one_program(beam_size, stop=stop)(inputs, limits, 32)
   got = _staged(beam_size, stats, stop=stop)(inputs, limits, 32)
   np.testing.assert_array_equal(got[0], want[0])
-  np.testing.assert_allclose(got[1], want[1], rtol=1e-6)
+  # Two programs: float32 sums in another order (about 1e-6 of a score of 2).
+  np.testing.assert_allclose(got[1], want[1], rtol=1e-5)
   lengths = (want[0][:, 0] != PAD_ID).sum(-1)
   assert len(set(lengths.tolist())) > 3, "outputs should end at many lengths"
   assert stats.compactions >= 2 and stats.resizes >= 2, stats

@@ -67,7 +67,7 @@ def packed_batch(rows, length, seed):
 
 def model_logits(model, params, batch):
   args = {k: jnp.asarray(v) for k, v in batch.items()}
-  return model.apply({"params": params}, **args, deterministic=True)
+  return jax.jit(lambda p, a: model.apply({"params": p}, **a, deterministic=True))(params, args)
 
 
 def smoothed_kl(logits, targets, eps):

@@ -29,12 +29,15 @@ def workdir(tmp_path_factory):
 
 
 def _forced_log_prob(t2t, source: str, target: str) -> float:
-  """log p(target + EOS | source) by teacher forcing: an independent reference."""
-  inputs = jnp.array([t2t.tokenizer.encode(source) + [EOS_ID]])
-  targets = jnp.array([t2t.tokenizer.encode(target) + [EOS_ID]])
-  logits = t2t.model.apply({"params": t2t.params}, inputs, targets)
-  log_probs = jax.nn.log_softmax(logits[0], axis=-1)
-  return float(jnp.take_along_axis(log_probs, targets[0][:, None], axis=-1).sum())
+  """log p(target + EOS | source) by teacher forcing: an independent reference. Both sides
+  are padded to the model's max_len (padding is masked), so that one program serves all."""
+  width = t2t.model.config.max_len
+  pad = lambda ids: jnp.array([ids + [0] * (width - len(ids))], jnp.int32)
+  target = t2t.tokenizer.encode(target) + [EOS_ID]
+  inputs, targets = pad(t2t.tokenizer.encode(source) + [EOS_ID]), pad(target)
+  logits = support.jit_apply(t2t.model, {"params": t2t.params}, inputs, targets)
+  log_probs = jax.nn.log_softmax(logits[0, : len(target)], axis=-1)
+  return float(jnp.take_along_axis(log_probs, targets[0, : len(target), None], axis=-1).sum())
 
 
 @pytest.mark.slow
