@@ -18,7 +18,7 @@ from absl import logging
 ENV = "T2T_COMPILATION_CACHE"
 OFF = ("", "off", "none", "false", "0")
 MAX_BYTES = 2 * 2**30  # beyond this, the oldest entries go when a process turns it on
-SUFFIXES = ("-cache", "-atime")  # jax's files: an entry and its access time
+ENTRY_SUFFIX, ATIME_SUFFIX = "-cache", "-atime"  # jax's files: an entry and its access time
 
 
 def default_dir() -> str | None:
@@ -82,26 +82,31 @@ def trim(directory: str, max_bytes: int) -> int:
   `max_bytes`; returns how many were removed. One listing of the directory. Another process
   may be reading or writing: a vanished file is skipped, and an entry removed under a
   reader is only compiled again."""
-  entries = []
   try:
     with os.scandir(directory) as listing:
-      for entry in listing:
-        if entry.name.endswith(SUFFIXES[0]) and entry.is_file(follow_symlinks=False):
-          try:
-            stat = entry.stat(follow_symlinks=False)
-          except FileNotFoundError:
-            continue
-          entries.append((stat.st_mtime, stat.st_size, entry.path))
+      entries = [_entry(e) for e in listing if e.name.endswith(ENTRY_SUFFIX)]
   except OSError:
     return 0
+  entries = [e for e in entries if e is not None]
   total = sum(size for _, size, _ in entries)
   removed = 0
   for _, size, path in sorted(entries):
     if total <= max_bytes:
       break
-    for name in (path, path[: -len(SUFFIXES[0])] + SUFFIXES[1]):
+    for name in (path, path[: -len(ENTRY_SUFFIX)] + ATIME_SUFFIX):
       with contextlib.suppress(FileNotFoundError):
         os.remove(name)
     total -= size
     removed += 1
   return removed
+
+
+def _entry(entry: os.DirEntry) -> tuple[float, int, str] | None:
+  """(mtime, size, path) of a cache file, or None for one that vanished or is no file."""
+  try:
+    if not entry.is_file(follow_symlinks=False):
+      return None
+    stat = entry.stat(follow_symlinks=False)
+  except FileNotFoundError:
+    return None
+  return stat.st_mtime, stat.st_size, entry.path
