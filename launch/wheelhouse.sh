@@ -197,10 +197,19 @@ do_build() {
   mapfile -t tools < <("${helper[@]}" build-requirements)
 
   # The wheel is built from a copy, as a build in the checkout would leave build/ there and
-  # a stale build/lib can put deleted modules into the wheel.
-  tar -C "$repo" --exclude=./.git --exclude=./.venv --exclude=./build --exclude=./dist \
-    --exclude=./workdirs --exclude=./.whl --exclude=__pycache__ --exclude='*.egg-info' \
-    -cf - . | tar -C "$work/src" -xf -
+  # a stale build/lib can put deleted modules into the wheel. In a git checkout the copy is
+  # the files git knows or would add (ignored caches, which running tests may be writing,
+  # stay out); elsewhere everything but the usual build and cache folders.
+  if git -C "$repo" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    local f
+    git -C "$repo" ls-files -z --cached --others --exclude-standard \
+      | while IFS= read -r -d '' f; do [[ -e "$repo/$f" ]] && printf '%s\0' "$f"; done \
+      | tar -C "$repo" --null -T - -cf - | tar -C "$work/src" -xf -
+  else
+    tar -C "$repo" --exclude=./.git --exclude=./.venv --exclude=./build --exclude=./dist \
+      --exclude=./workdirs --exclude=./.whl --exclude=./.cache --exclude=./.pytest_cache \
+      --exclude=__pycache__ --exclude='*.egg-info' -cf - . | tar -C "$work/src" -xf -
+  fi
   run "$python" -m pip wheel --quiet --no-deps --wheel-dir "$work/local" "$work/src"
   if [[ -z "$dry_run" && ! -f "$work/local/t2t_jax-$version-py3-none-any.whl" ]]; then
     fail "building the t2t_jax wheel gave no t2t_jax-$version-py3-none-any.whl"
