@@ -18,9 +18,14 @@ import pytest
 
 ACCELERATOR_ENV = "T2T_TEST_ACCELERATOR"
 CACHE_ENV = "T2T_TEST_COMPILATION_CACHE"
-# XLA's CPU backend at LLVM optimisation level 0: the suite's programs are small, so they
-# compile in about two thirds of the time and run hardly slower (docs/testing.md).
-FAST_COMPILE = "--xla_backend_optimization_level=0"
+# XLA's CPU backend set to compile quickly: LLVM optimisation level 0, the classic loop
+# emitters for fusions instead of the MLIR fusion emitters, and one codegen thread (the two
+# xdist workers keep both cores busy). The suite's programs are small, so they compile in
+# about half the CPU time and run hardly slower (docs/testing.md).
+FAST_COMPILE = (
+  "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
+  " --xla_cpu_parallel_codegen_split_count=1"
+)
 COMPILE_REPORT_ENV = "T2T_TEST_COMPILE_REPORT"  # a file: each test's compilations, appended
 SCRATCH_ENV = "T2T_TEST_SHARED_SCRATCH"  # tests.support.made_once: workdirs made once per run
 # The modules that take the most time on two CPU cores (`pytest --durations`), longest first.
