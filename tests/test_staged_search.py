@@ -102,6 +102,37 @@ def test_stages_give_the_one_program_search_outputs(beam_size, stop, monkeypatch
   assert lengths.sum() <= stats.row_steps < 32 * lengths.max()
 
 
+@pytest.mark.parametrize("with_prefix", [False, True])
+def test_staged_sampling_gives_the_one_program_samples(with_prefix, monkeypatch):
+  """Sampling in stages (rows leave as their samples end, the cache grows 4, 8, 16, 32): every
+  sample, its log-prob and the samples' order equal the one-program sampler's, each row
+  keyed by its sentence id and sample."""
+  monkeypatch.setattr(search, "FIRST_SEGMENT", 4)
+  model, params = _model_and_params(eos_bias=1.0)
+  inputs, limits = _batch(16, seed=2)
+  ids = jnp.arange(16, dtype=jnp.int32) * 3 + 5
+  draw = translate.Draw(jnp.float32(1.3), jnp.int32(0), jnp.float32(0.95), jnp.int32(7), ids)
+  prefix = None
+  if with_prefix:
+    prefix = np.zeros((16, 2), np.int32)
+    prefix[::3] = [WORDS.start, WORDS.start + 1]
+    prefix = jnp.asarray(prefix)
+  kw = dict(model=model, beam_size=1, draw=draw, num_samples=3, prefix=prefix)
+  run = jax.jit(functools.partial(translate.decode, **kw), static_argnames=("max_decode_len",))
+  want = [np.asarray(x) for x in run(params, inputs, limits, 0.6, max_decode_len=32)]
+  stats = search.StageStats()
+  got = translate.decode_in_stages(
+    params, inputs, limits, 0.6, max_decode_len=32, stats=stats, **kw
+  )
+  np.testing.assert_array_equal(got[0], want[0])
+  np.testing.assert_allclose(got[1], want[1], rtol=1e-5)
+  lengths = (want[0] != PAD_ID).sum(-1)
+  assert len(set(lengths.ravel().tolist())) > 3, "samples should end at many lengths"
+  assert stats.compactions >= 1 and stats.resizes >= 2, stats
+  if with_prefix:
+    np.testing.assert_array_equal(got[0][::3, :, :2], np.broadcast_to(prefix[::3, None], (6, 3, 2)))
+
+
 def test_final_one_keeps_the_best_output():
   inputs, limits = _batch(32, seed=1)
   want = _staged(4)(inputs, limits, 32)

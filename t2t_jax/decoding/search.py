@@ -1119,16 +1119,57 @@ def sample_search(
   rows = max_lengths.shape[0]
   if keys.shape != (rows, 2):
     raise ValueError(f"keys of shape {keys.shape}: need one key per row, ({rows}, 2)")
-  init = _SampleState(
+  final = sample_stage(
+    init_sample_state(cache, rows, max_decode_len),
+    tokens_to_logits=tokens_to_logits,
+    max_lengths=max_lengths,
+    keys=keys,
+    bound=max_decode_len,
+    until=0,
+    temperature=temperature,
+    topk=topk,
+    topp=topp,
+    eos_id=eos_id,
+    bos_id=bos_id,
+    prefix=prefix,
+  )
+  return final.seqs, final.log_probs
+
+
+def init_sample_state(cache: Cache, rows: int, max_decode_len: int) -> _SampleState:
+  """Sampling's state before the first draw (`cache` leaves with leading dim rows)."""
+  return _SampleState(
     step=jnp.array(0, jnp.int32),
     seqs=jnp.full((rows, max_decode_len), PAD_ID, jnp.int32),
     log_probs=jnp.zeros((rows,), jnp.float32),
     finished=jnp.zeros((rows,), bool),
-    cache=_materialized(cache),
+    cache=cache,
   )
 
+
+def sample_stage(
+  state: _SampleState,
+  *,
+  tokens_to_logits: TokensToLogits,
+  max_lengths: jax.Array,
+  keys: jax.Array,
+  bound: int,
+  until: int | jax.Array,
+  temperature: float | jax.Array = 1.0,
+  topk: int | jax.Array = 0,
+  topp: float | jax.Array = 1.0,
+  eos_id: int = EOS_ID,
+  bos_id: int = BOS_ID,
+  prefix: jax.Array | None = None,
+) -> _SampleState:
+  """Draws in one `lax.while_loop`, until step == `bound` (the cache's length in positions)
+  or at most `until` rows have not ended: the unit that `sample_search` runs once and
+  `run_in_stages` calls from the host (as `greedy_stage`). Row r's token of step t is drawn
+  with fold_in(keys[r], t), so a row's draws do not depend on the rows beside it or on the
+  stage it is drawn in. A row that has ended takes PAD."""
+
   def cond(state: _SampleState) -> jax.Array:
-    return (state.step < max_decode_len) & ~jnp.all(state.finished)
+    return (state.step < bound) & (jnp.sum(~state.finished) > until)
 
   def body(state: _SampleState) -> _SampleState:
     ids = _last_tokens(state.seqs, state.step, bos_id)
@@ -1155,8 +1196,7 @@ def sample_search(
       cache=cache,
     )
 
-  final = lax.while_loop(cond, body, init)
-  return final.seqs, final.log_probs
+  return lax.while_loop(cond, body, _materialized(state))
 
 
 # --- ensembles --------------------------------------------------------------------------------

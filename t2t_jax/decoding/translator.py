@@ -199,6 +199,26 @@ def _beam_cache(caches: tuple[VariableDict, ...], beam_size: int, max_decode_len
   return beam_caches, search.BeamSlots.create(batch, beam_size, max_decode_len)
 
 
+class Draw(NamedTuple):
+  """The traced settings of sampling (`decode`'s draw): other values reuse the compilation."""
+
+  temperature: jax.Array  # float32 scalar
+  topk: jax.Array  # int32 scalar, 0: all tokens
+  topp: jax.Array  # float32 scalar, 1: all tokens
+  seed: jax.Array  # int32 scalar
+  sentence_ids: jax.Array  # int32 [batch]: each row's index in the input (search.sample_keys)
+
+  @classmethod
+  def of(cls, settings: SearchConfig, sentence_ids: ArrayLike) -> "Draw":
+    return cls(
+      temperature=jnp.float32(settings.sampling_temperature),
+      topk=jnp.int32(settings.sampling_topk),
+      topp=jnp.float32(settings.sampling_topp),
+      seed=jnp.int32(settings.sampling_seed),
+      sentence_ids=jnp.asarray(sentence_ids, jnp.int32),
+    )
+
+
 def decode(
   params: VariableDict | tuple[VariableDict, ...],
   inputs: jax.Array,
@@ -210,7 +230,7 @@ def decode(
   beam_size: int,
   suppress_eos: bool = False,
   stop: str = SearchConfig.beam_stop,
-  draw: "Draw | None" = None,
+  draw: Draw | None = None,
   num_samples: int = 1,
   prefix: jax.Array | None = None,
   final: int | None = None,
@@ -218,7 +238,7 @@ def decode(
 ) -> tuple[jax.Array, jax.Array]:
   """Encodes once, builds the cache, then beam search (beam_size > 1), greedy decoding, or
   with `draw` sampling (`num_samples` per sentence, `search.sample_search`), as one
-  program (jit it whole); `search_batch` runs beam and greedy search in stages instead
+  program (jit it whole); `search_batch` runs every search in stages instead
   (`decode_in_stages`), with the same outputs.
 
   Beam search runs the decoder on [batch, beam] ids (`Transformer.decode_beam_step`): the
@@ -266,10 +286,7 @@ def decode(
       prefix=None if prefix is None else jnp.repeat(prefix, num_samples, axis=0),
     )
     seqs = seqs.reshape(-1, num_samples, max_decode_len)
-    log_probs = log_probs.reshape(-1, num_samples)
-    lengths = jnp.sum(seqs != PAD_ID, axis=-1)
-    order = jnp.argsort(-(log_probs / search.length_penalty(lengths, alpha)), axis=1, stable=True)
-    return search.gather_beams(seqs, order), jnp.take_along_axis(log_probs, order, axis=1)
+    return _samples_ranked(seqs, log_probs.reshape(-1, num_samples), alpha)
 
   guide = dict(constraint=constraint, constraint_state=None)
   if constraint is not None:
@@ -308,39 +325,61 @@ def decode(
   )
 
 
-# --- beam and greedy search in stages (search.run_in_stages) ----------------------------------
+# --- beam, greedy and sampling search in stages (search.run_in_stages) ------------------------
 
 
 class _Rows(NamedTuple):
   """The rows of a staged search: the search state and each row's inputs."""
 
-  state: Any  # search._BeamState (beam_size > 1) or search._GreedyState
+  state: Any  # search._BeamState (beam_size > 1), _GreedyState or _SampleState
   max_lengths: jax.Array  # int32 [rows], clipped, raised to fit each prefix
   prefix: jax.Array | None  # int32 [rows, P]
+  keys: jax.Array | None = None  # sampling: uint32 [rows, 2], each row's key (sample_keys)
+
+
+class _Shaping(NamedTuple):
+  """Sampling's traced scalars (Draw without the per-sentence ids)."""
+
+  temperature: jax.Array
+  topk: jax.Array
+  topp: jax.Array
 
 
 @functools.partial(
-  jax.jit, static_argnames=("model", "max_decode_len", "beam_size", "first", "constraint")
+  jax.jit,
+  static_argnames=("model", "max_decode_len", "beam_size", "first", "constraint", "num_samples"),
 )
 def _stage_start(
   params: Any,
   inputs: jax.Array,
   max_lengths: jax.Array,
   prefix: jax.Array | None,
+  draw: Draw | None = None,
   *,
   model: Transformer | Members,
   max_decode_len: int,
   beam_size: int,
   first: int,
   constraint: Any = None,
+  num_samples: int = 1,
 ) -> _Rows:
-  """Encodes, builds the caches (`first` positions long) and the state before step 0."""
+  """Encodes, builds the caches (`first` positions long) and the state before step 0.
+  Sampling (`draw`): one row per (sentence, sample), sentence-major, each with its key."""
   member_params, models = _as_members(params, model)
-  caches = _member_caches(member_params, models, inputs, max_decode_len)
+  repeats = num_samples if draw is not None else 1
+  caches = _member_caches(member_params, models, inputs, max_decode_len, repeats)
   max_lengths = search._prefix_limits(
     jnp.clip(max_lengths.astype(jnp.int32), 1, max_decode_len), prefix, max_decode_len
   )
   batch = inputs.shape[0]
+  if draw is not None:
+    if prefix is not None:
+      prefix = jnp.repeat(prefix, repeats, axis=0)
+    state = search.init_sample_state(caches, batch * repeats, max_decode_len)
+    if first < max_decode_len:
+      state = state._replace(cache=_resize_cache(state.cache, first, 1))
+    keys = search.sample_keys(draw.seed, draw.sentence_ids, repeats)
+    return _Rows(state, jnp.repeat(max_lengths, repeats), prefix, keys)
   guided = None
   if constraint is not None:
     guided = constraints.init_state(constraint, inputs, max_lengths=max_lengths, prefix=prefix)
@@ -363,6 +402,7 @@ def _stage_run(
   rows: _Rows,
   alpha: jax.Array,
   until: jax.Array,
+  shaping: _Shaping | None = None,
   *,
   model: Transformer | Members,
   beam_size: int,
@@ -375,7 +415,20 @@ def _stage_run(
   """Search steps until step == bound or at most `until` rows are not done; (rows, step,
   done [rows]), in one program so that a stage is one call."""
   member_params, models = _as_members(params, model)
-  if beam_size == 1:
+  if shaping is not None:
+    state = search.sample_stage(
+      rows.state,
+      tokens_to_logits=_row_model(member_params, models, suppress_eos),
+      max_lengths=rows.max_lengths,
+      keys=rows.keys,
+      bound=bound,
+      until=until,
+      temperature=shaping.temperature,
+      topk=shaping.topk,
+      topp=shaping.topp,
+      prefix=rows.prefix,
+    )
+  elif beam_size == 1:
     state = search.greedy_stage(
       rows.state,
       tokens_to_logits=_row_model(member_params, models, suppress_eos),
@@ -409,7 +462,7 @@ def _stage_run(
 def _outputs(rows: _Rows, alpha: jax.Array) -> tuple[jax.Array, jax.Array]:
   """`decode`'s (sequences, scores) of every row."""
   state = rows.state
-  if isinstance(state, search._GreedyState):
+  if isinstance(state, (search._GreedyState, search._SampleState)):
     return state.seqs[:, None], state.log_probs[:, None]
   return search.beam_outputs(state, alpha)
 
@@ -452,13 +505,17 @@ def decode_in_stages(
   final: int | None = None,
   stats: search.StageStats | None = None,
   constraint: Any = None,
+  draw: Draw | None = None,
+  num_samples: int = 1,
 ) -> tuple[np.ndarray, np.ndarray]:
-  """`decode`'s beam and greedy search with `search.run_in_stages`: sentences leave the
-  batch (halving it) as they finish and the self-attention cache grows with the output at
-  every batch size. Same arguments and outputs as `decode` (numpy), the same results;
-  `stats` is added to (`search.StageStats`)."""
-  if beam_size > 1:
+  """`decode`'s beam, greedy and sampling search with `search.run_in_stages`: sentences
+  (samples) leave the batch (halving it) as they finish and the self-attention cache grows
+  with the output at every batch size. Same arguments and outputs as `decode` (numpy), the
+  same results; `stats` is added to (`search.StageStats`)."""
+  if beam_size > 1 and draw is None:
     search.check_stop(stop, final, beam_size)
+  if draw is not None and constraint is not None:
+    raise ValueError("a constraint applies to beam and greedy search, not to sampling")
   bounds = search.segment_bounds(max_decode_len)
   alpha = jnp.float32(alpha)
   inputs = jnp.asarray(inputs, jnp.int32)
@@ -467,12 +524,16 @@ def decode_in_stages(
     inputs,
     jnp.asarray(max_lengths, jnp.int32),
     None if prefix is None else jnp.asarray(prefix, jnp.int32),
+    draw,
     model=model,
     max_decode_len=max_decode_len,
-    beam_size=beam_size,
+    beam_size=1 if draw is not None else beam_size,
     first=bounds[0],
     constraint=constraint,
+    num_samples=num_samples if draw is not None else 1,
   )
+  shaping = None if draw is None else _Shaping(draw.temperature, draw.topk, draw.topp)
+  beam_size = 1 if draw is not None else beam_size
   static = dict(stop=stop, final=final if beam_size > 1 else None)
   stages = search.Stages(
     run=lambda rows, bound, until: _stage_run(
@@ -480,6 +541,7 @@ def decode_in_stages(
       rows,
       alpha,
       jnp.int32(until),
+      shaping,
       model=model,
       beam_size=beam_size,
       bound=bound,
@@ -491,7 +553,27 @@ def decode_in_stages(
     outputs=lambda rows: _stage_outputs(rows, alpha),
     resize=lambda rows, length: _stage_resize(rows, length=length, beam_size=beam_size),
   )
-  return search.run_in_stages(stages, rows, inputs.shape[0], bounds, min_rows=MIN_ROWS, stats=stats)
+  batch = inputs.shape[0]
+  if draw is None:
+    return search.run_in_stages(stages, rows, batch, bounds, min_rows=MIN_ROWS, stats=stats)
+  seqs, log_probs = search.run_in_stages(
+    stages, rows, batch * num_samples, bounds, min_rows=MIN_ROWS, stats=stats
+  )
+  ordered = _samples_ranked(
+    seqs.reshape(batch, num_samples, max_decode_len), log_probs.reshape(batch, num_samples), alpha
+  )
+  return tuple(np.asarray(x) for x in ordered)
+
+
+@jax.jit
+def _samples_ranked(
+  seqs: jax.Array, log_probs: jax.Array, alpha: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+  """Each sentence's samples (seqs [batch, num_samples, length], log_probs [batch,
+  num_samples]) ordered by length-normalised score, best first (ties: sample order)."""
+  lengths = jnp.sum(seqs != PAD_ID, axis=-1)
+  order = jnp.argsort(-(log_probs / search.length_penalty(lengths, alpha)), axis=1, stable=True)
+  return search.gather_beams(seqs, order), jnp.take_along_axis(log_probs, order, axis=1)
 
 
 @dataclasses.dataclass
@@ -505,58 +587,6 @@ class DecodeStats(search.StageStats):
   sentences: int = 0
   rows: int = 0
   needed_row_steps: int = 0
-
-
-class Draw(NamedTuple):
-  """The traced settings of sampling (`decode`'s draw): other values reuse the compilation."""
-
-  temperature: jax.Array  # float32 scalar
-  topk: jax.Array  # int32 scalar, 0: all tokens
-  topp: jax.Array  # float32 scalar, 1: all tokens
-  seed: jax.Array  # int32 scalar
-  sentence_ids: jax.Array  # int32 [batch]: each row's index in the input (search.sample_keys)
-
-  @classmethod
-  def of(cls, settings: SearchConfig, sentence_ids: ArrayLike) -> "Draw":
-    return cls(
-      temperature=jnp.float32(settings.sampling_temperature),
-      topk=jnp.int32(settings.sampling_topk),
-      topp=jnp.float32(settings.sampling_topp),
-      seed=jnp.int32(settings.sampling_seed),
-      sentence_ids=jnp.asarray(sentence_ids, jnp.int32),
-    )
-
-
-_STATIC = ("model", "max_decode_len", "beam_size", "suppress_eos", "stop", "num_samples")
-
-
-@functools.partial(jax.jit, static_argnames=_STATIC)
-def _best(
-  params: VariableDict,
-  inputs: jax.Array,
-  max_lengths: jax.Array,
-  alpha: float | jax.Array,
-  draw: Draw | None = None,
-  prefix: jax.Array | None = None,
-  **static: Any,
-) -> jax.Array:
-  """The best output of `decode` per sentence: int32 [batch, max_decode_len]."""
-  seqs, _ = decode(params, inputs, max_lengths, alpha, draw=draw, prefix=prefix, **static)
-  return seqs[:, 0]
-
-
-@functools.partial(jax.jit, static_argnames=_STATIC)
-def _nbest(
-  params: VariableDict,
-  inputs: jax.Array,
-  max_lengths: jax.Array,
-  alpha: float | jax.Array,
-  draw: Draw | None = None,
-  prefix: jax.Array | None = None,
-  **static: Any,
-) -> tuple[jax.Array, jax.Array]:
-  """Every hypothesis `decode` keeps (see search_batch)."""
-  return decode(params, inputs, max_lengths, alpha, draw=draw, prefix=prefix, **static)
 
 
 def search_batch(
@@ -576,8 +606,8 @@ def search_batch(
   constraint: Any = None,
 ) -> jax.Array | tuple[jax.Array, jax.Array]:
   """Decodes one padded batch, the entry for code that holds a model and parameters but no
-  Translator (benchmarks, A/B timing). Beam and greedy search run in stages
-  (`decode_in_stages`), sampling as one jitted program.
+  Translator (benchmarks, A/B timing). Beam, greedy and sampling search run in stages
+  (`decode_in_stages`).
 
   final: how many of the best beam hypotheses must be exact when a sentence stops
   (`search.beam_search`'s final); default 1 for the best output, all of them with nbest.
@@ -602,43 +632,28 @@ def search_batch(
   beam]; beam search: length-normalised, greedy: raw log-probs; sampling: [batch,
   num_samples, ...] with raw log-probs, best length-normalised score first).
   """
-  if search.sampling and constraint is not None:
-    raise ValueError("a constraint applies to beam and greedy search, not to sampling")
-  if not search.sampling:
-    seqs, scores = decode_in_stages(
-      params,
-      inputs,
-      max_lengths,
-      search.alpha,
-      model=model,
-      max_decode_len=max_decode_len,
-      beam_size=search.beam_size,
-      suppress_eos=suppress_eos,
-      stop=search.beam_stop,
-      prefix=prefix,
-      final=final if final is not None or nbest else 1,
-      stats=stats,
-      constraint=constraint,
-    )
-    return (seqs, scores) if nbest else seqs[:, 0]
-  run = _nbest if nbest else _best
-  inputs = jnp.asarray(inputs)
-  ids = np.arange(inputs.shape[0]) if sentence_ids is None else sentence_ids
-  draw = Draw.of(search, ids)
-  return run(
+  draw = None
+  if search.sampling:
+    ids = np.arange(np.shape(inputs)[0]) if sentence_ids is None else sentence_ids
+    draw = Draw.of(search, ids)
+  seqs, scores = decode_in_stages(
     params,
     inputs,
-    jnp.asarray(max_lengths),
-    jnp.float32(search.alpha),
-    draw,
-    None if prefix is None else jnp.asarray(prefix, jnp.int32),
+    max_lengths,
+    search.alpha,
     model=model,
     max_decode_len=max_decode_len,
     beam_size=search.beam_size,
     suppress_eos=suppress_eos,
     stop=search.beam_stop,
+    prefix=prefix,
+    final=final if final is not None or nbest else 1,
+    stats=stats,
+    constraint=constraint,
+    draw=draw,
     num_samples=search.num_samples if search.sampling else 1,
   )
+  return (seqs, scores) if nbest else seqs[:, 0]
 
 
 class Hypothesis(NamedTuple):
