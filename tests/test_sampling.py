@@ -138,6 +138,29 @@ def _conditional(prev: int, temperature, topk, topp) -> np.ndarray:
   return np_sampling_probs(log_probs, temperature, topk, topp)[0]
 
 
+def test_draw_tokens_inverts_the_cumulative_distribution_as_numpy():
+  """Each row's token is the first whose float64 cumulative probability exceeds the row's
+  uniform number times the total; tokens of probability 0 (inside and at the end of the
+  vocabulary) are never drawn, whatever the uniform number."""
+  rows, vocab = 4000, 12
+  rng = np.random.default_rng(3)
+  logits = rng.normal(size=(rows, vocab)) * 2
+  logits[:, [2, 7, 10, 11]] = -np.inf  # zero-probability tokens, the last two at the end
+  log_probs = jax.nn.log_softmax(jnp.asarray(logits, jnp.float32))
+  keys = search.sample_keys(5, np.arange(rows), 1)
+  tokens = np.asarray(search.draw_tokens(keys, log_probs))
+  u = np.asarray(jax.vmap(jax.random.uniform)(keys), np.float64)
+  cumulative = np.cumsum(np.exp(np.asarray(log_probs, np.float64)), axis=-1)
+  want = np.array([np.searchsorted(c, x * c[-1], side="right") for c, x in zip(cumulative, u)])
+  # float32 sums against float64: a row whose u lands within rounding of a boundary may
+  # differ by one token; nearly all rows agree exactly.
+  assert np.mean(tokens == want) > 0.999
+  assert not np.isin(tokens, [2, 7, 10, 11]).any()
+  halves = jnp.log(jnp.asarray([[0.5, 0.5, 0.0]] * rows))
+  edge = np.bincount(np.asarray(search.draw_tokens(keys, halves)), minlength=3)
+  assert edge[2] == 0 and stats.binomtest(int(edge[0]), rows).pvalue > 1e-3
+
+
 @pytest.mark.parametrize(
   "temperature, topk, topp", [(1.0, 0, 1.0), (0.7, 3, 1.0), (1.5, 0, 0.6), (1.0, 4, 0.8)]
 )

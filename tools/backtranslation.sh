@@ -41,9 +41,17 @@ train() {  # train WORKDIR ARGS...: skipped when WORKDIR already finished (rerun
   touch "$w/.finished"
 }
 
-# 1. de->en on the bitext, then the monolingual German back-translated twice.
+# 1. de->en on the bitext.
 train "$out/deen" --experiment=multi30k:de-en \
   --config.data.train_source="$d/bitext.de" --config.data.train_target="$d/bitext.en"
+# 2. en->de on the bitext alone, two seeds sharing one vocabulary and store.
+for seed in 0 1; do
+  train "$out/bitext_s$seed" --experiment=multi30k --config.seed="$seed" \
+    --config.data.data_dir="$out/store_bitext" \
+    --config.data.train_source="$d/bitext.en" --config.data.train_target="$d/bitext.de"
+done
+
+# 3. The monolingual German back-translated by the de->en model, twice.
 if [[ ! -f $d/bt_beam.en ]]; then
   log "back-translate by beam search (beam 4, alpha 0.6)"
   t2t-translate --workdir="$out/deen" --input="$d/mono.de" --output="$d/bt_beam.en.tmp" \
@@ -57,14 +65,7 @@ if [[ ! -f $d/bt_sample.en ]]; then
   mv "$d/bt_sample.en.tmp" "$d/bt_sample.en"
 fi
 
-# 2. en->de on the bitext alone, two seeds sharing one vocabulary and store.
-for seed in 0 1; do
-  train "$out/bitext_s$seed" --experiment=multi30k --config.seed="$seed" \
-    --config.data.data_dir="$out/store_bitext" \
-    --config.data.train_source="$d/bitext.en" --config.data.train_target="$d/bitext.de"
-done
-
-# 3. en->de on the bitext plus the tagged back-translations (weight 1 each).
+# 4. en->de on the bitext plus the tagged back-translations (weight 1 each).
 for kind in beam sample; do
   train "$out/bt_$kind" --experiment=multi30k \
     --config.data.train_source= --config.data.train_target= \
@@ -72,7 +73,7 @@ for kind in beam sample; do
       {'source': '$d/bt_$kind.en', 'target': '$d/mono.de', 'tag': '<bt>'})"
 done
 
-# 4. test2016 BLEU of each model, and of the two bitext seeds as an ensemble.
+# 5. test2016 BLEU of each model, and of the two bitext seeds as an ensemble.
 for w in deen bitext_s0 bitext_s1 bt_beam bt_sample bitext_s0,bitext_s1; do
   src=en ref=de
   [[ $w == deen ]] && src=de ref=en

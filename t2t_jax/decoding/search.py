@@ -1056,10 +1056,37 @@ def sampling_log_probs(
   """The distribution a token is drawn from, as normalised log-probabilities [..., vocab]:
   the model's log_probs divided by `temperature` and renormalised, cut to the `topk` best
   and renormalised, then cut to the `topp` nucleus and renormalised (the order of
-  fairseq's and Hugging Face's samplers: top-p is taken within the top-k)."""
+  fairseq's and Hugging Face's samplers: top-p is taken within the top-k).
+
+  Each cut runs only when it removes something (`lax.cond` on the traced settings): both
+  sort the vocabulary, which inside the sampling loop cost about 20 times the rest of a
+  step on a CPU (docs/performance.md)."""
   tempered = jax.nn.log_softmax(log_probs / temperature, axis=-1)
-  kept = jax.nn.log_softmax(top_k_log_probs(tempered, topk), axis=-1)
-  return jax.nn.log_softmax(top_p_log_probs(kept, topp), axis=-1)
+  topk, topp = jnp.asarray(topk, jnp.int32), jnp.asarray(topp, jnp.float32)
+  cut_k = (topk > 0) & (topk < log_probs.shape[-1])
+  kept = lax.cond(
+    cut_k, lambda x: jax.nn.log_softmax(top_k_log_probs(x, topk), axis=-1), lambda x: x, tempered
+  )
+  return lax.cond(
+    topp < 1.0, lambda x: jax.nn.log_softmax(top_p_log_probs(x, topp), axis=-1), lambda x: x, kept
+  )
+
+
+def draw_tokens(keys: jax.Array, log_probs: jax.Array) -> jax.Array:
+  """One token per row drawn from normalised log_probs [rows, vocab] by inverting the
+  cumulative distribution with one uniform number per row (uint32 key data keys [rows, 2]):
+  token = the first index whose cumulative probability exceeds u * total. Exact, like
+  jax.random.categorical's Gumbel-max, which needs vocab random numbers per row: with a
+  vocabulary of thousands, generating them was most of a sampling step on a CPU
+  (docs/performance.md). A token of probability 0 is never drawn (its cumulative value
+  equals its predecessor's), nor is one past the last token of nonzero probability."""
+  probs = jnp.exp(log_probs.astype(jnp.float32))
+  cumulative = jnp.cumsum(probs, axis=-1)
+  u = jax.vmap(jax.random.uniform)(keys) * cumulative[:, -1]
+  token = jnp.sum(cumulative <= u[:, None], axis=-1)
+  vocab = log_probs.shape[-1]
+  last = vocab - 1 - argmax(jnp.flip(probs > 0, axis=-1).astype(jnp.int32))
+  return jnp.minimum(token, last).astype(jnp.int32)
 
 
 def sample_keys(seed: int | jax.Array, sentence_ids: ArrayLike, num_samples: int) -> jax.Array:
@@ -1184,7 +1211,7 @@ def sample_stage(
     )
     drawn_from = sampling_log_probs(jnp.where(never, NEG_INF, log_probs), temperature, topk, topp)
     step_keys = jax.vmap(lambda k: jax.random.fold_in(k, state.step))(keys)
-    token = jax.vmap(jax.random.categorical)(step_keys, drawn_from).astype(jnp.int32)
+    token = draw_tokens(step_keys, drawn_from)
     token_log_prob = jnp.take_along_axis(log_probs, token[:, None], axis=-1)[:, 0]
     token = jnp.where(state.finished, PAD_ID, token)
     seqs = lax.dynamic_update_slice_in_dim(state.seqs, token[:, None], state.step, axis=1)
