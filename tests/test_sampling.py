@@ -13,7 +13,7 @@ from scipy import stats
 
 from t2t_jax.cli import translate as translate_cli
 from t2t_jax.decoding import SearchConfig, search, search_batch
-from t2t_jax.decoding.translator import TranslateError, Translator
+from t2t_jax.decoding.translator import TranslateError, Translator, one_line
 from t2t_jax.run.workdir import Workdir
 from t2t_jax.tokens import BOS_ID, EOS_ID, PAD_ID
 from tests import support
@@ -386,3 +386,18 @@ def test_bench_times_sampling_with_the_configs_fields():
   assert out["sampling"]["target_tokens"] > 0
   assert any(line.startswith("  sampling 1: ") for line in report._decode_lines(out))
   assert "sampling" not in decode.measure_decode(config, 40, 4, search)
+
+
+def test_line_breaks_in_an_output_become_spaces():
+  assert one_line("a\nb\r\nc\td") == "a b  c d"
+
+
+@pytest.mark.slow
+def test_translator_outputs_stay_one_line_whatever_the_pieces_decode_to(workdir, monkeypatch):
+  """A byte-fallback vocabulary can decode a drawn piece to a newline or a tab; every output
+  of translate and sample is still one line."""
+  t = Translator.from_workdir(workdir)
+  monkeypatch.setattr(t.tokenizer, "decode", lambda ids: "a\nb\tc\r")
+  assert t.translate(["1 2", "3"]) == ["a b c ", "a b c "]
+  for hyps in t.sample(["1 2", "3"], num_samples=2, seed=1, nbest=2):
+    assert [h.text for h in hyps] == ["a b c "] * 2

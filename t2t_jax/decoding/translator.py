@@ -656,6 +656,17 @@ def search_batch(
   return (seqs, scores) if nbest else seqs[:, 0]
 
 
+_LINE_BREAKS = str.maketrans({"\n": " ", "\r": " ", "\t": " "})
+
+
+def one_line(text: str) -> str:
+  """A translation as one line of text: a model whose vocabulary falls back to bytes can
+  output the newline, carriage-return or tab byte (sampling draws them now and then), which
+  would split one output into two lines of t2t-translate's output or shift the columns of
+  its TSV; each becomes a space."""
+  return text.translate(_LINE_BREAKS)
+
+
 class Hypothesis(NamedTuple):
   """One translation of an n-best list.
 
@@ -690,7 +701,7 @@ def _hypotheses(
       log_prob, score = float(score), float(score) / penalty
     else:
       log_prob, score = float(score) * penalty, float(score)
-    out.append(Hypothesis(tokenizer.decode(seq), score, log_prob))
+    out.append(Hypothesis(one_line(tokenizer.decode(seq)), score, log_prob))
   return out
 
 
@@ -1136,7 +1147,7 @@ class Translator:
     if nbest is None:
       seqs = np.asarray(search_batch(params, inputs, limits, **kw))
       self._count(len(sources), seqs.shape[0], seqs[: len(sources)])
-      return [self.tokenizer.decode(row) for row in seqs[: len(sources)]]
+      return [one_line(self.tokenizer.decode(row)) for row in seqs[: len(sources)]]
     exact = nbest if settings.beam_size > 1 and not settings.sampling else None
     found = search_batch(params, inputs, limits, nbest=True, final=exact, **kw)
     seqs, scores = (np.asarray(x) for x in found)
