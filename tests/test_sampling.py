@@ -161,6 +161,15 @@ def test_draw_tokens_inverts_the_cumulative_distribution_as_numpy():
   assert edge[2] == 0 and stats.binomtest(int(edge[0]), rows).pvalue > 1e-3
 
 
+def test_draw_tokens_never_passes_the_last_possible_token(monkeypatch):
+  """u * total can round up to the total in float32; the draw is then the last token of
+  nonzero probability, not one past it (simulated with a uniform number of exactly 1)."""
+  monkeypatch.setattr(search.jax.random, "uniform", lambda key: jnp.float32(1.0))
+  log_probs = jnp.log(jnp.asarray([[0.5, 0.5, 0.0, 0.0], [0.25, 0.0, 0.75, 0.0]]))
+  keys = search.sample_keys(0, np.arange(2), 1)
+  np.testing.assert_array_equal(search.draw_tokens(keys, log_probs), [1, 2])
+
+
 @pytest.mark.parametrize(
   "temperature, topk, topp", [(1.0, 0, 1.0), (0.7, 3, 1.0), (1.5, 0, 0.6), (1.0, 4, 0.8)]
 )

@@ -516,6 +516,8 @@ def decode_in_stages(
     search.check_stop(stop, final, beam_size)
   if draw is not None and constraint is not None:
     raise ValueError("a constraint applies to beam and greedy search, not to sampling")
+  if draw is not None:
+    beam_size = 1  # one row per sample
   bounds = search.segment_bounds(max_decode_len)
   alpha = jnp.float32(alpha)
   inputs = jnp.asarray(inputs, jnp.int32)
@@ -527,13 +529,12 @@ def decode_in_stages(
     draw,
     model=model,
     max_decode_len=max_decode_len,
-    beam_size=1 if draw is not None else beam_size,
+    beam_size=beam_size,
     first=bounds[0],
     constraint=constraint,
     num_samples=num_samples if draw is not None else 1,
   )
   shaping = None if draw is None else _Shaping(draw.temperature, draw.topk, draw.topp)
-  beam_size = 1 if draw is not None else beam_size
   static = dict(stop=stop, final=final if beam_size > 1 else None)
   stages = search.Stages(
     run=lambda rows, bound, until: _stage_run(
