@@ -54,6 +54,11 @@ def get_config(size: str = ""):
     # Sources are about a third of their targets (median 23 words, 59 target symbols): each
     # bucket's source length, so the encoder is not fed targets' worth of padding.
     source_bucket_boundaries=(16, 24, 32, 40, 48, 64, 160),
+    # Constrained decoding writes no deeper tree and no longer run of opening brackets than
+    # the training split holds (28 and 6; tests/test_parsing_data.py): without them a weak
+    # model stacks unary brackets, `(NX (NX (NX ...`, until its output limit.
+    tree_max_depth=28,
+    tree_max_opens=6,
   )
   # Positions reach input + 300 when decoding (sinusoids: no parameters).
   config.model.update(

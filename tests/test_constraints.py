@@ -30,11 +30,12 @@ def _pieces(leaves: str, positions: int = 12) -> list[str]:
 class Reference:
   """The rules of TreeConstraint, one sentence at a time, with Python lists."""
 
-  def __init__(self, pieces, leaves, words, limit, max_depth):
+  def __init__(self, pieces, leaves, words, limit, max_depth, max_opens=0):
     self.pieces, self.leaves, self.words = pieces, leaves, words
-    self.limit, self.max_depth = limit, max_depth
+    self.limit, self.max_depth, self.max_opens = limit, max_depth, max_opens
     self.stack, self.out, self.done = [], [], False  # stack: [label, holds a leaf]
     self.count = 0
+    self.run = 0  # opening brackets since the last leaf or closing bracket
 
   def allowed(self) -> set[int]:
     if self.done:
@@ -44,7 +45,9 @@ class Reference:
     ok = set()
     for i, p in enumerate(self.pieces):
       if p.startswith("(") and ")" + p[1:] in self.pieces:
-        if (depth or not length) and left and depth < self.max_depth and left + depth + 2 <= room:
+        in_run = not self.max_opens or self.run < self.max_opens
+        deeper = depth < self.max_depth and left + depth + 2 <= room
+        if (depth or not length) and left and deeper and in_run:
           ok.add(i)
       elif p.startswith(")"):
         innermost = depth and self.stack[-1] == [p[1:], True]
@@ -73,11 +76,14 @@ class Reference:
       self.done = True
     elif piece.startswith("(") and ")" + piece[1:] in self.pieces:
       self.stack.append([piece[1:], False])
+      self.run += 1
     elif piece.startswith(")"):
+      self.run = 0
       self.stack.pop()
       if self.stack:
         self.stack[-1][1] = True
     else:
+      self.run = 0
       self.count += 1
       self.stack[-1][1] = True
 
@@ -93,11 +99,11 @@ def _sources(rng: np.random.Generator, batch: int, src_len: int, pieces) -> np.n
   return out
 
 
-def _walk(leaves, seed, batch=24, src_len=8, max_depth=5, tight=False):
+def _walk(leaves, seed, batch=24, src_len=8, max_depth=5, tight=False, max_opens=0):
   """Random walks under the constraint, each step checked against the reference; returns
   the sources, the limits and the token sequences."""
   pieces = _pieces(leaves)
-  c = constraints.TreeConstraint.for_symbols(pieces, leaves, max_depth=max_depth)
+  c = constraints.TreeConstraint.for_symbols(pieces, leaves, max_depth, max_opens)
   rng = np.random.default_rng(seed)
   sources = _sources(rng, batch, src_len, pieces)
   n = (sources != PAD_ID).sum(1) - 1
@@ -105,7 +111,7 @@ def _walk(leaves, seed, batch=24, src_len=8, max_depth=5, tight=False):
   limits = np.maximum(n + 3, 1) + extra
   state = c.init(jnp.asarray(sources), jnp.asarray(limits, jnp.int32))
   refs = [
-    Reference(pieces, leaves, list(sources[r, : n[r]]), int(limits[r]), max_depth)
+    Reference(pieces, leaves, list(sources[r, : n[r]]), int(limits[r]), max_depth, max_opens)
     for r in range(batch)
   ]
   allowed, advance = jax.jit(c.allowed), jax.jit(c.advance)
@@ -125,8 +131,8 @@ def _walk(leaves, seed, batch=24, src_len=8, max_depth=5, tight=False):
 
 @pytest.mark.parametrize("leaves", constraints.LEAF_FORMS)
 def test_allowed_and_advance_follow_the_reference_and_walks_end_in_trees(leaves):
-  for seed, tight in ((0, False), (1, True)):
-    pieces, sources, n, limits, outs = _walk(leaves, seed, tight=tight)
+  for seed, tight, max_opens in ((0, False, 0), (1, True, 0), (2, False, 2)):
+    pieces, sources, n, limits, outs = _walk(leaves, seed, tight=tight, max_opens=max_opens)
     for r, out in enumerate(outs):
       assert out and out[-1] == EOS_ID and len(out) <= limits[r], out
       symbols = [pieces[t] for t in out[:-1]]
@@ -143,6 +149,9 @@ def test_allowed_and_advance_follow_the_reference_and_walks_end_in_trees(leaves)
       if leaves == "words":  # the copied leaves are the source's tokens in order
         leaf_ids = [t for t, s in zip(out, symbols) if not trees.is_bracket(s)]
         assert leaf_ids == list(sources[r, : n[r]])
+      if max_opens:  # no longer run of opening brackets than allowed
+        runs = "".join("(" if s.startswith("(") else " " for s in symbols).split()
+        assert max(map(len, runs), default=0) <= max_opens, symbols
       if leaves == "positions":
         assert [s for s in symbols if not trees.is_bracket(s)] == [
           trees.position_symbol(k + 1) for k in range(n[r])

@@ -183,3 +183,22 @@ def test_prepared_store_refuses_edited_treebank_files(tmp_path):
   (corpus / "wsj_0002.mrg").write_text("( (S (NP (NN c)) (VP (VBD b))) )\n")
   with pytest.raises(data.DataError, match="prepared from other treebank files"):
     data.get_datasets(c, str(tmp_path / "w"))
+
+
+@needs_ptb
+def test_the_experiments_tree_bounds_are_the_training_splits_maxima():
+  """The parsing experiment's decoding bounds (config.data.tree_max_depth, tree_max_opens)
+  are the deepest nesting and the longest run of opening brackets of its training targets:
+  no training tree is refused, and nothing deeper than the treebank is allowed."""
+  from experiments import parsing
+
+  c = parsing.get_config().data
+  depth = opens = 0
+  for _, target in treebank.split_pairs(c, "train"):
+    level = run = 0
+    for symbol in target.split():
+      opening = symbol.startswith("(")
+      level += 1 if opening else -symbol.startswith(")")
+      run = run + 1 if opening else 0
+      depth, opens = max(depth, level), max(opens, run)
+  assert (c.tree_max_depth, c.tree_max_opens) == (depth, opens)

@@ -94,3 +94,37 @@ def test_a_word_vocabulary_is_not_taken_for_sentencepiece(tmp_path):
   trained = Trained(cfg, {}, tokenizer, vocabulary_tokens(tokenizer), str(vocab), [0])
   assert not trained.is_sentencepiece
   assert trained.vocabulary[4:] == ["(S", ")S", "XX", "the"]
+
+
+def test_the_pictured_parse_is_the_median_one_not_the_best():
+  from t2t_jax.data import trees
+  from tools import parsing_figures
+
+  words = list("abcdefghij")
+  gold = trees.Tree(
+    "S",
+    (
+      trees.Tree("NP", tuple(trees.Tree("XX", (w,)) for w in words[:5])),
+      trees.Tree("VP", tuple(trees.Tree("XX", (w,)) for w in words[5:])),
+    ),
+  )
+  flat = trees.Tree("S", tuple(trees.Tree("XX", (w,)) for w in words))
+  half = trees.Tree("S", (gold.children[0], *gold.children[1].children))
+  short = trees.Tree("S", (trees.Tree("XX", ("a",)),))
+  # F1 by sentence: 100 (exact), 0 (flat), 66.7 (one of two phrases), and a 1-word sentence
+  # that is not among the 10-20 word ones.
+  parsed, golds = [gold, flat, half, short], [gold, gold, gold, short]
+  assert parsing_figures.pick_example(parsed, golds) == 2
+  assert parsing_figures.pick_example([flat, gold], [gold, gold]) == 0  # ties: the lower one
+
+
+def test_the_task_constraint_takes_the_configs_tree_bounds():
+  from t2t_jax.decoding.translator import task_constraint
+
+  c = ml_collections.ConfigDict(dict(source="treebank", tree_leaves="xx"))
+  tokenizer = WordTokenizer(["(S", ")S", "(NP", ")NP", "XX", "dog"])
+  built = task_constraint(c, tokenizer)  # a workdir written before the fields: no bounds
+  assert (built.max_depth, built.max_opens) == (64, 0)
+  c.tree_max_depth, c.tree_max_opens = 9, 3
+  built = task_constraint(c, tokenizer)
+  assert (built.max_depth, built.max_opens) == (9, 3)

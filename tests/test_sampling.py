@@ -357,6 +357,21 @@ def test_translate_refuses_bad_sampling_flags_before_loading(
   assert not loaded
 
 
+@pytest.mark.parametrize("args, constrained", [([], True), (["--noconstrained"], False)])
+def test_translate_constrained_flag_sets_the_search(config_only, monkeypatch, args, constrained):
+  """--noconstrained reaches the Translator's search; without it the workdir's setting."""
+  searches = []
+
+  def capture(*a, search, **k):
+    searches.append(search)
+    raise translate_cli.TranslateError("stop here")
+
+  monkeypatch.setattr(translate_cli.Translator, "from_workdirs", capture)
+  with pytest.raises(SystemExit, match="stop here"):
+    _translate(monkeypatch, f"--workdir={config_only}", "--input=/dev/null", *args)
+  assert [s.constrained for s in searches] == [constrained]
+
+
 @pytest.mark.slow
 def test_translate_command_prints_the_translators_samples(workdir, tmp_path, monkeypatch, capsys):
   source = tmp_path / "src.txt"

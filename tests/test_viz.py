@@ -364,3 +364,8 @@ def test_learning_curve(tmp_path):
   assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["a", "b"]
   fig = viz.learning_curve([dict(step=1, time=0.0, loss=1.0)])
   assert fig.axes[0].texts[0].get_text() == "no dev_bleu with time in the metrics"
+  # Parsing's dev F1: the same curve of another record field, labelled as F1.
+  records = [dict(step=1, time=0.0, dev_f1=5.0, dev_bleu=1.0), dict(step=2, time=60.0, dev_f1=9.0)]
+  fig = viz.learning_curve(records, metric="dev_f1")
+  np.testing.assert_allclose(fig.axes[0].lines[0].get_xydata(), [[0, 5], [1, 9]])
+  assert fig.axes[0].get_ylabel() == "dev bracket F1"

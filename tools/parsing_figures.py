@@ -1,11 +1,13 @@
 """The figures of docs/parsing.md from a trained parsing workdir.
 
-    python -m tools.parsing_figures --workdir=workdirs/parsing --picture=docs/parsing_tree.png
+    python -m tools.parsing_figures --workdir=workdirs/parsing --picture=docs/parsing_tree.png \
+        --curve=docs/parsing_dev_f1.png --runs=words=workdirs/parsing,xx=workdirs/parsing_xx
 
 Reads the test.gold and test.trees files t2t-train wrote at the end of training, prints the
 model's EVALB F1 beside the right-branching baseline's (labelled and unlabelled), and draws
-one test sentence's gold and predicted trees side by side: the sentence of 10-20 words whose
-parse is closest to, but not exactly, the gold tree (the first such if none is perfect).
+one test sentence's gold and predicted trees side by side: the median sentence of 10-20
+words by its own bracket F1, a typical parse rather than the best. --curve
+draws dev F1 against wall-clock minutes for the workdir, or for each of --runs (label=workdir).
 """
 
 import os
@@ -18,6 +20,8 @@ from t2t_jax.evaluation import parseval
 
 flags.DEFINE_string("workdir", None, "a t2t-train parsing workdir with test.gold/test.trees")
 flags.DEFINE_string("picture", "", "where the gold/predicted picture goes ('' = none)")
+flags.DEFINE_string("curve", "", "where the dev F1 curve goes ('' = none)")
+flags.DEFINE_list("runs", [], "label=workdir pairs drawn on --curve (default: --workdir alone)")
 FLAGS = flags.FLAGS
 
 
@@ -27,15 +31,24 @@ def _read(path: str) -> list[trees.Tree]:
 
 
 def pick_example(parsed: list[trees.Tree], golds: list[trees.Tree]) -> int:
-  """Index of the 10-20 word sentence with the highest F1 below 100 (else the first)."""
-  best, best_f1 = 0, -1.0
-  for i, (p, g) in enumerate(zip(parsed, golds)):
-    if not 10 <= len(g.leaves()) <= 20:
-      continue
-    f1 = parseval.corpus_score([p], [g]).f1
-    if best_f1 < f1 < 100.0:
-      best, best_f1 = i, f1
-  return best
+  """Index of the median 10-20 word sentence by its bracket F1 (ties: the earlier one), a
+  typical parse; every sentence when none has 10-20 words."""
+  chosen = [i for i, g in enumerate(golds) if 10 <= len(g.leaves()) <= 20] or range(len(golds))
+  f1s = {i: parseval.corpus_score([parsed[i]], [golds[i]]).f1 for i in chosen}
+  ranked = sorted(chosen, key=lambda i: (f1s[i], i))
+  return ranked[(len(ranked) - 1) // 2]
+
+
+def _runs() -> dict[str, str]:
+  if not FLAGS.runs:
+    return {os.path.basename(os.path.normpath(FLAGS.workdir)): FLAGS.workdir}
+  out = {}
+  for pair in FLAGS.runs:
+    label, sep, workdir = pair.partition("=")
+    if not sep or not label or not workdir:
+      raise app.UsageError(f"--runs: {pair!r} is not label=workdir")
+    out[label] = workdir
+  return out
 
 
 def main(argv):
@@ -58,6 +71,11 @@ def main(argv):
       path=FLAGS.picture,
     )
     print(f"picture of test sentence {i + 1}: {' '.join(golds[i].leaves())}")
+  if FLAGS.curve:
+    viz.learning_curve(
+      _runs(), title="dev F1 (greedy) during training", path=FLAGS.curve, metric="dev_f1"
+    )
+    print(f"dev F1 curve: {FLAGS.curve}")
 
 
 if __name__ == "__main__":

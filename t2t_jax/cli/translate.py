@@ -188,6 +188,13 @@ def _define_flags() -> flags.FlagValues:
     "with --sampling: draw from the nucleus, the most probable tokens holding probability "
     "P in (0, 1] (1: all)",
   )
+  flags.DEFINE_boolean(
+    "constrained",
+    None,
+    "decode under the task's output grammar (parsing: well-formed trees over the input's "
+    "words); --noconstrained decodes the model as it is (default: the workdir's "
+    "config.constrained; translation workdirs have none)",
+  )
   flags.DEFINE_integer("num_samples", None, "with --sampling: outputs drawn per input (default 1)")
   flags.DEFINE_integer(
     "seed",
@@ -337,6 +344,7 @@ def _decoding_defaults(args: flags.FlagValues) -> tuple[SearchConfig, str | None
       alpha=args.alpha,
       beam_stop=args.beam_stop,
       sampling=sampling,
+      constrained=args.constrained,
       **fields,
     )
   except ValueError as e:  # a flag's value is checked above: here a config.json field

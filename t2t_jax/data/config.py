@@ -59,6 +59,10 @@ def default_config() -> ml_collections.ConfigDict:
   # Vinyals et al. 2015), 'words' (the word itself: the decoder copies the source in order),
   # 'positions' (XX1, XX2, ...: each leaf says which word it is). docs/parsing.md.
   c.tree_leaves = "xx"
+  # Constrained decoding (decoding.constraints.TreeConstraint): the deepest nesting and the
+  # longest run of opening brackets an output may have; 0: 64 and any run.
+  c.tree_max_depth = 0
+  c.tree_max_opens = 0
 
   # --- TFDS ---
   c.tfds_data_dir = ""  # '' -> TFDS default (WMT) or <data_dir or workdir>/tfds (textfiles)

@@ -90,7 +90,10 @@ class TreeConstraint:
   - a leaf only inside a bracket and while fewer leaves than source words are out;
   - a closing bracket only of the innermost open label, once that constituent holds a leaf,
     and the root's only once every leaf is out;
-  - an opening bracket only while depth < max_depth;
+  - an opening bracket only while depth < max_depth and, with max_opens > 0, while fewer
+    than max_opens opening brackets follow each other (since the last leaf or closing
+    bracket): the treebank's own bounds, which keep a weak model from stacking unary
+    brackets (`(NX (NX (NX ...`) until its output limit;
   - EOS only when every leaf is out and every bracket closed (or for an empty source);
   - nothing whose shortest completion (the leaves left, one closing bracket per open one,
     EOS) would pass the row's `max_lengths` (tokens including EOS; `init` input, default
@@ -103,6 +106,7 @@ class TreeConstraint:
   leaf_ids: tuple[int, ...] = ()
   leaves: str = "xx"
   max_depth: int = 64
+  max_opens: int = 0  # opening brackets in a row at most (0: any number)
   eos_id: int = EOS_ID
   pad_id: int = PAD_ID
 
@@ -111,6 +115,8 @@ class TreeConstraint:
       raise ValueError(f"leaves={self.leaves!r} must be one of {LEAF_FORMS}")
     if len(self.open_ids) != len(self.close_ids) or not self.open_ids:
       raise ValueError("open_ids and close_ids: one id of each per label, at least one label")
+    if self.max_depth < 1 or self.max_opens < 0:
+      raise ValueError(f"max_depth={self.max_depth} must be >= 1, max_opens={self.max_opens} >= 0")
     if self.leaves != "words" and not self.leaf_ids:
       raise ValueError(f"leaves={self.leaves!r} needs leaf_ids")
     ids = list(self.open_ids) + list(self.close_ids) + list(self.leaf_ids)
@@ -130,7 +136,7 @@ class TreeConstraint:
 
   @classmethod
   def for_symbols(
-    cls, pieces: Sequence[str], leaves: str = "xx", max_depth: int = 64
+    cls, pieces: Sequence[str], leaves: str = "xx", max_depth: int = 64, max_opens: int = 0
   ) -> "TreeConstraint":
     """The constraint of a parsing vocabulary, `pieces[i]` the symbol of id i (a tokenizer's
     `id_to_piece` over range(vocab_size)): labels with both '(L' and ')L', leaves 'XX'
@@ -153,6 +159,7 @@ class TreeConstraint:
       leaf_ids=leaf_ids,
       leaves=leaves,
       max_depth=max_depth,
+      max_opens=max_opens,
     )
 
   @staticmethod
@@ -174,6 +181,7 @@ class TreeConstraint:
       length=zeros,  # tokens emitted
       leaves=zeros,  # leaves emitted
       depth=zeros,  # brackets open
+      opens=zeros,  # opening brackets since the last leaf or closing bracket
       stack=jnp.zeros((batch, self.max_depth), jnp.int32),  # label index per open bracket
       filled=jnp.zeros((batch, self.max_depth), bool),  # whether that bracket holds a leaf
       done=jnp.zeros((batch,), bool),
@@ -203,6 +211,8 @@ class TreeConstraint:
     leaf = inside & (left > 0) & (left - 1 + depth + 1 <= room)
     # One root: the root closes only after the last leaf, and opening needs a leaf left.
     opening = (left > 0) & (depth < self.max_depth) & (left + depth + 2 <= room)
+    if self.max_opens > 0:
+      opening &= state["opens"] < self.max_opens
     closing = inside & top_filled & ((depth > 1) | (left == 0)) & (left + depth <= room)
     end = (left == 0) & (depth == 0)
     kind = jnp.asarray(self._kind)[None, :]
@@ -239,6 +249,7 @@ class TreeConstraint:
       length=state["length"] + live,
       leaves=state["leaves"] + leaf,
       depth=depth + opens - closes,
+      opens=jnp.where(opens, state["opens"] + 1, jnp.where(leaf | closes, 0, state["opens"])),
       stack=stack,
       filled=filled,
       done=state["done"] | eos,

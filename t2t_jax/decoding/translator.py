@@ -708,13 +708,19 @@ def _hypotheses(
 
 def task_constraint(data_config: ml_collections.ConfigDict, tokenizer: Tokenizer) -> Any:
   """The constraint of a task whose outputs have a grammar: for a source scored by trees
-  (parsing), well-formed trees over the source's words in the workdir's leaf form; None
-  for translation."""
+  (parsing), well-formed trees over the source's words in the workdir's leaf form, no
+  deeper than config.data.tree_max_depth and with no longer runs of opening brackets than
+  tree_max_opens; None for translation."""
   source = data_lib.sources.find(data_config.source)
   if source is None or not source.scores_trees:
     return None
   pieces = [tokenizer.id_to_piece(i) for i in range(tokenizer.vocab_size)]
-  return constraints.TreeConstraint.for_symbols(pieces, data_config.get("tree_leaves", "xx"))
+  return constraints.TreeConstraint.for_symbols(
+    pieces,
+    data_config.get("tree_leaves", "xx"),
+    max_depth=data_config.get("tree_max_depth", 0) or 64,
+    max_opens=data_config.get("tree_max_opens", 0),
+  )
 
 
 class _MemberShape(NamedTuple):

@@ -401,8 +401,10 @@ def learning_curve(
   *,
   title: str = "dev BLEU during training",
   path: str | None = None,
+  metric: str = "dev_bleu",
 ) -> "Figure":
-  """Dev BLEU vs wall-clock minutes: a workdir, a list of records, or {label: either}."""
+  """A dev score vs wall-clock minutes: a workdir, a list of records, or {label: either}.
+  metric: 'dev_bleu' (sacreBLEU) or 'dev_f1' (parsing's bracket F1)."""
   if not isinstance(runs, dict):
     runs = {None: runs}
   fig = _figure(6.4, 4.0)
@@ -410,13 +412,13 @@ def learning_curve(
   drawn = 0
   for label, run in runs.items():
     records = _with_minutes(_records(run))
-    bleu = [r for r in records if r.get("dev_bleu") is not None]
-    if bleu and _plot(ax, records, "minutes", "dev_bleu", label):
+    scored = [r for r in records if r.get(metric) is not None]
+    if scored and _plot(ax, records, "minutes", metric, label):
       drawn += 1
-      last = bleu[-1]
+      last = scored[-1]
       ax.annotate(
-        f"{last['dev_bleu']:.1f}",
-        (last["minutes"], last["dev_bleu"]),
+        f"{last[metric]:.1f}",
+        (last["minutes"], last[metric]),
         textcoords="offset points",
         xytext=(-6, -6),
         ha="right",
@@ -425,9 +427,10 @@ def learning_curve(
         bbox=dict(facecolor="white", edgecolor="none", alpha=0.8, pad=1),
       )
   if not drawn:
-    _nothing(ax, "dev_bleu with time")
+    _nothing(ax, f"{metric} with time")
   elif any(label is not None for label in runs):
     ax.legend()
-  ax.set(xlabel="minutes since the first record", ylabel="dev BLEU (sacreBLEU)", title=title)
+  ylabel = {"dev_bleu": "dev BLEU (sacreBLEU)", "dev_f1": "dev bracket F1"}.get(metric, metric)
+  ax.set(xlabel="minutes since the first record", ylabel=ylabel, title=title)
   ax.grid(alpha=0.3)
   return _save(fig, path)
