@@ -212,4 +212,8 @@ def test_cold_processes_time_each_command_end_to_end(text_files, tmp_path):
   assert cold["sentences"] == 2 and cold["cache_files"] >= 0
   for key in ("t2t_translate_fresh_cache_s", "t2t_translate_warm_cache_s", "ctranslate2_float32_s"):
     assert cold[key] > 0, cold
-  assert "| CTranslate2 float32, load + translate |" in "\n".join(real_text._cold_lines(cold))
+  assert set(cold["first_line"]) == {"t2t_translate_warm_cache_s", "ctranslate2_float32_s"}
+  assert all(seconds > 0 for seconds in cold["first_line"].values())
+  printed = "\n".join(real_text._cold_lines(cold))
+  assert "| CTranslate2 float32, load + translate |" in printed
+  assert "| t2t-translate of the first line alone, its programs cached (start-up) |" in printed

@@ -27,7 +27,9 @@ at every step, so that is what it runs, up to the padding inside a batch).
 
 `cold_processes` times what a user waits for in a fresh process: t2t-translate of the file
 twice (the second finds JAX's persistent compilation cache the first filled) and a fresh
-Python process loading CTranslate2 and translating the file.
+Python process loading CTranslate2 and translating the file; then the start-up alone, each
+system translating the file's first line in a fresh process (t2t-translate once more after
+a first run has cached that batch's programs).
 """
 
 import dataclasses
@@ -426,34 +428,51 @@ def cold_processes(
   `t2t-translate --output=/dev/null` twice, the compilation cache in a new directory that
   the first fills and the second reads ($T2T_COMPILATION_CACHE; a JAX_COMPILATION_CACHE_DIR
   in `env` is dropped, it would take precedence), and one CTranslate2 process per
-  exported model (CT2_SCRIPT: load, tokenize, translate, write)."""
+  exported model (CT2_SCRIPT: load, tokenize, translate, write). Then the same for the
+  first line alone, the start-up a user waits before translation begins: t2t-translate's
+  second run of it (the first compiles that batch's shape into the cache) and each
+  CTranslate2 process."""
   env = dict(os.environ if env is None else env)
   env.pop("JAX_COMPILATION_CACHE_DIR", None)
   with tempfile.TemporaryDirectory(prefix="t2t-bench-cold-") as tmp:
     source = os.path.join(tmp, "input.txt")
-    with open(source, "w", encoding="utf-8") as f:
-      f.writelines(line + "\n" for line in lines)
+    first = os.path.join(tmp, "first.txt")
+    for path, text in ((source, lines), (first, lines[:1])):
+      with open(path, "w", encoding="utf-8") as f:
+        f.writelines(line + "\n" for line in text)
     cache = os.path.join(tmp, "xla-cache")
     env[compilation.ENV] = cache
-    translate = [
-      sys.executable,
-      "-m",
-      "t2t_jax.cli.translate",
-      f"--workdir={workdir}",
-      f"--checkpoint={checkpoint}",
-      f"--input={source}",
-      "--output=/dev/null",
-      f"--beam_size={beam_size}",
-      f"--batch_tokens={batch_tokens}",
-    ]
+
+    def translate(path: str) -> list[str]:
+      return [
+        sys.executable,
+        "-m",
+        "t2t_jax.cli.translate",
+        f"--workdir={workdir}",
+        f"--checkpoint={checkpoint}",
+        f"--input={path}",
+        "--output=/dev/null",
+        f"--beam_size={beam_size}",
+        f"--batch_tokens={batch_tokens}",
+      ]
+
+    def ct2(path: str, compute_type: str, model: str) -> list[str]:
+      args = (model, compute_type, path, beam_size, alpha, batch_tokens, max_decoding_length)
+      return [sys.executable, "-c", CT2_SCRIPT, *map(str, args), str(threads)]
+
     out: dict[str, Any] = dict(sentences=len(lines), beam_size=beam_size)
-    out["t2t_translate_fresh_cache_s"] = _timed_process(translate, env)
+    out["t2t_translate_fresh_cache_s"] = _timed_process(translate(source), env)
     out["cache_files"] = _files_under(cache) if os.path.isdir(cache) else 0
-    out["t2t_translate_warm_cache_s"] = _timed_process(translate, env)
-    for compute_type, path in ct2_paths.items():
-      args = (path, compute_type, source, beam_size, alpha, batch_tokens, max_decoding_length)
-      command = [sys.executable, "-c", CT2_SCRIPT, *map(str, args), str(threads)]
-      out[f"ctranslate2_{compute_type}_s"] = _timed_process(command, env)
+    out["t2t_translate_warm_cache_s"] = _timed_process(translate(source), env)
+    for compute_type, model in ct2_paths.items():
+      out[f"ctranslate2_{compute_type}_s"] = _timed_process(ct2(source, compute_type, model), env)
+    _timed_process(translate(first), env)  # caches the one-line batch's programs
+    start_up = dict(t2t_translate_warm_cache_s=_timed_process(translate(first), env))
+    for compute_type, model in ct2_paths.items():
+      start_up[f"ctranslate2_{compute_type}_s"] = _timed_process(
+        ct2(first, compute_type, model), env
+      )
+    out["first_line"] = start_up
   return out
 
 
@@ -502,6 +521,16 @@ def _cold_lines(c: dict[str, Any]) -> list[str]:
     if key.startswith("ctranslate2_"):
       compute_type = key[len("ctranslate2_") : -len("_s")]
       lines.append(f"| CTranslate2 {compute_type}, load + translate | {seconds:.1f} |")
+  first = c.get("first_line", {})
+  if first:
+    lines.append(
+      "| t2t-translate of the first line alone, its programs cached (start-up) | "
+      f"{first['t2t_translate_warm_cache_s']:.1f} |"
+    )
+  for key, seconds in first.items():
+    if key.startswith("ctranslate2_"):
+      compute_type = key[len("ctranslate2_") : -len("_s")]
+      lines.append(f"| CTranslate2 {compute_type}, the first line alone | {seconds:.1f} |")
   return lines
 
 
