@@ -18,11 +18,16 @@ from t2t_jax import viz
 from t2t_jax.data import trees
 from t2t_jax.evaluation import parseval
 
-flags.DEFINE_string("workdir", None, "a t2t-train parsing workdir with test.gold/test.trees")
-flags.DEFINE_string("picture", "", "where the gold/predicted picture goes ('' = none)")
-flags.DEFINE_string("curve", "", "where the dev F1 curve goes ('' = none)")
-flags.DEFINE_list("runs", [], "label=workdir pairs drawn on --curve (default: --workdir alone)")
 FLAGS = flags.FLAGS
+
+
+def _define_flags() -> None:
+  """The command's flags, defined when it runs (not on import: tests import pick_example
+  beside other commands' flags)."""
+  flags.DEFINE_string("workdir", None, "a t2t-train parsing workdir with test.gold/test.trees")
+  flags.DEFINE_string("picture", "", "where the gold/predicted picture goes ('' = none)")
+  flags.DEFINE_string("curve", "", "where the dev F1 curve goes ('' = none)")
+  flags.DEFINE_list("runs", [], "label=workdir pairs drawn on --curve (default: --workdir alone)")
 
 
 def _read(path: str) -> list[trees.Tree]:
@@ -79,5 +84,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  _define_flags()
   flags.mark_flag_as_required("workdir")
   app.run(main)

@@ -33,6 +33,8 @@ MAY_CHANGE_ON_RESUME = frozenset(
     "eval_every_steps",
     # Read only when the workdir has no checkpoint: a resume never looks at them.
     "constrained",
+    "data.tree_max_depth",
+    "data.tree_max_opens",
     "init_from",
     "init_keep_optimizer",
     "keep_best_checkpoints",
