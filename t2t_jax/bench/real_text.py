@@ -517,21 +517,23 @@ def _cold_lines(c: dict[str, Any]) -> list[str]:
     f"| t2t-translate, the cache the first filled ({c['cache_files']} files) | "
     f"{c['t2t_translate_warm_cache_s']:.1f} |",
   ]
-  for key, seconds in c.items():
-    if key.startswith("ctranslate2_"):
-      compute_type = key[len("ctranslate2_") : -len("_s")]
-      lines.append(f"| CTranslate2 {compute_type}, load + translate | {seconds:.1f} |")
+  lines += _ct2_rows(c, "load + translate")
   first = c.get("first_line", {})
   if first:
     lines.append(
       "| t2t-translate of the first line alone, its programs cached (start-up) | "
       f"{first['t2t_translate_warm_cache_s']:.1f} |"
     )
-  for key, seconds in first.items():
-    if key.startswith("ctranslate2_"):
-      compute_type = key[len("ctranslate2_") : -len("_s")]
-      lines.append(f"| CTranslate2 {compute_type}, the first line alone | {seconds:.1f} |")
-  return lines
+  return lines + _ct2_rows(first, "the first line alone")
+
+
+def _ct2_rows(times: dict[str, Any], what: str) -> list[str]:
+  """A table row per CTranslate2 process of `times` (keys ctranslate2_<compute type>_s)."""
+  return [
+    f"| CTranslate2 {key[len('ctranslate2_') : -len('_s')]}, {what} | {seconds:.1f} |"
+    for key, seconds in times.items()
+    if key.startswith("ctranslate2_")
+  ]
 
 
 def table(result: dict[str, Any]) -> str:
