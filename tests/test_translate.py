@@ -238,3 +238,35 @@ def test_a_config_json_without_newer_data_fields_reads_with_their_defaults(tmp_p
   config = translate.load_config(str(tmp_path))
   assert config.data.data_dir == "" and config.data.prepared_store is True
   assert config.data.source == values["data"]["source"]
+
+
+def _bare_translator(max_len):
+  t2t = object.__new__(translate.Translator)
+  t2t.model = type("Model", (), {"config": type("Config", (), {"max_len": max_len})})()
+  return t2t
+
+
+def test_source_buckets_pad_by_at_most_half_and_batches_of_nearby_lengths_share_a_shape():
+  assert translate.source_buckets(128) == [16, 24, 32, 48, 64, 96, 128]
+  assert translate.source_buckets(40) == [16, 24, 32, 40]
+  buckets = translate.source_buckets(1000)
+  assert buckets[-1] == 1000 and buckets == sorted(set(buckets))
+  for n in range(16, 1001):  # the bucket of n: at most 1.5 n, never below n
+    bucket = next(b for b in buckets if b >= n)
+    assert n <= bucket <= 1.5 * n
+  t2t = _bare_translator(128)
+  shapes = set()
+  for longest in (33, 40, 47):
+    inputs, limits, max_decode_len, prefix = t2t._padded_batch([[5] * longest, [5] * 3], 50, None)
+    shapes.add((inputs.shape, max_decode_len))
+    np.testing.assert_array_equal(limits, [longest + 50, 53])
+    assert prefix is None and (inputs[0] == 5).sum() == longest
+  assert shapes == {((2, 48), 128)}
+  # The output length follows the bucket (16 + 50), not the batch's own longest limit (60).
+  assert t2t._padded_batch([[5] * 10], 50, None)[2] == 128
+  # A long prefix lengthens the output past the bucket's, to a power of two within max_len.
+  inputs, limits, max_decode_len, prefix = t2t._padded_batch([[5] * 4], 2, None, [[7] * 40])
+  assert inputs.shape == (1, 16) and limits.tolist() == [41] and max_decode_len == 64
+  assert prefix.shape == (1, 40)
+  # Streaming's fixed shape is kept as given.
+  assert t2t._padded_batch([[5] * 4], 2, (32, 40))[2] == 40

@@ -12,8 +12,9 @@ float32, CTranslate2 int8, t2t_jax, ...) so that machine noise hits all of them;
 are medians. Each system is run the way its users run it:
 
 - t2t_jax: `Translator.from_workdir(W, batch_tokens=B).translate(lines, beam_size=...)`,
-  which is t2t-translate: batches of at most B source tokens (padded to powers of two and
-  multiples of 8), each output limited to its source length + max_output_extra;
+  which is t2t-translate: batches of at most B source tokens (rows padded to a power of two,
+  sources to `translator.source_buckets`), each output limited to its source length +
+  max_output_extra;
 - CTranslate2: `translate_batch` of the same source tokens with batch_type="tokens",
   max_batch_size=B, length_penalty=alpha (CTranslate2 divides by length^alpha where t2t_jax
   uses GNMT's ((5 + length) / 6)^alpha; docs/export.md) and one output limit for all, the

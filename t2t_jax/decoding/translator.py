@@ -75,6 +75,17 @@ def _check_vocabulary(workdir: str, steps: Sequence[int], vocab: str | os.PathLi
       )
 
 
+def source_buckets(max_len: int) -> list[int]:
+  """Padded source lengths of translate()'s batches: 16, 24, 32, 48, 64, 96, ... (powers of
+  two and 1.5 times them) up to max_len. A batch is padded by at most half, so the encoder
+  and cross-attention do little wasted work, while batches of nearby lengths share a shape
+  (and their compiled stages) as multiples of 8 did not."""
+  out = [16]
+  while out[-1] < max_len:
+    out.append(out[-1] * 3 // 2 if out[-1] & (out[-1] - 1) == 0 else out[-1] * 4 // 3)
+  return [min(b, max_len) for b in out]
+
+
 def _round_up(n: int, multiple: int) -> int:
   return -(-n // multiple) * multiple
 
@@ -1025,11 +1036,18 @@ class Translator:
       out.append(min(16 << len(out), max_len))
     return out
 
-  def _bucket_shape(self, source_len: int, max_output_extra: int) -> tuple[int, int]:
-    """(padded source length, static output length) of the bucket holding a source."""
-    bucket = next(b for b in self.buckets() if b >= source_len)
+  def _bucket_shape(
+    self, source_len: int, max_output_extra: int, buckets: Sequence[int] | None = None
+  ) -> tuple[int, int]:
+    """(padded source length, static output length) of a batch whose longest source has
+    `source_len` tokens: the smallest of `buckets` (default: `source_buckets`) at least
+    `source_len`, and the power of two (from 16) at least that + max_output_extra, both
+    within max_len. Batches of one bucket have one shape and share their compiled stages;
+    each output's own limit stays its source + extra."""
     max_len = self.model.config.max_len
-    return bucket, min(_round_up(bucket + max_output_extra, 8), max_len)
+    bucket = min(next(b for b in (buckets or source_buckets(max_len)) if b >= source_len), max_len)
+    longest = search._power_of_two_at_least(max(bucket + max_output_extra, search.FIRST_SEGMENT))
+    return bucket, min(longest, max_len)
 
   def warm_up(
     self,
@@ -1041,7 +1059,7 @@ class Translator:
     """Compiles the search for every bucket, so that translate_stream never compiles."""
     settings = self._settings(beam_size, alpha, search)
     for bucket in self.buckets():
-      shape = self._bucket_shape(bucket, settings.max_output_extra)
+      shape = self._bucket_shape(bucket, settings.max_output_extra, self.buckets())
       self._translate_batch([[EOS_ID]], settings, nbest, shape, ids=[0])
 
   def translate_stream(
@@ -1063,7 +1081,7 @@ class Translator:
     self._check_nbest(nbest, settings)
     for index, line in enumerate(lines):
       source = self._source_ids([line])[0]
-      shape = self._bucket_shape(len(source), settings.max_output_extra)
+      shape = self._bucket_shape(len(source), settings.max_output_extra, self.buckets())
       yield self._translate_batch([source], settings, nbest, shape, ids=[index])[0]
 
   def _batches(self, order: Sequence[int], sources: Sequence[Sequence[int]]) -> Iterator[list[int]]:
@@ -1091,15 +1109,14 @@ class Translator:
     prefixes: Sequence[Sequence[int]] | None = None,
   ) -> tuple[np.ndarray, np.ndarray, int, np.ndarray | None]:
     """(inputs, limits, max_decode_len, prefix) of one batch: rows rounded up to a power of
-    two, source lengths to multiples of 8 and the output length to a power of two (few
-    distinct shapes: few compilations), unless `shape`
-    fixes (source length, max_decode_len). A limit is at least its prefix's length + 1;
-    prefix: int32 [rows, P] PAD-padded, or None when no sentence has one."""
+    two, the source length to its bucket and the output length to the bucket's
+    (`_bucket_shape`: few distinct shapes, few compilations), unless `shape` fixes (source
+    length, max_decode_len). A limit is at least its prefix's length + 1, which may
+    lengthen max_decode_len to the next power of two; prefix: int32 [rows, P] PAD-padded,
+    or None when no sentence has one."""
     max_len = self.model.config.max_len
-    src_len = min(_round_up(max(len(s) for s in sources), 8), max_len)
-    max_decode_len = None
-    if shape is not None:
-      src_len, max_decode_len = shape
+    longest_source = max(len(s) for s in sources)
+    src_len, max_decode_len = shape or self._bucket_shape(longest_source, extra)
     rows = 1 << (len(sources) - 1).bit_length()
     inputs = np.full((rows, src_len), PAD_ID, np.int32)
     for r, s in enumerate(sources):
@@ -1117,12 +1134,10 @@ class Translator:
         max_len,
         extra,
       )
-    # A power of two (from 16): the cache's segment lengths (search.segment_bounds), and
-    # with them the compiled stages, are shared by batches of other lengths. Each output's
-    # own limit is in `limits`; the rounding only lengthens the output arrays.
-    longest = search._power_of_two_at_least(max(int(limits.max()), search.FIRST_SEGMENT))
-    max_decode_len = max_decode_len or min(longest, max_len)
-    return inputs, np.minimum(limits, max_len), max_decode_len, prefix
+    limits = np.minimum(limits, max_len)
+    if shape is None and limits.max() > max_decode_len:  # a long prefix
+      max_decode_len = min(search._power_of_two_at_least(int(limits.max())), max_len)
+    return inputs, limits, max_decode_len, prefix
 
   def _translate_batch(
     self,
