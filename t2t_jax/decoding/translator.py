@@ -82,7 +82,8 @@ def source_buckets(max_len: int) -> list[int]:
   (and their compiled stages) as multiples of 8 did not."""
   out = [16]
   while out[-1] < max_len:
-    out.append(out[-1] * 3 // 2 if out[-1] & (out[-1] - 1) == 0 else out[-1] * 4 // 3)
+    is_power_of_two = (out[-1] & (out[-1] - 1)) == 0
+    out.append(out[-1] * 3 // 2 if is_power_of_two else out[-1] * 4 // 3)
   return [min(b, max_len) for b in out]
 
 
@@ -1044,8 +1045,8 @@ class Translator:
     `source_len`, and the power of two (from 16) at least that + max_output_extra, both
     within max_len. Batches of one bucket have one shape and share their compiled stages;
     each output's own limit stays its source + extra."""
-    max_len = self.model.config.max_len
-    bucket = min(next(b for b in (buckets or source_buckets(max_len)) if b >= source_len), max_len)
+    max_len = self.model.config.max_len  # both bucket lists end at it
+    bucket = next(b for b in (buckets or source_buckets(max_len)) if b >= source_len)
     longest = search._power_of_two_at_least(max(bucket + max_output_extra, search.FIRST_SEGMENT))
     return bucket, min(longest, max_len)
 
@@ -1115,8 +1116,7 @@ class Translator:
     lengthen max_decode_len to the next power of two; prefix: int32 [rows, P] PAD-padded,
     or None when no sentence has one."""
     max_len = self.model.config.max_len
-    longest_source = max(len(s) for s in sources)
-    src_len, max_decode_len = shape or self._bucket_shape(longest_source, extra)
+    src_len, max_decode_len = shape or self._bucket_shape(max(map(len, sources)), extra)
     rows = 1 << (len(sources) - 1).bit_length()
     inputs = np.full((rows, src_len), PAD_ID, np.int32)
     for r, s in enumerate(sources):
