@@ -12,7 +12,6 @@ Public surface (see pipeline.py for the flow):
 
 from t2t_jax.data.config import bucket_boundaries, default_config, target_language
 from t2t_jax.data.errors import DataError
-from t2t_jax.data.pipeline import Datasets, DataStats, get_datasets
 from t2t_jax.data.sources import Source, get_source
 from t2t_jax.data.tokenizer import (
   SentencePieceTokenizer,
@@ -21,6 +20,17 @@ from t2t_jax.data.tokenizer import (
   load_tokenizer,
   vocab_path,
 )
+
+
+def __getattr__(name: str):
+  """The pipeline's names, imported on first use: it pulls in grain, which a process that
+  only translates (t2t-translate, the Translator) does not need at start-up."""
+  if name in ("Datasets", "DataStats", "get_datasets"):
+    from t2t_jax.data import pipeline
+
+    return getattr(pipeline, name)
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
   "bucket_boundaries",

@@ -24,10 +24,10 @@ import dataclasses
 import functools
 import re
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.metrics.base import Metric
-from sacremoses import MosesTokenizer
 
 COMPOUND_MARK = "##AT##-##AT##"
 SACREBLEU_LABEL = "sacreBLEU (cased, 13a)"
@@ -54,8 +54,12 @@ def split_compounds(text: str) -> str:
 
 
 @functools.cache
-def _moses(lang: str) -> MosesTokenizer:
-  return MosesTokenizer(lang=lang)
+def _moses(lang: str) -> Any:
+  """sacremoses.MosesTokenizer, imported here: it is slow to import and only tokenized BLEU
+  needs it, not every process that scores."""
+  import sacremoses
+
+  return sacremoses.MosesTokenizer(lang=lang)
 
 
 def tokenize_for_bleu(text: str, lang: str = "de") -> list[str]:
