@@ -41,3 +41,33 @@ def test_average_of_copies_is_the_tree_and_no_tree_is_an_error():
     np.testing.assert_array_equal(a, b)
   with pytest.raises(ValueError, match="nothing to average"):
     checkpoint.average_params([])
+
+
+def test_restore_params_gives_what_a_whole_state_restore_gives(tmp_path):
+  """restore_params reads the parameters alone (partial restore of the state item); they
+  must be the arrays a restore of the whole saved state (optimizer moments included) holds."""
+  import types
+
+  import orbax.checkpoint as ocp
+
+  rng = np.random.default_rng(7)
+  params = _tree(rng, 1.0)
+  moments = {"mu": _tree(rng, 2.0), "nu": _tree(rng, 3.0)}
+  state = types.SimpleNamespace(
+    step=np.int32(3), params=params, opt_state=moments, rng=np.zeros(2, np.uint32), bad_step=0
+  )
+  ckpts = checkpoint.Checkpoints(str(tmp_path), create=True, owner=True)
+  ckpts.save(3, state, data_state=None)
+  ckpts.wait()
+  got = checkpoint.Checkpoints(str(tmp_path)).restore_params(3, params)
+  whole = ckpts.manager.restore(
+    3, args=ocp.args.Composite(**{checkpoint.STATE: ocp.args.StandardRestore()})
+  )[checkpoint.STATE]
+  assert jax.tree.structure(got) == jax.tree.structure(params)
+  for a, b, c in zip(
+    jax.tree.leaves(got), jax.tree.leaves(whole["params"]), jax.tree.leaves(params)
+  ):
+    assert isinstance(a, np.ndarray) and a.dtype == c.dtype
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(a, c)
+  assert "opt_state" in whole  # the moments were saved, and left unread by restore_params

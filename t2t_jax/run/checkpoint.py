@@ -412,13 +412,22 @@ class Checkpoints:
     self.manager.reload()
 
   def restore_params(self, step: int, params_like: VariableDict | None = None) -> VariableDict:
-    """The parameters of checkpoint `step` as numpy (shape-checked against `params_like`)."""
+    """The parameters of checkpoint `step` as numpy (shape-checked against `params_like`).
+
+    Only the parameters are read: a training checkpoint also holds Adam's two moments, twice
+    the parameters' bytes, which translating, averaging and warm starts never use. The
+    state item is read with orbax's PyTree handler (what its StandardSave wrote), whose
+    partial restore the manager's Standard handler does not offer."""
     if params_like is not None:
       self.check_shapes(step, params_like)
-    restored = self.manager.restore(
-      step, args=ocp.args.Composite(**{STATE: ocp.args.StandardRestore()})
+    meta = self.manager.item_metadata(step)[STATE]
+    abstract = {"params": getattr(meta, "tree", meta)["params"]}
+    restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), abstract)
+    restored = ocp.PyTreeCheckpointer().restore(
+      os.path.join(self.path(step), STATE),
+      args=ocp.args.PyTreeRestore(item=abstract, restore_args=restore_args, partial_restore=True),
     )
-    return restored[STATE]["params"]
+    return restored["params"]
 
   def has_optimizer_state(self, step: int) -> bool:
     """Whether checkpoint `step` holds Adam's moments (t2t-average's output holds only the
