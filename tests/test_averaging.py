@@ -71,3 +71,6 @@ def test_restore_params_gives_what_a_whole_state_restore_gives(tmp_path):
     np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(a, c)
   assert "opt_state" in whole  # the moments were saved, and left unread by restore_params
+  wrong = dict(params, bias=np.zeros(5, np.float32))
+  with pytest.raises(checkpoint.CheckpointMismatchError, match=r"parameter \['bias'\] is \(4,\)"):
+    checkpoint.Checkpoints(str(tmp_path)).restore_params(3, wrong)

@@ -418,10 +418,10 @@ class Checkpoints:
     the parameters' bytes, which translating, averaging and warm starts never use. The
     state item is read with orbax's PyTree handler (what its StandardSave wrote), whose
     partial restore the manager's Standard handler does not offer."""
+    saved = self._saved_params(step)
     if params_like is not None:
-      self.check_shapes(step, params_like)
-    meta = self.manager.item_metadata(step)[STATE]
-    abstract = {"params": getattr(meta, "tree", meta)["params"]}
+      self.check_shapes(step, params_like, saved)
+    abstract = {"params": saved}
     restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), abstract)
     restored = ocp.PyTreeCheckpointer().restore(
       os.path.join(self.path(step), STATE),
@@ -435,11 +435,15 @@ class Checkpoints:
     meta = self.manager.item_metadata(step)[STATE]
     return "opt_state" in getattr(meta, "tree", meta)
 
-  def check_shapes(self, step: int, params_like: VariableDict) -> None:
-    """Raises CheckpointMismatchError naming the first parameter whose shape differs."""
+  def _saved_params(self, step: int) -> Any:
+    """The metadata tree (shapes, dtypes) of checkpoint `step`'s parameters."""
     meta = self.manager.item_metadata(step)[STATE]
-    meta = getattr(meta, "tree", meta)
-    saved = _shapes(meta["params"])
+    return getattr(meta, "tree", meta)["params"]
+
+  def check_shapes(self, step: int, params_like: VariableDict, saved: Any = None) -> None:
+    """Raises CheckpointMismatchError naming the first parameter whose shape differs
+    (`saved`: the step's `_saved_params`, when already read)."""
+    saved = _shapes(self._saved_params(step) if saved is None else saved)
     wanted = _shapes(params_like)
     where = os.path.join(self.directory, str(step))
     for name in sorted(set(saved) | set(wanted)):
