@@ -1,5 +1,6 @@
 """t2t_jax.compilation: the persistent compilation cache's directory, its bound, its switch."""
 
+import contextlib
 import json
 import os
 import subprocess
@@ -67,3 +68,185 @@ def test_enable_uses_the_directory_without_jax_s_per_write_bound(tmp_path):
   assert _probe("default", T2T_COMPILATION_CACHE=chosen)["used"] == chosen
   assert _probe("default", T2T_COMPILATION_CACHE="off")["used"] is None
   assert _probe("off")["used"] is None
+
+
+# --- compilation.stored: whole programs kept for the next process ---------------------------
+
+
+def _traces(run, prefix: str = "") -> list[str]:
+  """The functions (named `prefix`...) jax traced while run() ran."""
+  from jax._src import monitoring
+
+  traced = []
+
+  def listen(event: str, seconds: float, fun_name: str = "", **_) -> None:
+    del seconds
+    if event == "/jax/core/compile/jaxpr_trace_duration" and fun_name.startswith(prefix):
+      traced.append(fun_name)
+
+  monitoring.register_event_duration_secs_listener(listen)
+  try:
+    run()
+  finally:
+    monitoring.unregister_event_duration_listener(listen)
+  return traced
+
+
+@contextlib.contextmanager
+def _cache_dir(directory):
+  import jax
+
+  before = jax.config.jax_compilation_cache_dir
+  jax.config.update("jax_compilation_cache_dir", directory)
+  try:
+    yield
+  finally:
+    jax.config.update("jax_compilation_cache_dir", before)
+
+
+def _stored_files(directory) -> list[str]:
+  return sorted(n for n in os.listdir(directory) if n.startswith(compilation.STORED_PREFIX))
+
+
+def _scaled_sum(x, y, *, scale):
+  return x * scale + y, (x * y).sum()
+
+
+def _jitted():
+  import jax
+
+  return jax.jit(_scaled_sum, static_argnames=("scale",), donate_argnames=("y",))
+
+
+def test_a_stored_program_is_read_back_without_tracing_and_gives_the_same_results(tmp_path):
+  import jax.numpy as jnp
+  import numpy as np
+
+  x = np.arange(6, dtype=np.float32).reshape(2, 3)
+  want = (x * 3 + 1, (x * 1).sum())
+
+  def call(f, scale=3.0, rows=2):
+    def run():
+      out = f(jnp.asarray(x[:rows]), jnp.ones((rows, 3), jnp.float32), scale=scale)
+      results.extend(np.asarray(o) for o in out)
+
+    results = []
+    return _traces(run, "_scaled_sum"), results
+
+  with _cache_dir(str(tmp_path)):
+    first = compilation.stored(_jitted())
+    assert call(first)[0] == ["_scaled_sum"]
+    assert call(first)[0] == []  # in memory
+    assert len(_stored_files(tmp_path)) == 1
+    traced, got = call(compilation.stored(_jitted()))  # a new process: nothing in memory
+    assert traced == []
+    np.testing.assert_array_equal(got[0], want[0])
+    assert got[1] == want[1]
+    # Another static value or another shape is another program.
+    fresh = compilation.stored(_jitted())
+    assert call(fresh, scale=2.0)[0] == ["_scaled_sum"]
+    assert call(fresh, rows=1)[0] == ["_scaled_sum"]
+    assert len(_stored_files(tmp_path)) == 3
+    # A damaged file is compiled again, and replaced.
+    for name in _stored_files(tmp_path):
+      (tmp_path / name).write_bytes(b"not a program")
+    traced, got = call(compilation.stored(_jitted()))
+    assert traced == ["_scaled_sum"]
+    np.testing.assert_array_equal(got[0], want[0])
+    assert call(compilation.stored(_jitted()))[0] == []
+
+
+def _fresh_process(code: str, *args) -> dict:
+  """The JSON last printed by `python -c code *args` in a new process (the repo as its
+  working directory, so that it can import tests)."""
+  env = support.cpu_env()
+  env.pop("JAX_COMPILATION_CACHE_DIR", None)  # the suite's own cache
+  proc = subprocess.run(
+    [sys.executable, "-c", code, *map(str, args)],
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=300,
+    cwd=os.path.dirname(os.path.dirname(__file__)),
+  )
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+STORED_PROBE = r"""
+import json, sys
+import jax, jax.numpy as jnp, numpy as np
+from t2t_jax import compilation
+from tests.test_compilation import _traces
+compilation.enable(sys.argv[2])
+f = jax.jit(lambda x, y: (-(x**2) + jnp.sin(y) * 3, jnp.sum(y * x)))
+if sys.argv[1] == "stored":
+  f = compilation.stored(f)
+x = jnp.arange(20.0).reshape(4, 5); y = jnp.ones((4, 5))
+out = []
+traced = _traces(lambda: out.extend(np.asarray(o).tolist() for o in f(x, y)), "<lambda>")
+print(json.dumps(dict(out=out, traced=traced)))
+"""
+
+
+def test_a_program_jax_read_from_its_own_cache_is_stored_whole(tmp_path):
+  """A program in jax's persistent cache (compiled there by an earlier process) is
+  compiled afresh when it is stored: an executable jax read back from its cache serializes
+  without XLA:CPU's separately compiled kernels, and the next process failed with "Function
+  ... not found" when it ran it."""
+  plain, storing, reading = (
+    _fresh_process(STORED_PROBE, m, tmp_path) for m in ("plain",) + ("stored",) * 2
+  )
+  assert storing["traced"] == ["<lambda>"] and reading["traced"] == []
+  assert plain["out"] == storing["out"] == reading["out"]
+  assert len(_stored_files(tmp_path)) == 1
+
+
+def test_stored_programs_follow_the_cache_switch_and_never_key_on_an_address(tmp_path):
+  import jax
+  import jax.numpy as jnp
+
+  x, y = jnp.ones(3), jnp.ones(3)
+  with _cache_dir(""):  # the cache off: the jitted function itself, nothing written
+    f = compilation.stored(_jitted())
+    assert float(f(x, jnp.ones(3), scale=2.0)[1]) == 3.0
+  with _cache_dir(str(tmp_path)):
+    assert _stored_files(tmp_path) == []
+
+    class Opaque:  # hashable, but its text is its address: it differs in every process
+      def __init__(self, scale):
+        self.scale = scale
+
+      def __hash__(self):
+        return hash(self.scale)
+
+      def __eq__(self, other):
+        return isinstance(other, Opaque) and other.scale == self.scale
+
+    g = compilation.stored(
+      jax.jit(lambda a, b, *, scale: a * scale.scale + b, static_argnames=("scale",))
+    )
+    assert float(g(x, y, scale=Opaque(2.0))[0]) == 3.0
+    assert _stored_files(tmp_path) == []
+    # Inside another traced function, it is traced with it.
+    f = compilation.stored(_jitted())
+    assert float(jax.jit(lambda a: f(a, jnp.ones(3), scale=2.0)[1])(x)) == 3.0
+    assert _stored_files(tmp_path) == []
+
+
+def test_a_translator_in_a_new_process_traces_none_of_its_search_programs(tmp_path):
+  """t2t-translate's warm start: the second process reads every stage program the first
+  stored, traces none of them, and translates the same."""
+  code = (
+    "import json, sys; from tests.test_compilation import _traces; "
+    "from t2t_jax import compilation; compilation.enable(sys.argv[2]); "
+    "from t2t_jax.decoding.translator import Translator; "
+    "t = Translator.from_workdir(sys.argv[1]); out = []; "
+    "traced = _traces(lambda: out.extend(t.translate(['a b c', 'd e f g h i', 'a'])), '_stage'); "
+    "print(json.dumps(dict(out=out, traced=traced)))"
+  )
+  workdir = support.small_trained_workdir()
+  first, second = (_fresh_process(code, workdir, tmp_path) for _ in range(2))
+  assert "_stage_run" in first["traced"] and "_stage_start" in first["traced"]
+  assert second["traced"] == []
+  assert second["out"] == first["out"]

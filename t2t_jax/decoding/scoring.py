@@ -22,12 +22,14 @@ import jax.numpy as jnp
 import numpy as np
 from flax.typing import VariableDict
 
+from t2t_jax import compilation
 from t2t_jax.decoding import search
 from t2t_jax.decoding.translator import TranslateError, Translator
 from t2t_jax.model import Transformer
 from t2t_jax.tokens import EOS_ID, PAD_ID
 
 
+@compilation.stored
 @functools.partial(jax.jit, static_argnames=("model",))
 def target_log_probs(
   params: VariableDict, inputs: jax.Array, targets: jax.Array, *, model: Transformer
@@ -40,6 +42,7 @@ def target_log_probs(
   return jnp.where(targets != PAD_ID, picked, 0.0)
 
 
+@compilation.stored
 @functools.partial(jax.jit, static_argnames=("models",))
 def ensemble_target_log_probs(
   params: tuple[VariableDict, ...],

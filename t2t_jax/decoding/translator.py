@@ -357,6 +357,7 @@ class _Shaping(NamedTuple):
   topp: jax.Array
 
 
+@compilation.stored
 @functools.partial(
   jax.jit,
   static_argnames=("model", "max_decode_len", "beam_size", "first", "constraint", "num_samples"),
@@ -408,6 +409,7 @@ def _stage_start(
 _STAGE_STATIC = ("model", "beam_size", "bound", "stop", "final", "suppress_eos", "constraint")
 
 
+@compilation.stored
 @functools.partial(jax.jit, static_argnames=_STAGE_STATIC, donate_argnames=("rows",))
 def _stage_run(
   params: Any,
@@ -479,9 +481,10 @@ def _outputs(rows: _Rows, alpha: jax.Array) -> tuple[jax.Array, jax.Array]:
   return search.beam_outputs(state, alpha)
 
 
-_stage_outputs = jax.jit(_outputs)
+_stage_outputs = compilation.stored(jax.jit(_outputs))
 
 
+@compilation.stored
 @jax.jit
 def _stage_take(
   rows: _Rows, keep: jax.Array, alpha: jax.Array
@@ -491,6 +494,7 @@ def _stage_take(
   return search._map_nonscalar(lambda x: x[keep], rows), _outputs(rows, alpha)
 
 
+@compilation.stored
 @functools.partial(jax.jit, static_argnames=("length", "beam_size"))
 def _stage_resize(rows: _Rows, *, length: int, beam_size: int) -> _Rows:
   state = rows.state
@@ -578,6 +582,7 @@ def decode_in_stages(
   return tuple(np.asarray(x) for x in ordered)
 
 
+@compilation.stored
 @jax.jit
 def _samples_ranked(
   seqs: jax.Array, log_probs: jax.Array, alpha: jax.Array
