@@ -16,6 +16,7 @@ import hashlib
 import os
 import pickle
 import tempfile
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -198,8 +199,13 @@ def _without_jax_cache():
   serializes without the kernels XLA:CPU compiled separately (a later process then fails
   with "Function ... not found"), so a stored program must be compiled afresh; it is then
   kept once, here, and not also in jax's cache."""
+  import logging as std_logging
+
   from jax._src import compilation_cache
 
+  quiet = std_logging.getLogger(compilation_cache.__name__)  # its reset logs at INFO
+  level = quiet.level
+  quiet.setLevel(std_logging.WARNING)
   before = jax.config.jax_enable_compilation_cache
   jax.config.update("jax_enable_compilation_cache", False)
   compilation_cache.reset_cache()
@@ -208,6 +214,33 @@ def _without_jax_cache():
   finally:
     jax.config.update("jax_enable_compilation_cache", before)
     compilation_cache.reset_cache()
+    quiet.setLevel(level)
+
+
+def stored_shapes(name: str, settings: Any, trace: Callable[[], Any]) -> Any:
+  """`trace()`'s pytree of jax.ShapeDtypeStruct (a `jax.eval_shape`), kept in the persistent
+  cache's directory under `name` and `settings` (whose repr must decide the result, like a
+  model's config) and the software of `_environment`, so that a later process does not
+  trace it again; with the cache off, `trace()` itself."""
+  directory = jax.config.jax_compilation_cache_dir
+  text = repr((name, settings, _settings(), _environment()))
+  if not directory or " at 0x" in text:
+    return trace()
+  digest = hashlib.sha256(text.encode()).hexdigest()
+  path = os.path.join(directory, STORED_PREFIX + "shapes-" + digest + ENTRY_SUFFIX)
+  try:
+    with open(path, "rb") as f:
+      leaves, tree = pickle.load(f)
+    return tree.unflatten([jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in leaves])
+  except FileNotFoundError:
+    pass
+  except Exception as e:  # an unreadable entry is traced again
+    logging.info("stored shapes %s not used (%s: %s)", path, type(e).__name__, e)
+  result = trace()
+  flat, tree = jax.tree_util.tree_flatten(result)
+  leaves = [(tuple(x.shape), np.dtype(x.dtype).name) for x in flat]
+  _write_bytes(path, pickle.dumps((leaves, tree)))
+  return result
 
 
 MAX_PROGRAMS = 1024  # per function and process; the oldest loaded is dropped beyond it
@@ -305,6 +338,16 @@ def _write(path: str, program: Any) -> None:
     devices = [d.id for d in program.runtime_executable().local_devices()]
     saved = dict(executable=executable, in_tree=in_tree, out_tree=out_tree, devices=devices)
     data = pickle.dumps(saved)
+  except Exception as e:  # not keeping a program is only slower later
+    logging.info("program not stored at %s (%s: %s)", path, type(e).__name__, e)
+    return
+  _write_bytes(path, data)
+
+
+def _write_bytes(path: str, data: bytes) -> None:
+  """Writes `path` atomically (a reader never sees half a file); a failure is logged: not
+  keeping an entry is only slower later."""
+  try:
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
     try:
       with os.fdopen(fd, "wb") as f:
@@ -314,5 +357,5 @@ def _write(path: str, program: Any) -> None:
       with contextlib.suppress(OSError):
         os.remove(tmp)
       raise
-  except Exception as e:  # not keeping a program is only slower later
-    logging.info("program not stored at %s (%s: %s)", path, type(e).__name__, e)
+  except OSError as e:
+    logging.info("%s not written (%s)", path, e)

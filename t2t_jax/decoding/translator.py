@@ -103,6 +103,18 @@ def _as_members(
   return (params,), (model,)
 
 
+def _param_shapes(model: Transformer) -> Any:
+  """The shapes and dtypes of `model`'s parameters, which a checkpoint must match: traced
+  from its init once per machine (kept by the compilation cache; the trace of a base-sized
+  model's init is most of a second of every start)."""
+
+  def trace() -> Any:
+    dummy = jnp.ones((1, 4), jnp.int32)
+    return jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), dummy, dummy))["params"]
+
+  return compilation.stored_shapes("Transformer params", model.config, trace)
+
+
 def _member_caches(
   member_params: tuple[VariableDict, ...],
   models: Members,
@@ -884,9 +896,7 @@ class Translator:
     tokenizer = _load_tokenizer(config, workdir)
     model_cfg = TransformerConfig.from_dict(config.model.to_dict(), vocab_size=tokenizer.vocab_size)
     model = Transformer(model_cfg)
-    dummy = jnp.ones((1, 4), jnp.int32)
-    like = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), dummy, dummy))["params"]
-    params, steps = checkpoint.load_params(workdir, checkpoint_spec, like)
+    params, steps = checkpoint.load_params(workdir, checkpoint_spec, _param_shapes(model))
     _check_vocabulary(workdir, steps, data_lib.vocab_path(config.data, workdir))
     kwargs.setdefault("search", SearchConfig.from_config(config))
     translator = cls(model, params, tokenizer, **kwargs)
