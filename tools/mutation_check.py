@@ -1,11 +1,12 @@
-"""Does the quick loop catch a one-token bug in the paper's maths or the training step?
+"""Does the quick loop catch a one-token bug in the maths, the training step or a feature?
 
-Each mutation below changes one token of the library (a sign, an operator, a constant, a
-name). For each, the script copies the working tree to a scratch directory, applies the
-change there (the checkout is never touched), and runs the quick loop (`pytest -m "not slow"
--x`) against the copy. A mutation is *caught* when some test fails. To keep a run short, the
-tests most likely to catch a mutation (its `first` files) run first; only if they all pass
-does the whole quick loop run, so a "missed" verdict always means the whole quick loop passed.
+Each mutation (tools/mutations/, one module per feature area) changes one token of the
+library (a sign, an operator, a constant, a name). For each, the script copies the working
+tree to a scratch directory, applies the change there (the checkout is never touched), and
+runs the quick loop (`pytest -m "not slow" -x`) against the copy. A mutation is *caught*
+when some test fails. To keep a run short, the tests most likely to catch a mutation (its
+`first` files) run first; only if they all pass does the whole quick loop run, so a
+"missed" verdict always means the whole quick loop passed.
 
     python tools/mutation_check.py                  # every mutation, a table at the end
     python tools/mutation_check.py --only=adam_b2,causal_mask
@@ -17,7 +18,6 @@ skips it).
 """
 
 import argparse
-import dataclasses
 import os
 import pathlib
 import shutil
@@ -27,181 +27,11 @@ import tempfile
 import time
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
 
+from tools.mutations import Mutation, all_mutations  # noqa: E402
 
-@dataclasses.dataclass(frozen=True)
-class Mutation:
-  name: str
-  what: str  # the concept it breaks
-  path: str  # relative to the repository root
-  old: str  # must occur exactly once in the file
-  new: str
-  first: tuple[str, ...] = ()  # test files to try before the whole quick loop
-
-
-M = Mutation
-MUTATIONS = (
-  M(
-    "attention_scale",
-    "softmax(QK^T / sqrt(d_k)): divide becomes multiply",
-    "t2t_jax/model/attention.py",
-    "query = query / jnp.sqrt(depth)",
-    "query = query * jnp.sqrt(depth)",
-    ("tests/test_functional.py", "tests/test_model_reference.py"),
-  ),
-  M(
-    "causal_mask",
-    "decoder self-attention sees position i itself: >= becomes >",
-    "t2t_jax/model/masks.py",
-    "(idx[:, None] >= idx[None, :])",
-    "(idx[:, None] > idx[None, :])",
-    ("tests/test_functional.py", "tests/test_model_reference.py"),
-  ),
-  M(
-    "padding_mask",
-    "padded keys are attended: != pad becomes >= pad",
-    "t2t_jax/model/masks.py",
-    "kv_valid = jnp.asarray(kv_tokens) != pad_id",
-    "kv_valid = jnp.asarray(kv_tokens) >= pad_id",
-    ("tests/test_functional.py", "tests/test_model_reference.py"),
-  ),
-  M(
-    "positions_sin_cos",
-    "eq. 5/6: sin on even dimensions becomes cos",
-    "t2t_jax/model/positional.py",
-    "table[:, 0::2] = np.sin(angles)",
-    "table[:, 0::2] = np.cos(angles)",
-    ("tests/test_functional.py", "tests/test_model_reference.py"),
-  ),
-  M(
-    "positions_timescale",
-    "eq. 5/6: the 10000 base becomes 1000",
-    "t2t_jax/model/positional.py",
-    "max_timescale: float = 10000.0",
-    "max_timescale: float = 1000.0",
-    ("tests/test_functional.py", "tests/test_model_reference.py"),
-  ),
-  M(
-    "embedding_scale",
-    "3.4: embeddings multiplied by sqrt(d_model) become divided",
-    "t2t_jax/model/layers.py",
-    "return x * jnp.sqrt(cfg.d_model)",
-    "return x / jnp.sqrt(cfg.d_model)",
-    ("tests/test_model_reference.py", "tests/test_model.py"),
-  ),
-  M(
-    "residual_order",
-    "post-norm and pre-norm swapped: == 'pre' becomes != 'pre'",
-    "t2t_jax/model/layers.py",
-    'if cfg.norm == "pre":\n    return x + drop(sublayer(norm(x)))',
-    'if cfg.norm != "pre":\n    return x + drop(sublayer(norm(x)))',
-    ("tests/test_model_reference.py", "tests/test_model.py"),
-  ),
-  M(
-    "activation",
-    "the feed-forward's ReLU becomes GELU",
-    "t2t_jax/model/layers.py",
-    "x = nn.relu(_dense(cfg, cfg.d_ff",
-    "x = nn.gelu(_dense(cfg, cfg.d_ff",
-    ("tests/test_model_reference.py", "tests/test_model.py"),
-  ),
-  M(
-    "label_smoothing",
-    "5.4: eps / (vocab - 1) on the other tokens becomes eps / vocab",
-    "t2t_jax/training/losses.py",
-    "low = label_smoothing / (vocab - 1)",
-    "low = label_smoothing / (vocab + 0)",
-    ("tests/test_losses_optim.py", "tests/test_step_arithmetic.py"),
-  ),
-  M(
-    "schedule_warmup",
-    "eq. 3: step * warmup^-1.5 becomes step * warmup^-1.0",
-    "t2t_jax/schedule.py",
-    "step * warmup_steps**-1.5",
-    "step * warmup_steps**-1.0",
-    ("tests/test_losses_optim.py", "tests/test_step_arithmetic.py"),
-  ),
-  M(
-    "schedule_offset",
-    "eq. 3: the first update uses step 0 instead of 1",
-    "t2t_jax/training/optim.py",
-    "return lambda count: schedule(count + 1)",
-    "return lambda count: schedule(count + 0)",
-    ("tests/test_losses_optim.py", "tests/test_step_arithmetic.py"),
-  ),
-  M(
-    "adam_b1",
-    "5.3: Adam beta1 0.9 becomes 0.8",
-    "t2t_jax/training/optim.py",
-    "ADAM_B1 = 0.9",
-    "ADAM_B1 = 0.8",
-    ("tests/test_step_arithmetic.py", "tests/test_losses_optim.py"),
-  ),
-  M(
-    "adam_b2",
-    "5.3: Adam beta2 0.98 becomes 0.999",
-    "t2t_jax/training/optim.py",
-    "ADAM_B2 = 0.98",
-    "ADAM_B2 = 0.999",
-    ("tests/test_step_arithmetic.py", "tests/test_losses_optim.py"),
-  ),
-  M(
-    "adam_eps",
-    "5.3: Adam epsilon 1e-9 becomes 1e-8",
-    "t2t_jax/training/optim.py",
-    "ADAM_EPS = 1e-9",
-    "ADAM_EPS = 1e-8",
-    ("tests/test_step_arithmetic.py", "tests/test_losses_optim.py"),
-  ),
-  M(
-    "dropout_rescale",
-    "5.4: inverted dropout's 1 / (1 - p) becomes 1 / (1 + p)",
-    "t2t_jax/model/dropout.py",
-    "RESOLUTION / (RESOLUTION - cut)",
-    "RESOLUTION / (RESOLUTION + cut)",
-    ("tests/test_dropout.py",),
-  ),
-  M(
-    "gradient_normalisation",
-    "gradients divided by the global token count become multiplied",
-    "t2t_jax/training/steps.py",
-    "lambda g: g / denom",
-    "lambda g: g * denom",
-    ("tests/test_step_arithmetic.py", "tests/test_quick_equivalences.py"),
-  ),
-  M(
-    "gradient_psum",
-    "gradients summed over devices become averaged",
-    "t2t_jax/training/steps.py",
-    "grads, sums = jax.lax.psum(accum, AXIS)",
-    "grads, sums = jax.lax.pmean(accum, AXIS)",
-    ("tests/test_step_arithmetic.py", "tests/test_quick_equivalences.py"),
-  ),
-  M(
-    "checkpoint_average",
-    "checkpoint averaging divides by one tree too few",
-    "t2t_jax/run/checkpoint.py",
-    "(a / len(param_trees))",
-    "(a / len(param_trees[1:]))",
-    ("tests/test_averaging.py", "tests/test_train.py"),
-  ),
-  M(
-    "length_penalty",
-    "GNMT length penalty ((5 + length) / 6)^alpha becomes ((5 + length) / 5)^alpha",
-    "t2t_jax/decoding/search.py",
-    "((5.0 + jnp.asarray(length, jnp.float32)) / 6.0) ** alpha",
-    "((5.0 + jnp.asarray(length, jnp.float32)) / 5.0) ** alpha",
-    ("tests/test_decode.py",),
-  ),
-  M(
-    "shift_right",
-    "the decoder's first input is the pad id instead of BOS",
-    "t2t_jax/model/transformer.py",
-    "shifted = jnp.pad(targets, ((0, 0), (1, 0)), constant_values=bos_id)[:, :-1]",
-    "shifted = jnp.pad(targets, ((0, 0), (1, 0)), constant_values=0)[:, :-1]",
-    ("tests/test_model_reference.py", "tests/test_model.py"),
-  ),
-)
+MUTATIONS = all_mutations()
 
 
 def _check(m: Mutation) -> str:
