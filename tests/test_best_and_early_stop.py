@@ -52,6 +52,94 @@ def test_higher_is_better_for_bleu_and_ties_go_to_the_earlier_step():
   assert best.standing([(1, 1.0), (2, 1.25)], "max", 1, 1, 0.5).stopped_at == 2
 
 
+def _reference_standing(history, mode, keep, patience, min_delta):
+  """`best.standing` by enumeration, written apart from it: an evaluation's rank is the
+  number of evaluations strictly better, or as good and earlier; the reference after each
+  evaluation is found by scanning back; the stop is the first evaluation that is the
+  `patience`-th since the reference."""
+  better = (lambda a, b: a < b) if mode == "min" else (lambda a, b: a > b)
+  rank = [sum(better(w, v) or (w == v and t < s) for t, w in history) for s, v in history]
+  kept = tuple(history[i] for i in sorted(range(len(history)), key=rank.__getitem__)[:keep])
+  ref, stop = None, None
+  for i, (_, v) in enumerate(history):
+    gain = None if ref is None else (v - history[ref][1] if mode == "max" else history[ref][1] - v)
+    if ref is None or (gain > 0 and gain >= min_delta):
+      ref = i
+    elif patience and i - ref == patience:
+      stop = i
+      break
+  last = len(history) - 1 if stop is None else stop
+  since = 0 if ref is None else last - ref
+  return best.Standing(
+    kept,
+    None if ref is None else history[ref],
+    since,
+    None if stop is None else history[stop][0],
+  )
+
+
+@pytest.mark.parametrize("mode", ["min", "max"])
+def test_standing_equals_the_enumeration_on_random_histories_with_ties(mode):
+  rng = np.random.default_rng(0 if mode == "min" else 1)
+  for _ in range(300):
+    n = int(rng.integers(0, 9))
+    # Values on a grid of quarters: exact ties, and gains of exactly min_delta, are common.
+    values = rng.integers(0, 6, n) * 0.25
+    history = [(10 * (i + 1), float(v)) for i, v in enumerate(values)]
+    keep, patience = int(rng.integers(0, 4)), int(rng.integers(0, 4))
+    min_delta = float(rng.choice([0.0, 0.25, 0.5]))
+    got = best.standing(history, mode, keep, patience, min_delta)
+    want = _reference_standing(history, mode, keep, patience, min_delta)
+    assert got == want, (history, keep, patience, min_delta)
+
+
+def test_patience_changes_nothing_but_where_the_run_stops():
+  """The early stop only ends the run: the evaluations up to the stop rank and count as they
+  do without patience, so a run stopped at S holds what an unstopped run held at S."""
+  rng = np.random.default_rng(5)
+  for _ in range(100):
+    history = [(i + 1, float(v)) for i, v in enumerate(rng.integers(0, 5, 10))]
+    for mode in ("min", "max"):
+      stop = best.standing(history, mode, keep=3, patience=2, min_delta=0.0).stopped_at
+      if stop is None:
+        continue
+      upto = [e for e in history if e[0] <= stop]  # a stopped run evaluates no further
+      stopped = best.standing(upto, mode, keep=3, patience=2, min_delta=0.0)
+      free = best.standing(upto, mode, keep=3, patience=0, min_delta=0.0)
+      assert free.stopped_at is None and stopped.stopped_at == stop == upto[-1][0]
+      assert dataclasses.replace(free, stopped_at=stop) == stopped
+
+
+@pytest.mark.parametrize(
+  "metric, mode, overrides",
+  [
+    ("dev_bleu", "max", dict(bleu_every_steps=2)),
+    ("dev_f1", "max", dict(best_metric="dev_f1")),
+    ("eval_loss", "min", dict()),
+  ],
+)
+def test_best_json_keeps_the_best_by_the_metrics_direction(tmp_path, metric, mode, overrides):
+  """A tracker ranked by dev BLEU or F1 keeps the highest scores, by dev loss the lowest;
+  best.json lists them best first (ties: the earlier step) with the whole history."""
+  workdir = str(tmp_path / "w")
+  os.makedirs(workdir)
+  scores = {1: 20.0, 2: 25.5, 3: 18.0, 4: 25.5, 5: 30.25, 6: 10.0}
+  tracker = best.Tracker(_config(keep_best_checkpoints=3, **overrides), workdir)
+  assert tracker.metric == metric and tracker.mode == mode
+  for step, score in scores.items():
+    tracker.add(step, {metric: score, "other": -1.0})
+  record = Workdir(workdir).read_best()
+  want = [(5, 30.25), (2, 25.5), (4, 25.5)] if mode == "max" else [(6, 10.0), (3, 18.0), (1, 20.0)]
+  assert record["best"] == [dict(step=s, value=v) for s, v in want]
+  assert record["metric"] == metric and record["mode"] == mode
+  assert record["history"] == [[s, v] for s, v in scores.items()]
+  assert tracker.standing.best_steps == [s for s, _ in want]
+  # The reader ranks the same way: --checkpoint=best:2 averages the two best.
+  assert best.Tracker(_config(keep_best_checkpoints=3, **overrides), workdir).standing == (
+    tracker.standing
+  )
+
+
 def _config(**overrides) -> ml_collections.ConfigDict:
   return small_config(**overrides)
 

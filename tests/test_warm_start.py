@@ -275,3 +275,141 @@ def test_restarted_child_resumes_its_own_checkpoint_not_the_parents(parent, tmp_
   parents = checkpoint.Checkpoints(parent).restore_params(3)
   assert not np.array_equal(jax.tree.leaves(state.params)[0], jax.tree.leaves(parents)[0])
   assert fp["parent"]["workdir"] == os.path.abspath(copy)  # later checkpoints keep naming it
+
+
+# --- a parent written without training: the values a warm start reads, in the quick loop ------
+
+PARENT_STEPS = (1, 2, 3, 4)
+
+
+def _fake_state(seed: int):
+  """A TrainState of two small float32 leaves with Adam moments, schedule and step counts
+  of `seed` updates (distinct per seed), as the trainer's host state holds them."""
+  from t2t_jax.training import optim, steps
+
+  rng = np.random.default_rng(seed)
+  params = dict(
+    dense=dict(kernel=rng.normal(size=(3, 4)).astype(np.float32)),
+    bias=(rng.normal(size=(5,)) + 1e3).astype(np.float32),  # float32 sums would round here
+  )
+  tx = optim.make_optimizer(32, warmup_steps=10)
+  state = steps.TrainState.create(params, tx, jax.random.PRNGKey(seed))
+  opt_state = state.opt_state
+  for _ in range(seed):
+    grads = jax.tree.map(lambda x: rng.normal(size=x.shape).astype(np.float32), params)
+    _, opt_state = tx.update(grads, opt_state, params)
+  return jax.device_get(state.replace(step=np.int32(seed), opt_state=opt_state))
+
+
+def _fake_parent(path: str, with_fingerprint: bool = False) -> dict[int, object]:
+  """A parent workdir holding config.json, vocab.symbols and checkpoints PARENT_STEPS, each
+  of `_fake_state(step)`: no data is read, nothing trained or compiled. The states by step."""
+  from t2t_jax.run import fingerprint
+  from t2t_jax.run.workdir import Workdir
+
+  config = small_config()
+  os.makedirs(path)
+  Workdir(path).write_start(config)
+  vocab = os.path.join(path, "vocab.symbols")
+  with open(vocab, "w") as f:
+    f.write("a\nb\nc\n")
+  ckpts = checkpoint.Checkpoints(path, max_to_keep=10, create=True, owner=True)
+  states = {}
+  for step in PARENT_STEPS:
+    states[step] = _fake_state(step)
+    fp = fingerprint.make(config, sha256_file(vocab)) if with_fingerprint else None
+    ckpts.save(step, states[step], None, fp)
+  ckpts.wait()
+  ckpts.close()
+  return states
+
+
+def _warm(tmp_path, states, init_from: str, **overrides):
+  """(Parent, the child's initial host state) for `init_from`, from a fresh state of 9."""
+  config = small_config(init_from=init_from, **overrides)
+  parent = warm_start.resolve(config, str(tmp_path / "child"))
+  return parent, warm_start.initial_state(_fake_state(9), parent)
+
+
+@pytest.fixture
+def fake_parent(tmp_path):
+  path = str(tmp_path / "parent")
+  return path, _fake_parent(path)
+
+
+def test_warm_start_from_an_average_is_the_float64_mean_of_the_last_n(fake_parent, tmp_path):
+  path, states = fake_parent
+  # average:2 of 4 checkpoints: the newest two, 3 and 4, not the first two.
+  parent, state = _warm(tmp_path, states, f"{path}:average:2")
+  assert parent.steps == (3, 4) and parent.spec == "average:2"
+  for got, a, b in zip(*(jax.tree.leaves(t) for t in (state.params, states[3].params,
+                                                     states[4].params))):  # fmt: skip
+    want = ((np.float64(a) + np.float64(b)) / 2).astype(np.float32)
+    np.testing.assert_array_equal(got, want)
+  parent, state = _warm(tmp_path, states, f"{path}:average:3")
+  assert parent.steps == (2, 3, 4)
+  for got, *leaves in zip(*(jax.tree.leaves(t) for t in
+                            (state.params, *(states[s].params for s in (2, 3, 4))))):  # fmt: skip
+    want = np.mean(np.stack([np.float64(x) for x in leaves]), axis=0).astype(np.float32)
+    np.testing.assert_array_equal(got, want)
+  # A fresh optimizer: the child's own (zero moments, counts 0), not any parent's.
+  _assert_trees_equal(state.opt_state, _fake_state(9).opt_state)
+  assert int(state.step) == 9  # the child's step as given (the trainer's is 0)
+
+
+def test_warm_start_takes_the_latest_the_named_step_or_the_selected_one(fake_parent, tmp_path):
+  path, states = fake_parent
+  for init_from, step in ((path, 4), (f"{path}:latest", 4), (f"{path}:2", 2)):
+    parent, state = _warm(tmp_path, states, init_from)
+    assert parent.steps == (step,), init_from
+    _assert_trees_equal(state.params, states[step].params)
+  with open(os.path.join(path, "selected.json"), "w") as f:
+    json.dump(dict(checkpoint="average:2"), f)
+  parent, state = _warm(tmp_path, states, path)  # the selection is the default
+  assert parent.spec == "average:2" and parent.steps == (3, 4)
+
+
+def test_kept_optimizer_is_the_named_checkpoints_with_the_schedule_at_zero(fake_parent, tmp_path):
+  path, states = fake_parent
+  parent, state = _warm(tmp_path, states, f"{path}:3", init_keep_optimizer=True)
+  assert parent.keep_optimizer and parent.steps == (3,)
+  _assert_trees_equal(state.params, states[3].params)
+  adam, schedule = _adam(state.opt_state)
+  saved_adam, saved_schedule = _adam(states[3].opt_state)
+  _assert_trees_equal((adam.mu, adam.nu), (saved_adam.mu, saved_adam.nu))
+  assert any(np.any(x) for x in jax.tree.leaves(adam.nu))
+  assert int(adam.count) == int(saved_adam.count) == 3  # the moments' bias correction
+  assert int(saved_schedule.count) == 3 and int(schedule.count) == 0  # a new warmup
+  with pytest.raises(warm_start.WarmStartError, match=r"average:2 averages steps \[3, 4\]"):
+    _warm(tmp_path, states, f"{path}:average:2", init_keep_optimizer=True)
+
+
+def test_the_vocabulary_check_refuses_a_changed_parent_vocabulary_or_size(tmp_path):
+  path = str(tmp_path / "parent")
+  states = _fake_parent(path, with_fingerprint=True)
+  parent, _ = _warm(tmp_path, states, path)  # the vocabulary its checkpoints were trained with
+  assert parent.vocab_sha256 == sha256_file(os.path.join(path, "vocab.symbols"))
+  # The child copies it; a child vocabulary of other bytes is refused and left as it was.
+  config = small_config(init_from=path)
+  child = str(tmp_path / "child")
+  copied = warm_start.adopt_vocabulary(config, child, parent, 0)
+  assert sha256_file(copied) == parent.vocab_sha256
+  assert warm_start.adopt_vocabulary(config, child, parent, 0) == copied  # same bytes: fine
+  with open(copied, "w") as f:
+    f.write("a\nb\nx\n")
+  with pytest.raises(warm_start.WarmStartError, match=r"is not the parent's"):
+    warm_start.adopt_vocabulary(config, child, parent, 0)
+  # The parent's vocabulary edited since its checkpoints were written.
+  with open(os.path.join(path, "vocab.symbols"), "a") as f:
+    f.write("d\n")
+  with pytest.raises(warm_start.WarmStartError, match=r"was trained with a vocabulary of sha256"):
+    _warm(tmp_path, states, path)
+  # A SentencePiece vocabulary's size is the parameters' size: another one is refused.
+  sp_parent = small_config(**{"data.vocab_path": "/v/spm.model", "data.vocab_size": 100})
+  for size, refused in ((100, False), (101, True)):
+    sp_child = small_config(**{"data.vocab_path": "/v/spm.model", "data.vocab_size": size})
+    if refused:
+      with pytest.raises(warm_start.WarmStartError, match=r"vocab_size=100, but .*=101"):
+        warm_start.check_architecture(sp_parent, sp_child, "here")
+    else:
+      warm_start.check_architecture(sp_parent, sp_child, "here")
