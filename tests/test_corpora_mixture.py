@@ -239,3 +239,74 @@ def test_an_empty_list_and_other_sources_are_refused(tmp_path):
   c.train_corpora = (dict(c.train_corpora[0], weigth=2),)
   assert "unknown field(s) ['weigth']" in _error(c, tmp_path / "w")
   assert "max_length_ratio=0.5" in _error(_config(tmp_path / "c", max_length_ratio=0.5), tmp_path)
+
+
+# Upsampling factors against a table computed by hand: (pairs kept, weight) -> how many slots
+# of an epoch hold the corpus's pairs: floor(w) copies + round(frac(w) * kept) (at least 1
+# when w < 1). Rows marked * are where rounding and truncation differ.
+SAMPLE_TABLE = [
+  # kept, weight, copies of each pair, extra pairs, slots
+  (10, 1.0, 1, 0, 10),
+  (10, 2.0, 2, 0, 20),
+  (10, 0.37, 0, 4, 4),  # * 3.7 -> 4, not 3
+  (10, 1.26, 1, 3, 13),  # * 2.6 -> 3
+  (3, 1.5, 1, 2, 5),  # * 1.5 -> 2 (round half to even: 2)
+  (7, 2.1, 2, 1, 15),  # 0.7 -> 1 *
+  (10, 0.01, 0, 1, 1),  # 0.1 -> 0, but a corpus of weight < 1 keeps one pair
+  (4, 3.0, 3, 0, 12),
+  (0, 2.5, 0, 0, 0),  # an empty corpus stays empty
+]
+
+
+def test_sample_counts_equal_the_hand_computed_table():
+  kept = [row[0] for row in SAMPLE_TABLE]
+  weights = [row[1] for row in SAMPLE_TABLE]
+  got = mixture.sample(kept, weights, seed=3)
+  counts = np.bincount(got, minlength=sum(kept))
+  start = 0
+  for k, (n, w, copies, extra, slots) in enumerate(SAMPLE_TABLE):
+    mine = counts[start : start + n]
+    assert mine.sum() == slots, (k, n, w)
+    assert np.sum(mine == copies + 1) == extra and np.sum(mine == copies) == n - extra, (k, w)
+    # The extra pairs are the documented seeded draw of corpus k.
+    if extra:
+      chosen = np.random.default_rng([3, k]).choice(n, size=extra, replace=False)
+      assert np.array_equal(np.flatnonzero(mine == copies + 1), np.sort(chosen)), k
+    start += n
+  # Slots of a corpus are its own pairs (stored one corpus after the other), in order.
+  starts = np.cumsum([0, *kept])
+  corpus_of_slot = np.searchsorted(starts, got, side="right") - 1
+  assert np.all(np.diff(corpus_of_slot) >= 0)
+
+
+def test_shares_of_pairs_and_tokens_equal_the_hand_computed_table():
+  # Corpora of 2, 3 and 1 pairs, factors 2, 1 and 0.5 (at least one pair: its one pair).
+  kept, weights = [2, 3, 1], [2.0, 1.0, 0.5]
+  tokens = np.array([4, 6, 1, 1, 2, 10])  # source + target tokens of each stored pair
+  sample = mixture.sample(kept, weights, seed=0)
+  assert sorted(sample.tolist()) == [0, 0, 1, 1, 2, 3, 4, 5]
+  pairs, toks = mixture.shares(kept, sample, tokens)
+  # Slots: 4 of corpus 0, 3 of corpus 1, 1 of corpus 2; tokens 2*(4+6), 1+1+2, 10 of 34.
+  np.testing.assert_allclose(pairs, [4 / 8, 3 / 8, 1 / 8], rtol=1e-12)
+  np.testing.assert_allclose(toks, [20 / 34, 4 / 34, 10 / 34], rtol=1e-12)
+  # Every factor 1: no sample, each pair once.
+  pairs, toks = mixture.shares(kept, None, tokens)
+  np.testing.assert_allclose(pairs, [2 / 6, 3 / 6, 1 / 6], rtol=1e-12)
+  np.testing.assert_allclose(toks, [10 / 24, 4 / 24, 10 / 24], rtol=1e-12)
+
+
+def test_tags_are_the_distinct_non_empty_tags_in_order_of_first_use():
+  import ml_collections
+
+  c = ml_collections.ConfigDict(dict(train_source="", train_target=""))
+  c.train_corpora = tuple(
+    dict(source=f"{i}.en", target=f"{i}.de", tag=tag)
+    for i, tag in enumerate(["<b>", "", "<a>", "<b>", "<c>"])
+  )
+  assert mixture.tags(c) == ["<b>", "<a>", "<c>"]
+  got = mixture.corpora(c)
+  assert [k.tag for k in got] == ["<b>", "", "<a>", "<b>", "<c>"]
+  assert [k.flag for k in got] == [f"train_corpora[{i}]" for i in range(5)]
+  assert all(k.weight == 1.0 for k in got)
+  c.train_corpora = ()
+  assert mixture.tags(c) == []
