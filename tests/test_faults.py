@@ -450,6 +450,39 @@ def test_other_training_data_is_refused_naming_the_file_and_a_moved_copy_allowed
   }
 
 
+def test_a_resume_after_a_config_field_was_added_reports_it_and_a_removed_one_refuses():
+  """A checkpoint written before a field existed resumes with the field's value reported as
+  a change from '<absent>'; a field the checkpoint has and this start lacks is refused unless
+  the table allows changing it; a field added inside a list (a corpus more) is other data."""
+  saved = _one_corpus_fingerprint()
+  older = copy.deepcopy(saved)
+  del older["config"]["patience"], older["config"]["model"]["d_ff"]  # one allowed, one not
+  assert fingerprint.compare(older, saved, "here") == {
+    "model.d_ff": ["<absent>", saved["config"]["model"]["d_ff"]],
+    "patience": ["<absent>", saved["config"]["patience"]],
+  }
+  # The other way round: this start lacks a field the checkpoint has.
+  assert fingerprint.compare(
+    saved, older | {"config": dict(older["config"], model=saved["config"]["model"])}, "here"
+  ) == {"patience": [saved["config"]["patience"], "<absent>"]}
+  with pytest.raises(
+    fingerprint.FingerprintError,
+    match=r"config\.model\.d_ff=\d+, but .*"
+    r"config\.model\.d_ff='<absent>'",
+  ):
+    fingerprint.compare(saved, older, "here")
+  added = copy.deepcopy(saved)
+  added["config"]["data"]["train_corpora"][0]["note"] = "x"
+  with pytest.raises(fingerprint.FingerprintError, match=r"train_corpora\[0\]\.note='<absent>'"):
+    fingerprint.compare(saved, added, "here")
+  # The run record: devices are reported, a checkpoint without one is not checked.
+  moved = copy.deepcopy(saved)
+  moved["run"]["devices"] = 4
+  assert fingerprint.compare(saved, moved, "here") == {"devices": [8, 4]}
+  assert fingerprint.compare(dict(saved, run=None), moved, "here") == {}
+  assert fingerprint.compare(saved, copy.deepcopy(saved), "here") == {}
+
+
 def _starts(workdir):
   with open(Workdir(workdir).starts_file) as f:
     return [json.loads(line) for line in f]

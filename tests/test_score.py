@@ -97,6 +97,78 @@ def test_a_target_longer_than_max_len_is_refused_naming_its_line():
     scoring.Scorer(translator).score(["1", "2"], ["1", " ".join(["3"] * 20)], target_name="refs")
 
 
+# --- the values, in the quick loop: float64 numpy from the model's teacher-forced logits -----
+
+
+def _numpy_token_log_probs(model, params, sources, targets) -> list[np.ndarray]:
+  """float64 log p(target[t] | target[:t], source) of each pair: log-softmax in numpy of the
+  model's teacher-forced logits (one padded batch: padding changes no real position)."""
+  pad = lambda rows: np.array([r + [0] * (max(map(len, rows)) - len(r)) for r in rows], np.int32)
+  logits = np.asarray(support.jit_apply(model, {"params": params}, pad(sources), pad(targets)))
+  x = logits.astype(np.float64)
+  log_probs = x - x.max(-1, keepdims=True)
+  log_probs -= np.log(np.exp(log_probs).sum(-1, keepdims=True))
+  return [lp[np.arange(len(ids)), ids] for lp, ids in zip(log_probs, targets)]
+
+
+def test_sequence_scores_are_the_sum_mean_and_gnmt_normalised_sum():
+  rng = np.random.default_rng(4)
+  for length in (1, 2, 7, 30):
+    tokens = np.log(rng.uniform(0.01, 1.0, length)).astype(np.float32)
+    total = np.sum(tokens.astype(np.float64))
+    for alpha in (0.0, 0.6, 1.0, 2.0):
+      got = scoring.sequence_scores(tokens, alpha)
+      penalty = ((5.0 + length) / 6.0) ** alpha  # GNMT eq. 14, EOS counted
+      assert got.log_prob == pytest.approx(total, rel=1e-12)
+      assert got.mean == pytest.approx(total / length, rel=1e-12)
+      assert got.normalised == pytest.approx(total / penalty, rel=1e-6)
+      np.testing.assert_array_equal(got.tokens, tokens)
+
+
+QUICK_SOURCES = ["5 6 7", "4 5 6 7 11 12", "", "7 8"]
+QUICK_TARGETS = ["5 6 7", "9 9", "5", ""]
+
+
+@pytest.fixture(scope="module")
+def quick_translator():
+  model, params = support.small_model(seed=3)
+  return Translator(model, params, _IdTokenizer(), batch_tokens=16)
+
+
+def test_score_command_values_equal_numpy_from_the_teacher_forced_logits(
+  quick_translator, tmp_path, monkeypatch
+):
+  """t2t-score's three columns (and --per_token) for pairs in several batches, with and
+  without --alpha, against float64 numpy from the model's logits."""
+  t = quick_translator
+  source, target = tmp_path / "src.txt", tmp_path / "tgt.txt"
+  source.write_text("".join(s + "\n" for s in QUICK_SOURCES))
+  target.write_text("".join(s + "\n" for s in QUICK_TARGETS))
+  monkeypatch.setattr(score_cli.Translator, "from_workdirs", lambda *a, **k: t)
+  scorer = scoring.Scorer(t)
+  batches = list(scorer._batches(t._source_ids(QUICK_SOURCES), scorer.target_ids(QUICK_TARGETS)))
+  assert len(batches) > 1  # input order is restored across batches
+  want = _numpy_token_log_probs(
+    t.model,
+    t.params,
+    t._source_ids(QUICK_SOURCES),
+    [t.tokenizer.encode(g) + [EOS_ID] for g in QUICK_TARGETS],
+  )
+  for flags_alpha, alpha in (([], t.search.alpha), (["--alpha=1.5"], 1.5), (["--alpha=0"], 0.0)):
+    output = tmp_path / f"out{alpha}.tsv"
+    args = [f"--workdir={tmp_path}", f"--source={source}", f"--target={target}"]
+    _score(monkeypatch, *args, f"--output={output}", "--per_token", *flags_alpha)
+    lines = output.read_text().splitlines()
+    assert len(lines) == len(want)
+    for line, tokens in zip(lines, want):
+      total, mean, normalised, per_token = line.split("\t")
+      np.testing.assert_allclose([float(x) for x in per_token.split()], tokens, atol=2e-6)
+      penalty = ((5 + len(tokens)) / 6) ** alpha
+      assert float(total) == pytest.approx(tokens.sum(), abs=1e-5)
+      assert float(mean) == pytest.approx(tokens.sum() / len(tokens), abs=1e-5)
+      assert float(normalised) == pytest.approx(tokens.sum() / penalty, abs=1e-5), alpha
+
+
 class _OwnFlags:
   """absl.flags aimed at a private FlagValues, so that each run defines t2t-score's flags
   afresh."""
