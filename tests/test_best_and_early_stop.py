@@ -140,6 +140,28 @@ def test_best_json_keeps_the_best_by_the_metrics_direction(tmp_path, metric, mod
   )
 
 
+def test_the_training_loop_protects_the_best_by_bleu_and_stops_where_the_fold_says(tmp_path):
+  """trainer._rank, the loop's use of the tracker: after each dev BLEU the highest `keep`
+  steps are protected from pruning, an evaluation entering them is saved, and the stop is
+  the fold's."""
+  import types
+
+  workdir = str(tmp_path / "w")
+  os.makedirs(workdir)
+  config = _config(bleu_every_steps=2, keep_best_checkpoints=2, patience=3)
+  protected = []
+  fake = types.SimpleNamespace(
+    best=best.Tracker(config, workdir),
+    ckpts=types.SimpleNamespace(protect=lambda steps: protected.append(list(steps))),
+  )
+  bleu = {2: 10.0, 4: 15.0, 6: 12.0, 8: 14.0, 10: 11.0}  # 6, 8, 10: not above 15
+  got = [train._rank(fake, step, dict(dev_bleu=score)) for step, score in bleu.items()]
+  assert got == [(True, None)] * 4 + [(False, 10)]
+  assert protected == [[2], [4, 2], [4, 6], [4, 8], [4, 8]]
+  assert train._rank(fake, 12, dict(eval_loss=0.5)) == (False, None)  # no dev BLEU here
+  assert len(protected) == 5
+
+
 def _config(**overrides) -> ml_collections.ConfigDict:
   return small_config(**overrides)
 

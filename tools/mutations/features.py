@@ -80,6 +80,22 @@ MUTATIONS = (
     "since > patience",
     BEST,
   ),
+  M(
+    "loop_entered_best",
+    "the loop saves the evaluations that did not enter the best: in becomes not in",
+    "t2t_jax/training/trainer.py",
+    "return step in standing.best_steps, standing.stopped_at",
+    "return step not in standing.best_steps, standing.stopped_at",
+    BEST,
+  ),
+  M(
+    "loop_protects_one",
+    "the loop protects the single best step whatever keep_best_checkpoints says",
+    "t2t_jax/training/trainer.py",
+    "trainer.ckpts.protect(standing.best_steps)",
+    "trainer.ckpts.protect(standing.best_steps[:1])",
+    BEST,
+  ),
   # --- checkpoint choice and selection (run/checkpoint.py, training/evaluation.py) ---
   M(
     "average_oldest",
