@@ -262,3 +262,70 @@ def test_an_override_of_a_field_the_config_lacks_is_named_with_where(config, pat
   else:
     assert got is not None and got.startswith(f"{arg}: {want}"), (got, want)
     assert "\n" not in got
+
+
+# --- the workdir's files: temporaries of killed writers, records cut by a kill -----------------
+
+FILE_NAMES = st.sampled_from(["config.json", "best.json", "selected.json", "vocab.model", "x"])
+
+
+@SETTINGS
+@given(
+  names=st.lists(FILE_NAMES, min_size=1, max_size=3, unique=True),
+  temporaries=st.lists(st.tuples(FILE_NAMES, st.booleans()), max_size=6),
+  others=st.lists(
+    st.sampled_from(["config.json", "config.json.tmp", "xconfig.json.tmp-a", "checkpoints"]),
+    max_size=3,
+    unique=True,
+  ),
+)
+def test_stale_temporaries_of_the_named_files_and_only_those_are_removed(
+  names, temporaries, others
+):
+  from t2t_jax.run import files
+
+  with tempfile.TemporaryDirectory() as tmp:
+    made = {}
+    for name, dotted in temporaries:
+      entry = ("." if dotted else "") + files.temporary_name(name)
+      made[entry] = name
+    for entry in [*made, *others]:
+      open(os.path.join(tmp, entry), "w").close()
+    removed = files.remove_stale_temporaries(tmp, tuple(names))
+    want = sorted(entry for entry, name in made.items() if name in names)
+    assert removed == want
+    assert sorted(os.listdir(tmp)) == sorted(set(made) - set(want) | set(others))
+
+
+RECORD = st.dictionaries(
+  st.sampled_from(["step", "loss", "dev_bleu", "note"]),
+  st.one_of(st.integers(-5, 10**6), st.floats(allow_nan=False), st.text(max_size=4)),
+  min_size=1,
+)
+
+
+@SETTINGS
+@given(
+  records=st.lists(RECORD, max_size=5),
+  cut=st.integers(0, 40),
+  ended=st.booleans(),
+)
+def test_metrics_records_are_read_back_and_a_last_line_cut_by_a_kill_is_dropped(
+  records, cut, ended
+):
+  """A kill mid-append leaves the last record cut short (with or without its newline); the
+  reader returns every whole record and says the last line was incomplete."""
+  import json
+
+  from t2t_jax.run import files
+
+  lines = [json.dumps(r) for r in records]
+  text = "".join(line + "\n" for line in lines)
+  last = json.dumps({"step": 7, "loss": 1.5})
+  partial = last[: cut % len(last)]  # a proper prefix: never a whole record
+  if partial.strip():
+    text += partial + ("\n" if ended else "")
+  with _file(text.encode("utf-8")) as path:
+    got, complete = files.read_json_lines(path)
+  assert got == records
+  assert complete == (not partial.strip())

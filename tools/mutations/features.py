@@ -326,4 +326,20 @@ MUTATIONS = (
     'for prefix in ("--config.", "--config."):',
     PROPERTIES,
   ),
+  M(
+    "stale_dotted_temporaries",
+    "a killed writer's dotted temporary (.config.json.tmp-...) is never removed",
+    "t2t_jax/run/files.py",
+    'return entry.startswith((f"{name}{TEMP_MARK}", f".{name}{TEMP_MARK}"))',
+    'return entry.startswith((f"{name}{TEMP_MARK}", f"{name}{TEMP_MARK}"))',
+    PROPERTIES,
+  ),
+  M(
+    "metrics_cut_last_line",
+    "a broken last metrics record that ends with its newline is an error, not dropped",
+    "t2t_jax/run/files.py",
+    "if number == len(lines) and not tail:",
+    "if number == len(lines) and tail:",
+    PROPERTIES,
+  ),
 )
