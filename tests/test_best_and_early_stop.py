@@ -335,6 +335,25 @@ def test_early_stop_ends_the_run_normally_and_a_second_start_says_so(stopped, ca
 
 
 @pytest.mark.slow
+def test_an_early_stop_ends_the_run_where_an_unstopped_run_of_that_length_ends(stopped, tmp_path):
+  """Patience changes nothing but where the run ends: the run stopped at step 6 has the
+  parameters, dev losses and test scores of the same run told to train 6 steps."""
+  workdir, out = stopped
+  config = small_config(test_at_end=True, beam_size=1, **{**EARLY, "patience": 0})
+  config.num_train_steps = out["step"]
+  plain = str(tmp_path / "plain")
+  same = train.train_and_evaluate(config, plain)
+  assert same["early_stopped_at"] is None and same["step"] == out["step"] == 6
+  for key in ("loss", "eval_loss", "test_bleu", "test_exact_match"):
+    assert same[key] == out[key], key
+  a, b = checkpoint.Checkpoints(workdir), checkpoint.Checkpoints(plain)
+  for x, y in zip(jax.tree.leaves(a.restore_params(6)), jax.tree.leaves(b.restore_params(6))):
+    np.testing.assert_array_equal(x, y)
+  history = Workdir(workdir).read_best()["history"]
+  assert Workdir(plain).read_best()["history"] == history[:3]
+
+
+@pytest.mark.slow
 def test_killed_and_resumed_run_stops_at_the_same_step(stopped, tmp_path):
   """A run that wrote best.json up to its stop at step 6 and was killed before checkpoints 4
   and 6 were committed resumes from 3, forgets the evaluations after 3 (it has not stopped
