@@ -593,29 +593,9 @@ def test_truncate_keeps_short_pairs_and_cuts_long_ones_to_max_len_with_eos():
 FIELDS = list(train.POSITIVE_FIELDS)
 
 
-@pytest.mark.parametrize(
-  "case",
-  [
-    *(f"config.{f}={v}" for f in FIELDS for v in (0, -1)),
-    "translate average:x",
-    "translate average:0",
-    "translate beam_size 0",
-    "average num 0",
-    "train log_every_steps 0",
-    "train vocab_size",
-  ],
-)
-@pytest.mark.slow
-def test_values_that_make_no_sense_are_refused_in_one_line(case, trained, tmp_path):
-  if case.startswith("config."):
-    field, value = case[len("config.") :].split("=")
-    config = small_config(**{field: int(value)})
-    with pytest.raises(train.ConfigError, match=rf"config\.{field}={value} must be a positive"):
-      train.train_and_evaluate(config, str(tmp_path / "w"))
-    assert not (tmp_path / "w").exists()  # refused before any work
-    return
-  tool, *rest = case.split()
-  command, expected = {
+def _refused_commands(trained: str, root: str) -> dict[str, tuple[list[str], str]]:
+  """case -> (t2t command and flags, what its one line of error must say)."""
+  return {
     "translate average:x": (
       ["translate", f"--workdir={trained}", "--checkpoint=average:x"],
       "--checkpoint=average:x: N of average:N must be a positive integer",
@@ -629,39 +609,68 @@ def test_values_that_make_no_sense_are_refused_in_one_line(case, trained, tmp_pa
       "--beam_size=0 must be >= 1",
     ),
     "average num 0": (
-      ["average", f"--workdir={trained}", "--num=0", f"--output={tmp_path}/avg"],
+      ["average", f"--workdir={trained}", "--num=0", f"--output={root}/avg"],
       "--num=0 must be >= 1",
     ),
     "train log_every_steps 0": (
-      ["train", f"--workdir={tmp_path}/w", "--config.log_every_steps=0"],
+      ["train", f"--workdir={root}/w", "--config.log_every_steps=0"],
       "config.log_every_steps=0 must be a positive integer",
     ),
     "train vocab_size": (
       [
         "train",
-        f"--workdir={tmp_path}/w",
+        f"--workdir={root}/w",
         "--config.data.source=textfiles",
-        f"--config.data.train_source={tmp_path}/t.en",
-        f"--config.data.train_target={tmp_path}/t.de",
+        f"--config.data.train_source={root}/t.en",
+        f"--config.data.train_target={root}/t.de",
         "--config.data.vocab_size=5",
       ],
       "config.data.vocab_size=5",
     ),
-  }[case]
+  }
+
+
+REFUSED_COMMANDS = sorted(_refused_commands("TRAINED", "ROOT"))
+
+
+@pytest.fixture(scope="module")
+def refused(trained, tmp_path_factory):
+  """(root, case -> {status, stderr, created}): every command of _refused_commands, each in
+  a forked child of one interpreter (tests.support.forked_commands), as its console script
+  runs it."""
+  root = str(tmp_path_factory.mktemp("refused"))
   for lang in ("en", "de"):
-    (tmp_path / f"t.{lang}").write_text("".join(f"word{i} other{i}\n" for i in range(50)))
-  env = support.cpu_env()
-  result = subprocess.run(
-    [sys.executable, "-m", f"t2t_jax.cli.{command[0]}", *command[1:]],
-    capture_output=True,
-    text=True,
-    input="",
-    env=env,
-    timeout=300,
-  )
-  assert result.returncode == 1, result.stderr
-  assert expected in result.stderr and "Traceback" not in result.stderr, result.stderr
-  assert result.stderr.strip().splitlines()[-1].startswith(f"t2t-{command[0]}: ")
+    with open(f"{root}/t.{lang}", "w") as f:
+      f.write("".join(f"word{i} other{i}\n" for i in range(50)))
+  cases = [
+    [name, command, args]
+    for name, ((command, *args), _) in _refused_commands(trained, root).items()
+  ]
+  return root, support.forked_commands(cases, root, str(tmp_path_factory.mktemp("refused_err")))
+
+
+@pytest.mark.parametrize(
+  "case",
+  [
+    *(f"config.{f}={v}" for f in FIELDS for v in (0, -1)),
+    *(pytest.param(case, marks=pytest.mark.slow) for case in REFUSED_COMMANDS),
+  ],
+)
+def test_values_that_make_no_sense_are_refused_in_one_line(case, tmp_path, request):
+  if case.startswith("config."):
+    field, value = case[len("config.") :].split("=")
+    config = small_config(**{field: int(value)})
+    with pytest.raises(train.ConfigError, match=rf"config\.{field}={value} must be a positive"):
+      train.train_and_evaluate(config, str(tmp_path / "w"))
+    assert not (tmp_path / "w").exists()  # refused before any work
+    return
+  root, results = request.getfixturevalue("refused")
+  (command, *_), expected = _refused_commands(request.getfixturevalue("trained"), root)[case]
+  result = results[case]
+  assert result["status"] == 1, result["stderr"]
+  stderr = result["stderr"]
+  assert expected in stderr and "Traceback" not in stderr, stderr
+  assert stderr.strip().splitlines()[-1].startswith(f"t2t-{command}: ")
 
 
 # --- 9. files never half-written ----------------------------------------------------------
