@@ -173,7 +173,7 @@ def test_lock_of_a_dead_run_is_taken_over_with_a_warning(tmp_path, caplog):
 
 
 @pytest.mark.slow
-def test_sigint_saves_exits_75_and_resumes(tmp_path):
+def test_sigint_saves_and_exits_75(tmp_path):
   workdir = str(tmp_path / "w")
   args = [
     "--experiment=tiny",
@@ -196,11 +196,11 @@ def test_sigint_saves_exits_75_and_resumes(tmp_path):
   out, _ = proc.communicate(timeout=120)
   assert proc.returncode == 75, out
   assert "SIGINT received: saved step" in out and "exit status 75" in out
+  # Committed and complete, as a resume needs it (the resume itself, the same after either
+  # signal: tests/test_train.py::test_sigterm_saves_and_resumes).
   saved = checkpoint.Checkpoints(workdir).latest_step()
-  resumed = _cli(*[a.replace("100000", str(saved + 2), 1) if "num_train" in a else a for a in args])
-  out, _ = resumed.communicate(timeout=240)
-  assert resumed.returncode == 0, out
-  assert f"resumed from {workdir}/checkpoints/{saved}" in out
+  assert saved >= 2 and checkpoint.Checkpoints(workdir).steps() == [saved]
+  assert not checkpoint.Checkpoints(workdir).damaged()
 
 
 def test_second_ctrl_c_is_explained_and_a_third_aborts(capfd, monkeypatch):
