@@ -101,17 +101,31 @@ def pytest_configure(config):
   _share_workdirs(config)
 
 
-@pytest.fixture(autouse=True)
-def _compile_report(request):
-  """With T2T_TEST_COMPILE_REPORT=FILE, appends one JSON line per test: the XLA programs its
-  process compiled (count, seconds of tracing, lowering and backend compilation), so that
-  `python tools/compile_report.py FILE` can say where a run's compile time goes. Programs
-  compiled in the commands a test starts are not counted (their time is in the duration)."""
+def _cpu_seconds() -> tuple[float, float]:
+  """(this process's user + sys CPU seconds, those of its children waited for so far)."""
+  import resource
+
+  own, children = (
+    resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+  )
+  return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+  """With T2T_TEST_COMPILE_REPORT=FILE, appends one JSON line per test: its wall seconds,
+  the CPU seconds of its process and of the commands it started (setup, the module fixtures
+  it made first, call and teardown), and the XLA programs its process compiled (count,
+  seconds of tracing, lowering and backend compilation), so that
+  `python tools/compile_report.py FILE` can say where a run's time goes. CPU seconds hardly
+  change when other work shares the cores, unlike wall seconds. Programs compiled in the
+  commands a test starts are not counted as programs (their time is in the children's CPU)."""
   report = os.environ.get(COMPILE_REPORT_ENV)
   if not report:
     yield
     return
   import json
+  import time
 
   from jax._src import monitoring
 
@@ -124,11 +138,19 @@ def _compile_report(request):
       totals[name] = (count + 1, total + seconds)
 
   monitoring.register_event_duration_secs_listener(listen)
+  (own, children), start = _cpu_seconds(), time.perf_counter()
   try:
     yield
   finally:
     monitoring.unregister_event_duration_listener(listen)
-    line = {"test": request.node.nodeid, **{k: list(v) for k, v in totals.items()}}
+    own_after, children_after = _cpu_seconds()
+    line = {
+      "test": item.nodeid,
+      "wall": time.perf_counter() - start,
+      "cpu": own_after - own,
+      "children_cpu": children_after - children,
+      **{k: list(v) for k, v in totals.items()},
+    }
     with open(report, "a") as f:
       f.write(json.dumps(line) + "\n")
 

@@ -173,7 +173,7 @@ def test_lock_of_a_dead_run_is_taken_over_with_a_warning(tmp_path, caplog):
 
 
 @pytest.mark.slow
-def test_sigint_saves_exits_75_and_resumes(tmp_path):
+def test_sigint_saves_and_exits_75(tmp_path):
   workdir = str(tmp_path / "w")
   args = [
     "--experiment=tiny",
@@ -186,6 +186,7 @@ def test_sigint_saves_exits_75_and_resumes(tmp_path):
     "--config.model.d_ff=64",
     "--config.model.num_layers=1",
     "--config.data.synthetic_train_size=2000",
+    "--config.data.synthetic_eval_size=16",  # the closing translations are not under test
   ]
   proc = _cli(*args)
   for line in proc.stdout:
@@ -195,11 +196,11 @@ def test_sigint_saves_exits_75_and_resumes(tmp_path):
   out, _ = proc.communicate(timeout=120)
   assert proc.returncode == 75, out
   assert "SIGINT received: saved step" in out and "exit status 75" in out
+  # Committed and complete, as a resume needs it (the resume itself, the same after either
+  # signal: tests/test_train.py::test_sigterm_saves_and_resumes).
   saved = checkpoint.Checkpoints(workdir).latest_step()
-  resumed = _cli(*[a.replace("100000", str(saved + 2), 1) if "num_train" in a else a for a in args])
-  out, _ = resumed.communicate(timeout=240)
-  assert resumed.returncode == 0, out
-  assert f"resumed from {workdir}/checkpoints/{saved}" in out
+  assert saved >= 2 and checkpoint.Checkpoints(workdir).steps() == [saved]
+  assert not checkpoint.Checkpoints(workdir).damaged()
 
 
 def test_second_ctrl_c_is_explained_and_a_third_aborts(capfd, monkeypatch):
@@ -248,6 +249,7 @@ def _slow(mode, workdir, tmp_path, *flags):
     "--config.model.d_ff=64",
     "--config.model.num_layers=1",
     "--config.data.synthetic_train_size=2000",
+    "--config.data.synthetic_eval_size=16",  # the closing translations are not under test
     *flags,
   ]
   return subprocess.Popen(
@@ -626,29 +628,9 @@ def test_truncate_keeps_short_pairs_and_cuts_long_ones_to_max_len_with_eos():
 FIELDS = list(train.POSITIVE_FIELDS)
 
 
-@pytest.mark.parametrize(
-  "case",
-  [
-    *(f"config.{f}={v}" for f in FIELDS for v in (0, -1)),
-    "translate average:x",
-    "translate average:0",
-    "translate beam_size 0",
-    "average num 0",
-    "train log_every_steps 0",
-    "train vocab_size",
-  ],
-)
-@pytest.mark.slow
-def test_values_that_make_no_sense_are_refused_in_one_line(case, trained, tmp_path):
-  if case.startswith("config."):
-    field, value = case[len("config.") :].split("=")
-    config = small_config(**{field: int(value)})
-    with pytest.raises(train.ConfigError, match=rf"config\.{field}={value} must be a positive"):
-      train.train_and_evaluate(config, str(tmp_path / "w"))
-    assert not (tmp_path / "w").exists()  # refused before any work
-    return
-  tool, *rest = case.split()
-  command, expected = {
+def _refused_commands(trained: str, root: str) -> dict[str, tuple[list[str], str]]:
+  """case -> (t2t command and flags, what its one line of error must say)."""
+  return {
     "translate average:x": (
       ["translate", f"--workdir={trained}", "--checkpoint=average:x"],
       "--checkpoint=average:x: N of average:N must be a positive integer",
@@ -662,39 +644,68 @@ def test_values_that_make_no_sense_are_refused_in_one_line(case, trained, tmp_pa
       "--beam_size=0 must be >= 1",
     ),
     "average num 0": (
-      ["average", f"--workdir={trained}", "--num=0", f"--output={tmp_path}/avg"],
+      ["average", f"--workdir={trained}", "--num=0", f"--output={root}/avg"],
       "--num=0 must be >= 1",
     ),
     "train log_every_steps 0": (
-      ["train", f"--workdir={tmp_path}/w", "--config.log_every_steps=0"],
+      ["train", f"--workdir={root}/w", "--config.log_every_steps=0"],
       "config.log_every_steps=0 must be a positive integer",
     ),
     "train vocab_size": (
       [
         "train",
-        f"--workdir={tmp_path}/w",
+        f"--workdir={root}/w",
         "--config.data.source=textfiles",
-        f"--config.data.train_source={tmp_path}/t.en",
-        f"--config.data.train_target={tmp_path}/t.de",
+        f"--config.data.train_source={root}/t.en",
+        f"--config.data.train_target={root}/t.de",
         "--config.data.vocab_size=5",
       ],
       "config.data.vocab_size=5",
     ),
-  }[case]
+  }
+
+
+REFUSED_COMMANDS = sorted(_refused_commands("TRAINED", "ROOT"))
+
+
+@pytest.fixture(scope="module")
+def refused(trained, tmp_path_factory):
+  """(root, case -> {status, stderr, created}): every command of _refused_commands, each in
+  a forked child of one interpreter (tests.support.forked_commands), as its console script
+  runs it."""
+  root = str(tmp_path_factory.mktemp("refused"))
   for lang in ("en", "de"):
-    (tmp_path / f"t.{lang}").write_text("".join(f"word{i} other{i}\n" for i in range(50)))
-  env = support.cpu_env()
-  result = subprocess.run(
-    [sys.executable, "-m", f"t2t_jax.cli.{command[0]}", *command[1:]],
-    capture_output=True,
-    text=True,
-    input="",
-    env=env,
-    timeout=300,
-  )
-  assert result.returncode == 1, result.stderr
-  assert expected in result.stderr and "Traceback" not in result.stderr, result.stderr
-  assert result.stderr.strip().splitlines()[-1].startswith(f"t2t-{command[0]}: ")
+    with open(f"{root}/t.{lang}", "w") as f:
+      f.write("".join(f"word{i} other{i}\n" for i in range(50)))
+  cases = [
+    [name, command, args]
+    for name, ((command, *args), _) in _refused_commands(trained, root).items()
+  ]
+  return root, support.forked_commands(cases, root, str(tmp_path_factory.mktemp("refused_err")))
+
+
+@pytest.mark.parametrize(
+  "case",
+  [
+    *(f"config.{f}={v}" for f in FIELDS for v in (0, -1)),
+    *(pytest.param(case, marks=pytest.mark.slow) for case in REFUSED_COMMANDS),
+  ],
+)
+def test_values_that_make_no_sense_are_refused_in_one_line(case, tmp_path, request):
+  if case.startswith("config."):
+    field, value = case[len("config.") :].split("=")
+    config = small_config(**{field: int(value)})
+    with pytest.raises(train.ConfigError, match=rf"config\.{field}={value} must be a positive"):
+      train.train_and_evaluate(config, str(tmp_path / "w"))
+    assert not (tmp_path / "w").exists()  # refused before any work
+    return
+  root, results = request.getfixturevalue("refused")
+  (command, *_), expected = _refused_commands(request.getfixturevalue("trained"), root)[case]
+  result = results[case]
+  assert result["status"] == 1, result["stderr"]
+  stderr = result["stderr"]
+  assert expected in stderr and "Traceback" not in stderr, stderr
+  assert stderr.strip().splitlines()[-1].startswith(f"t2t-{command}: ")
 
 
 # --- 9. files never half-written ----------------------------------------------------------
