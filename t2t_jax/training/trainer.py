@@ -65,6 +65,11 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
   for field in ("bleu_every_steps", "bleu_beam_size"):
     if config[field] < 0:
       raise ConfigError(f"config.{field}={config[field]} must be >= 0")
+  if config.ema_decay is not None and not 0.0 <= config.ema_decay < 1.0:
+    raise ConfigError(
+      f"config.ema_decay={config.ema_decay!r} must be in [0, 1) (0: no moving average; "
+      "0.999 or 0.9999 are usual)"
+    )
   if not isinstance(config.init_from, str):
     raise ConfigError(f"config.init_from={config.init_from!r} must be a path: WORKDIR[:SPEC]")
   if config.init_keep_optimizer and not config.init_from:
@@ -99,7 +104,7 @@ def init_state(
   init_key, dropout_key = jax.random.split(jax.random.PRNGKey(config.seed))
   params = jax.jit(model.init)(init_key, dummy, dummy)["params"]
   tx = optim.make_optimizer(model_cfg.d_model, config.warmup_steps, config.learning_rate_factor)
-  return steps.TrainState.create(params, tx, dropout_key)
+  return steps.TrainState.create(params, tx, dropout_key, config.ema_decay)
 
 
 def _abort(signum: int, frame: types.FrameType | None) -> NoReturn:
