@@ -64,7 +64,6 @@ class TrainState(Protocol):
   opt_state: Any
   rng: Any
   bad_step: Any
-  ema: Any  # the moving average of the parameters; None: not kept
 
   def replace(self, **changes: Any) -> "TrainState": ...
 
@@ -83,8 +82,9 @@ def state_tree(state: TrainState) -> dict[str, Any]:
     rng=state.rng,
     bad_step=state.bad_step,
   )
-  if state.ema is not None:
-    tree[EMA] = state.ema
+  ema = getattr(state, EMA, None)  # a state type without the field keeps none
+  if ema is not None:
+    tree[EMA] = ema
   return tree
 
 
@@ -330,7 +330,7 @@ class Checkpoints:
     restored = manager.restore(
       step, args=ocp.args.Composite(**{STATE: ocp.args.StandardRestore(abstract)})
     )[STATE]
-    if state.ema is None:
+    if getattr(state, EMA, None) is None:
       restored.pop(EMA, None)
     elif EMA not in restored:
       restored[EMA] = jax.tree.map(np.copy, restored["params"])
