@@ -71,6 +71,9 @@ class TrainConfig:
   # saved in the checkpoints, read with --checkpoint=ema and a candidate of
   # select_checkpoints ('ema'); 0: off.
   ema_decay: float = 0.0
+  # 'START,END': a jax.profiler trace of steps START to END (1-based, inclusive) under
+  # <workdir>/tensorboard/plugins/profile (training/profile.py); '': none.
+  profile_steps: str = ""
 
   @classmethod
   def defaults(cls) -> dict[str, Any]:

@@ -30,7 +30,16 @@ from t2t_jax.run import checkpoint, fingerprint
 from t2t_jax.run.files import sha256_file
 from t2t_jax.run.lock import LockError, WorkdirLock
 from t2t_jax.run.workdir import Workdir, WorkdirError
-from t2t_jax.training import best, evaluation, optim, parallel, steps, summary, warm_start
+from t2t_jax.training import (
+  best,
+  evaluation,
+  optim,
+  parallel,
+  profile,
+  steps,
+  summary,
+  warm_start,
+)
 from t2t_jax.training import config as config_lib
 
 
@@ -80,6 +89,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
   try:
     search = SearchConfig.from_config(config)
     best.check_config(config)
+    profile.parse_steps(config.profile_steps)
   except ValueError as e:
     raise ConfigError(str(e)) from None
   if search.sampling and config.bleu_beam_size > 1:  # dev translations sample too: beam 1
@@ -610,12 +620,19 @@ def _loop(
   limit_s = 60.0 * config.train_time_limit_minutes
   deadline = time.time() + limit_s if limit_s > 0 else None
   timed_out, stopping, early_stop = False, None, None
+  profiler = profile.StepProfiler(
+    profile.parse_steps(config.profile_steps),
+    Workdir(trainer.workdir).profile_dir,
+    enabled=jax.process_index() == 0,
+  )
   # Wall-clock curves start here, not at the first progress line.
   trainer.writer.write(step, dict(train_start=1.0))
   while step < trainer.num_steps and not timed_out:
-    p_state, metrics = trainer.train_step(p_state, prefetcher)
+    with profiler.step(step + 1):
+      p_state, metrics = trainer.train_step(p_state, prefetcher)
     pending.append(metrics)
     step += 1
+    profiler.finished(step, metrics)
     # Dispatch is asynchronous: without a bound the host could run a hundred steps ahead
     # of the devices, and a SIGTERM would wait for all of them before saving. Waiting for
     # the step before last costs nothing (it is finished by the time this one runs).
@@ -677,6 +694,7 @@ def _loop(
         "%s received: saved step %d to %s; exiting", stopping, step, trainer.ckpts.directory
       )
       break
+  profiler.stop()
   last["step"] = step
   last["stopped_by"] = stopping
   last["time_limit_reached"] = timed_out
