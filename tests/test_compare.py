@@ -85,9 +85,11 @@ def _sacrebleu_table(ref, systems, *options):
   return table, signatures
 
 
-def _ours(files, names, method="bs", samples=0, lang=None):
+def _ours(files, names, lang=None, **options):
+  """significance.compare on the files `names` (the first the baseline), its defaults unless
+  `options` (method, samples) say otherwise."""
   named = [(files[n], _read(files[n])) for n in names]
-  return significance.compare(named[0], named[1:], _read(files["ref"]), lang, method, samples)
+  return significance.compare(named[0], named[1:], _read(files["ref"]), lang, **options)
 
 
 def _assert_equal_figures(comparison, table, column):
