@@ -143,6 +143,17 @@ def test_checkpoint_spec_ema_reads_the_average(ema_workdirs):
   assert selection.best == "ema" and selection.steps["ema"] == [4]
 
 
+def test_t2t_average_of_ema_writes_the_average(ema_workdirs, tmp_path):
+  """t2t-average --checkpoint=ema writes the moving average as the new workdir's parameters."""
+  straight, _ = ema_workdirs
+  out = str(tmp_path / "ema_out")
+  checkpoint.write_averaged_workdir(straight, [4], out, checkpoint.spec_item("ema"))
+  written, _ = checkpoint.load_params(out, "latest", None)
+  ema, _ = checkpoint.load_params(straight, "ema", None)
+  for a, b in zip(_leaves(written), _leaves(ema), strict=True):
+    np.testing.assert_array_equal(a, b)
+
+
 def test_checkpoint_spec_ema_without_an_average_says_so():
   """A run trained without an EMA: --checkpoint=ema is a one-line CheckpointSpecError naming
   the checkpoint and the config field."""

@@ -523,15 +523,18 @@ def average_params(param_trees: Sequence[VariableDict]) -> VariableDict:
   )
 
 
-def write_averaged_workdir(workdir: str, steps: Sequence[int], output: str) -> str:
+def write_averaged_workdir(
+  workdir: str, steps: Sequence[int], output: str, item: str = "params"
+) -> str:
   """Averages the parameters of `steps` into a new workdir usable by t2t-translate.
 
   The output holds config.json, the vocabulary files and one checkpoint (named after the
-  last averaged step) with only the parameters. Refuses to write into an existing
+  last averaged step) with only the parameters (`item=EMA`: the steps' moving averages of
+  them). Refuses to write into an existing
   checkpoint directory, so nothing is overwritten.
   """
   source = Checkpoints(workdir)
-  params = average_params([source.restore_params(step) for step in steps])
+  params = average_params([source.restore_params(step, item=item) for step in steps])
   target_dir = Workdir(output).checkpoint_dir
   if os.path.exists(target_dir) and os.listdir(target_dir):
     raise FileExistsError(f"{target_dir} already holds checkpoints; choose a new --output")
