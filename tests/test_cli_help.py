@@ -27,6 +27,10 @@ EXPECTED = {
     "t2t-score --workdir=DIR[,DIR...] --source=FILE --target=FILE",
     ["--source", "--target", "--per_token", "--checkpoint"],
   ),
+  "t2t-compare": (
+    "t2t-compare --reference=REF BASELINE SYSTEM [SYSTEM ...]",
+    ["--reference", "--paired", "--samples", "--lang"],
+  ),
 }
 
 

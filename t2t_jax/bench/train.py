@@ -23,7 +23,7 @@ from flax.typing import VariableDict
 
 from t2t_jax.bench import inputs, timing
 from t2t_jax.model import Transformer, TransformerConfig
-from t2t_jax.training import optim, parallel, steps
+from t2t_jax.training import optim, parallel, profile, steps
 
 
 def _non_embedding(params: VariableDict) -> tuple[int, int]:
@@ -74,16 +74,22 @@ class TrainSetup:
 
 
 def setup_train(
-  cfg: TransformerConfig, warmup_steps: int, label_smoothing: float, rows: int, seq_len: int
+  cfg: TransformerConfig,
+  warmup_steps: int,
+  label_smoothing: float,
+  rows: int,
+  seq_len: int,
+  ema_decay: float = 0.0,
 ) -> TrainSetup:
-  """Initial parameters, replicated Adam state, the pmapped train step and a synthetic batch
-  of rows x seq_len random ids on both sides (no padding: every token is real)."""
+  """Initial parameters, replicated Adam state (with a moving average of the parameters when
+  `ema_decay` > 0), the pmapped train step and a synthetic batch of rows x seq_len random ids
+  on both sides (no padding: every token is real)."""
   model = Transformer(cfg)
   devices = jax.local_device_count()
   dummy = jnp.ones((1, 8), jnp.int32)
   params = jax.jit(model.init)(jax.random.PRNGKey(0), dummy, dummy)["params"]
   tx = optim.make_optimizer(cfg.d_model, warmup_steps)
-  state = parallel.replicate(steps.TrainState.create(params, tx, jax.random.PRNGKey(1)))
+  state = parallel.replicate(steps.TrainState.create(params, tx, jax.random.PRNGKey(1), ema_decay))
   schedule = optim.optimizer_schedule(cfg.d_model, warmup_steps)
   step = parallel.pmap_train_step(model, label_smoothing, schedule)
   host_batch = inputs.synthetic_batch(rows, seq_len, seq_len, cfg.vocab_size, devices)
@@ -98,12 +104,16 @@ def measure_train(
   seq_len: int,
   num_steps: int,
   counter: timing.CompileCounter,
+  profile_dir: str | None = None,
 ) -> dict[str, Any]:
   """The train figure of t2t-bench: median step time of `num_steps` after a warm-up step,
-  tokens/s, model FLOPs, achieved FLOP/s, compilations after warm-up and peak memory."""
+  tokens/s, model FLOPs, achieved FLOP/s, compilations after warm-up and peak memory. With
+  `profile_dir`, the timed steps are traced there (jax.profiler; training/profile.py)."""
   cfg = model_config(config, vocab_size)
   rows = train_rows(batch_tokens, seq_len, jax.local_device_count())
-  setup = setup_train(cfg, config.warmup_steps, config.label_smoothing, rows, seq_len)
+  setup = setup_train(
+    cfg, config.warmup_steps, config.label_smoothing, rows, seq_len, config.ema_decay
+  )
   state, step, batch = setup.state, setup.step, setup.batch
   t0 = time.perf_counter()
   state, metrics = step(state, batch)
@@ -111,11 +121,14 @@ def measure_train(
   first = time.perf_counter() - t0
   compiles_before = counter.count
   times = []
-  for _ in range(num_steps):
+  profiler = profile.StepProfiler((1, num_steps), profile_dir or "", bool(profile_dir))
+  for i in range(1, num_steps + 1):
     t0 = time.perf_counter()
-    state, metrics = step(state, batch)
-    jax.block_until_ready(metrics)
+    with profiler.step(i):
+      state, metrics = step(state, batch)
+      jax.block_until_ready(metrics)
     times.append(time.perf_counter() - t0)
+    profiler.finished(i, metrics)
   median = statistics.median(times)
   flops = model_flops_per_step(cfg, setup.params, rows, seq_len, seq_len)
   tgt_tokens = rows * seq_len
@@ -126,6 +139,8 @@ def measure_train(
     seq_len=seq_len,
     target_tokens_per_step=tgt_tokens,
     dropout_rate=cfg.dropout_rate,
+    ema_decay=config.ema_decay,
+    profiled=bool(profile_dir),
     dtype=cfg.dtype.name,
     step_time_s=median,
     step_times_s=times,

@@ -6,7 +6,8 @@
 
 The paper averages the last 5 (base) or 20 (big) checkpoints, written at 10-minute intervals.
 --checkpoint takes t2t-translate's choices instead ('best': the best checkpoint by the dev
-metric t2t-train ranked by, 'best:N' the N best, 'average:N', 'latest', a step).
+metric t2t-train ranked by, 'best:N' the N best, 'average:N', 'latest', a step, 'ema': the
+moving average of the parameters kept with config.ema_decay).
 `t2t-translate --checkpoint=average:N` does the same on the fly without writing anything.
 """
 
@@ -25,7 +26,8 @@ FLAGS = flags.FLAGS
 def average(workdir: str, spec: str, output: str) -> tuple[list[int], str]:
   """(the steps of `spec`, the checkpoint written): their mean as the workdir `output`."""
   steps = checkpoint.choose_steps(checkpoint.Checkpoints(workdir), spec)
-  return steps, checkpoint.write_averaged_workdir(workdir, steps, output)
+  item = checkpoint.spec_item(spec)  # 'ema': the moving average, not the parameters
+  return steps, checkpoint.write_averaged_workdir(workdir, steps, output, item)
 
 
 def main(argv: Sequence[str]) -> None:

@@ -115,6 +115,13 @@ flags.DEFINE_boolean(
 )
 flags.DEFINE_integer("pipeline_batches", 200, "batches drawn from the input pipeline")
 flags.DEFINE_string("json", None, "write the results here as JSON")
+flags.DEFINE_string(
+  "profile",
+  None,
+  "train: write a jax.profiler trace of the timed steps under this directory "
+  "(plugins/profile/<time>/: TensorBoard's profiler, or perfetto_trace.json.gz at "
+  "ui.perfetto.dev); the traced step times include the tracer's cost",
+)
 FLAGS = flags.FLAGS
 
 
@@ -144,7 +151,9 @@ def _train_part(
       peak=results.get("peak"),
     )
     return
-  result = train.measure_train(config, vocab, batch_tokens, FLAGS.seq_len, FLAGS.steps, counter)
+  result = train.measure_train(
+    config, vocab, batch_tokens, FLAGS.seq_len, FLAGS.steps, counter, FLAGS.profile
+  )
   if "peak" in results:
     result["mfu"] = result["achieved_flops"] / results["peak"]["peak_flops"]
   results["train"] = result

@@ -148,7 +148,8 @@ def _define_flags() -> flags.FlagValues:
     "checkpoint",
     "auto",
     "'latest', 'average:N' (last N), 'best' or 'best:N' (the best by the dev metric t2t-train "
-    "ranked by; best:N averages the N best), a step, "
+    "ranked by; best:N averages the N best), 'ema' (the moving average of the parameters "
+    "kept with config.ema_decay), a step, "
     "'selected' (the choice t2t-train made on dev), or 'auto': 'selected' "
     "when the workdir has one, else 'latest'",
   )

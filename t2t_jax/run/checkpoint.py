@@ -29,6 +29,9 @@ from flax.typing import VariableDict
 from t2t_jax.run.workdir import Workdir
 
 STATE, DATA, FINGERPRINT = "state", "data", "fingerprint"
+# The spec of the moving average of the parameters kept by config.ema_decay, and its entry
+# in the saved state.
+EMA = "ema"
 COMMIT_MARKER = "commit_success.txt"  # written by orbax into every finished step and item
 TMP_MARKER = ".orbax-checkpoint-tmp"
 # Orbax's record of a finished step: its "item_handlers" name every item the save wrote.
@@ -69,14 +72,20 @@ State = TypeVar("State", bound=TrainState)
 
 
 def state_tree(state: TrainState) -> dict[str, Any]:
-  """The saved part of a TrainState (everything but the optimizer definition)."""
-  return dict(
+  """The saved part of a TrainState (everything but the optimizer definition); the moving
+  average of the parameters only when the run keeps one, so that a run without it saves
+  what earlier versions saved."""
+  tree = dict(
     step=state.step,
     params=state.params,
     opt_state=state.opt_state,
     rng=state.rng,
     bad_step=state.bad_step,
   )
+  ema = getattr(state, EMA, None)  # a state type without the field keeps none
+  if ema is not None:
+    tree[EMA] = ema
+  return tree
 
 
 def missing_commit_markers(step_dir: str) -> list[str]:
@@ -307,10 +316,24 @@ class Checkpoints:
   ) -> tuple[State, dict[str, Any] | None]:
     target = state_tree(state)
     self.check_shapes(step, target["params"])
+    saved_ema = self._has_ema(step, manager)
+    if saved_ema and EMA not in target:  # read (the saved tree must be matched) and dropped
+      target[EMA] = target["params"]
+    elif EMA in target and not saved_ema:
+      logging.warning(
+        "checkpoint %s holds no moving average of the parameters (trained without "
+        "config.ema_decay): the average starts from its parameters",
+        self.path(step),
+      )
+      del target[EMA]
     abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, target)
     restored = manager.restore(
       step, args=ocp.args.Composite(**{STATE: ocp.args.StandardRestore(abstract)})
     )[STATE]
+    if getattr(state, EMA, None) is None:
+      restored.pop(EMA, None)
+    elif EMA not in restored:
+      restored[EMA] = jax.tree.map(np.copy, restored["params"])
     data_state = None
     if os.path.isdir(os.path.join(self.path(step), DATA)):
       data_state = manager.restore(step, args=ocp.args.Composite(**{DATA: ocp.args.JsonRestore()}))[
@@ -411,8 +434,11 @@ class Checkpoints:
     self.skip.add(step)
     self.manager.reload()
 
-  def restore_params(self, step: int, params_like: VariableDict | None = None) -> VariableDict:
-    """The parameters of checkpoint `step` as numpy (shape-checked against `params_like`).
+  def restore_params(
+    self, step: int, params_like: VariableDict | None = None, item: str = "params"
+  ) -> VariableDict:
+    """The parameters of checkpoint `step` as numpy (shape-checked against `params_like`);
+    `item=EMA`: their moving average instead (CheckpointSpecError if the run kept none).
 
     Only the parameters are read: a training checkpoint also holds Adam's two moments, twice
     the parameters' bytes, which translating, averaging and warm starts never use. The
@@ -421,13 +447,24 @@ class Checkpoints:
     saved = self._saved_params(step)
     if params_like is not None:
       self.check_shapes(step, params_like, saved)
-    abstract = {"params": saved}
+    if item == EMA and not self._has_ema(step, self.manager):
+      raise CheckpointSpecError(
+        f"--checkpoint={EMA}: checkpoint {self.path(step)} holds no moving average of the "
+        "parameters (the run was trained with config.ema_decay=0; train with "
+        "--config.ema_decay=0.999, say, to keep one)"
+      )
+    abstract = {item: saved}
     restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), abstract)
     restored = ocp.PyTreeCheckpointer().restore(
       os.path.join(self.path(step), STATE),
       args=ocp.args.PyTreeRestore(item=abstract, restore_args=restore_args, partial_restore=True),
     )
-    return restored["params"]
+    return restored[item]
+
+  def _has_ema(self, step: int, manager: ocp.CheckpointManager) -> bool:
+    """Whether checkpoint `step` holds a moving average of the parameters."""
+    meta = manager.item_metadata(step)[STATE]
+    return EMA in getattr(meta, "tree", meta)
 
   def has_optimizer_state(self, step: int) -> bool:
     """Whether checkpoint `step` holds Adam's moments (t2t-average's output holds only the
@@ -486,15 +523,18 @@ def average_params(param_trees: Sequence[VariableDict]) -> VariableDict:
   )
 
 
-def write_averaged_workdir(workdir: str, steps: Sequence[int], output: str) -> str:
+def write_averaged_workdir(
+  workdir: str, steps: Sequence[int], output: str, item: str = "params"
+) -> str:
   """Averages the parameters of `steps` into a new workdir usable by t2t-translate.
 
   The output holds config.json, the vocabulary files and one checkpoint (named after the
-  last averaged step) with only the parameters. Refuses to write into an existing
+  last averaged step) with only the parameters (`item=EMA`: the steps' moving averages of
+  them). Refuses to write into an existing
   checkpoint directory, so nothing is overwritten.
   """
   source = Checkpoints(workdir)
-  params = average_params([source.restore_params(step) for step in steps])
+  params = average_params([source.restore_params(step, item=item) for step in steps])
   target_dir = Workdir(output).checkpoint_dir
   if os.path.exists(target_dir) and os.listdir(target_dir):
     raise FileExistsError(f"{target_dir} already holds checkpoints; choose a new --output")
@@ -531,7 +571,7 @@ def choose_steps(ckpts: Checkpoints, spec: str, what: str | None = None) -> list
   available = ckpts.steps()
   if not available:
     raise CheckpointSpecError(f"{ckpts.directory}: no checkpoint to translate with")
-  if spec == "latest":
+  if spec in ("latest", EMA):  # 'ema': the moving average kept in the latest checkpoint
     return available[-1:]
   if spec.startswith("average:"):
     n = average_count(spec, what)
@@ -546,7 +586,7 @@ def choose_steps(ckpts: Checkpoints, spec: str, what: str | None = None) -> list
   if spec.isdigit() and int(spec) in available:
     return [int(spec)]
   raise CheckpointSpecError(
-    f"{what}: not 'latest', 'average:N', 'best', 'best:N' or one of the steps "
+    f"{what}: not 'latest', 'average:N', 'best', 'best:N', 'ema' or one of the steps "
     f"{available} in {ckpts.directory}"
   )
 
@@ -636,13 +676,20 @@ def resolve_spec(workdir: str, spec: str) -> str:
   return spec
 
 
+def spec_item(spec: str) -> str:
+  """The entry of the saved state a (resolved) checkpoint spec reads: the moving average of
+  the parameters for 'ema', else the parameters."""
+  return EMA if spec == EMA else "params"
+
+
 def load_params(
   workdir: str, spec: str, params_like: VariableDict | None
 ) -> tuple[VariableDict, list[int]]:
   """Parameters for a checkpoint spec (see `choose_steps`; also 'selected' and 'auto'), with
-  the steps they came from; several steps are averaged (the paper's checkpoint averaging)."""
+  the steps they came from; several steps are averaged (the paper's checkpoint averaging);
+  'ema' reads the latest checkpoint's moving average of the parameters."""
   spec = resolve_spec(workdir, spec)
   ckpts = Checkpoints(workdir)
   chosen = choose_steps(ckpts, spec)
-  trees = [ckpts.restore_params(step, params_like) for step in chosen]
+  trees = [ckpts.restore_params(step, params_like, spec_item(spec)) for step in chosen]
   return (trees[0] if len(trees) == 1 else average_params(trees)), chosen

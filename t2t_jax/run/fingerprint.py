@@ -46,6 +46,7 @@ MAY_CHANGE_ON_RESUME = frozenset(
     "num_train_steps",
     "patience",
     "prefetch_batches",
+    "profile_steps",
     "sampling",
     "sampling_seed",
     "sampling_temperature",

@@ -86,6 +86,12 @@ class Workdir:
     return self._join(self.TENSORBOARD)
 
   @property
+  def profile_dir(self) -> str:
+    """Where jax.profiler writes plugins/profile/<time>/: the TensorBoard directory, whose
+    profiler tab finds traces there."""
+    return self.tensorboard_dir
+
+  @property
   def checkpoint_dir(self) -> str:
     """Absolute, since orbax refuses a relative checkpoint directory."""
     return os.path.abspath(self._join(self.CHECKPOINTS))

@@ -41,7 +41,7 @@ class TrainConfig:
   #                         (0: beam_size; 1: greedy, cheaper)
   test_at_end: bool = False  # translate and score the test split after training (6.1)
   # Checkpoint selection on dev only (6.2 chose on the development set): candidates
-  # ('latest', 'average:N', 'best', 'best:N', 'STEP', comma separated) are scored by dev
+  # ('latest', 'average:N', 'best', 'best:N', 'ema', 'STEP', comma separated) are scored by dev
   # sacreBLEU and the best one translates the test split; '': the average of the last
   # `average_checkpoints` (6.1).
   select_checkpoints: str = ""
@@ -66,6 +66,14 @@ class TrainConfig:
   # least min_delta in best_metric (0: off).
   patience: int = 0
   min_delta: float = 0.0
+  # An exponential moving average of the parameters (Marian's --exponential-smoothing,
+  # fairseq's --ema), updated after every step with decay min(ema_decay, (1+t)/(10+t)),
+  # saved in the checkpoints, read with --checkpoint=ema and a candidate of
+  # select_checkpoints ('ema'); 0: off.
+  ema_decay: float = 0.0
+  # 'START,END': a jax.profiler trace of steps START to END (1-based, inclusive) under
+  # <workdir>/tensorboard/plugins/profile (training/profile.py); '': none.
+  profile_steps: str = ""
 
   @classmethod
   def defaults(cls) -> dict[str, Any]:

@@ -100,7 +100,7 @@ def select_checkpoint(
     except checkpoint.CheckpointSpecError as e:  # name the config field, not a flag
       raise ValueError(
         f"config.select_checkpoints: candidate {spec!r} is not 'latest', 'average:N', "
-        f"'best', 'best:N' or a kept step ({e})"
+        f"'best', 'best:N', 'ema' or a kept step ({e})"
       ) from None
     scores[spec] = metric(translator_for(spec), pairs, beam_size, alpha)
   if not scores:

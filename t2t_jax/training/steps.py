@@ -40,11 +40,19 @@ class TrainState(struct.PyTreeNode):
   rng: jnp.ndarray  # base key; dropout keys are fold_in(rng, step, device, micro)
   bad_step: jnp.ndarray  # first step whose loss or gradient was not finite; -1 if none
   tx: optax.GradientTransformation = struct.field(pytree_node=False)
+  # The exponential moving average of the parameters (None: off), and its decay.
+  ema: Any = None
+  ema_decay: float = struct.field(pytree_node=False, default=0.0)
 
   @classmethod
   def create(
-    cls, params: VariableDict, tx: optax.GradientTransformation, rng: jax.Array
+    cls,
+    params: VariableDict,
+    tx: optax.GradientTransformation,
+    rng: jax.Array,
+    ema_decay: float = 0.0,
   ) -> "TrainState":
+    """A fresh state at step 0; with `ema_decay` > 0 the average starts at `params`."""
     return cls(
       step=jnp.array(0, jnp.int32),
       params=params,
@@ -52,6 +60,8 @@ class TrainState(struct.PyTreeNode):
       rng=rng,
       bad_step=jnp.array(-1, jnp.int32),
       tx=tx,
+      ema=jax.tree.map(jnp.array, params) if ema_decay else None,
+      ema_decay=float(ema_decay or 0.0),
     )
 
 
@@ -125,6 +135,21 @@ def accumulate_step(
   return jax.tree.map(jnp.add, accum, (grads, sums))
 
 
+def ema_decay_at(decay: float, step: jax.Array) -> jax.Array:
+  """The decay of update `step` (0-based): min(decay, (1 + step) / (10 + step)), the warmup of
+  TensorFlow's ExponentialMovingAverage(num_updates) that Marian's exponential smoothing also
+  uses, so that the average is not dominated by the random initial parameters."""
+  step = step.astype(jnp.float32)
+  return jnp.minimum(decay, (1.0 + step) / (10.0 + step))
+
+
+def update_ema(ema: VariableDict, params: VariableDict, decay: jax.Array) -> VariableDict:
+  """ema <- decay * ema + (1 - decay) * params, leaf by leaf. `params` are the parameters
+  after the update, the same on every device (the gradients were summed over devices), so
+  the average is too and needs no collective of its own."""
+  return jax.tree.map(lambda e, p: decay * e + (1.0 - decay) * p, ema, params)
+
+
 def apply_step(
   state: TrainState, accum: Accumulator, *, schedule: optax.Schedule
 ) -> tuple[TrainState, dict[str, jax.Array]]:
@@ -139,19 +164,24 @@ def apply_step(
   grad_norm = optax.tree.norm(grads)
   finite = jnp.isfinite(sums["loss"]) & jnp.isfinite(grad_norm)
 
-  def update(operands: tuple[VariableDict, optax.OptState]) -> tuple[VariableDict, optax.OptState]:
-    params, opt_state = operands
+  def update(operands: tuple[Any, ...]) -> tuple[Any, ...]:
+    params, opt_state, ema = operands
     updates, opt_state = state.tx.update(grads, opt_state, params)
-    return optax.apply_updates(params, updates), opt_state
+    params = optax.apply_updates(params, updates)
+    if ema is not None:
+      ema = update_ema(ema, params, ema_decay_at(state.ema_decay, state.step))
+    return params, opt_state, ema
 
-  # A branch, not a select over every parameter and moment: only one side runs.
-  params, opt_state = jax.lax.cond(
-    finite, update, lambda operands: operands, (state.params, state.opt_state)
+  # A branch, not a select over every parameter and moment: only one side runs. A skipped
+  # (non-finite) step leaves the average untouched too.
+  params, opt_state, ema = jax.lax.cond(
+    finite, update, lambda operands: operands, (state.params, state.opt_state, state.ema)
   )
   new_state = state.replace(
     step=state.step + 1,
     params=params,
     opt_state=opt_state,
+    ema=ema,
     bad_step=jnp.where(~finite & (state.bad_step < 0), state.step + 1, state.bad_step),
   )
   metrics = dict(sums, grad_norm=grad_norm, learning_rate=schedule(state.step))

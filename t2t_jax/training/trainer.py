@@ -30,7 +30,16 @@ from t2t_jax.run import checkpoint, fingerprint
 from t2t_jax.run.files import sha256_file
 from t2t_jax.run.lock import LockError, WorkdirLock
 from t2t_jax.run.workdir import Workdir, WorkdirError
-from t2t_jax.training import best, evaluation, optim, parallel, steps, summary, warm_start
+from t2t_jax.training import (
+  best,
+  evaluation,
+  optim,
+  parallel,
+  profile,
+  steps,
+  summary,
+  warm_start,
+)
 from t2t_jax.training import config as config_lib
 
 
@@ -65,6 +74,11 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
   for field in ("bleu_every_steps", "bleu_beam_size"):
     if config[field] < 0:
       raise ConfigError(f"config.{field}={config[field]} must be >= 0")
+  if config.ema_decay is not None and not 0.0 <= config.ema_decay < 1.0:
+    raise ConfigError(
+      f"config.ema_decay={config.ema_decay!r} must be in [0, 1) (0: no moving average; "
+      "0.999 or 0.9999 are usual)"
+    )
   if not isinstance(config.init_from, str):
     raise ConfigError(f"config.init_from={config.init_from!r} must be a path: WORKDIR[:SPEC]")
   if config.init_keep_optimizer and not config.init_from:
@@ -75,6 +89,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
   try:
     search = SearchConfig.from_config(config)
     best.check_config(config)
+    profile.parse_steps(config.profile_steps)
   except ValueError as e:
     raise ConfigError(str(e)) from None
   if search.sampling and config.bleu_beam_size > 1:  # dev translations sample too: beam 1
@@ -99,7 +114,7 @@ def init_state(
   init_key, dropout_key = jax.random.split(jax.random.PRNGKey(config.seed))
   params = jax.jit(model.init)(init_key, dummy, dummy)["params"]
   tx = optim.make_optimizer(model_cfg.d_model, config.warmup_steps, config.learning_rate_factor)
-  return steps.TrainState.create(params, tx, dropout_key)
+  return steps.TrainState.create(params, tx, dropout_key, config.ema_decay)
 
 
 def _abort(signum: int, frame: types.FrameType | None) -> NoReturn:
@@ -605,12 +620,19 @@ def _loop(
   limit_s = 60.0 * config.train_time_limit_minutes
   deadline = time.time() + limit_s if limit_s > 0 else None
   timed_out, stopping, early_stop = False, None, None
+  profiler = profile.StepProfiler(
+    profile.parse_steps(config.profile_steps),
+    Workdir(trainer.workdir).profile_dir,
+    enabled=jax.process_index() == 0,
+  )
   # Wall-clock curves start here, not at the first progress line.
   trainer.writer.write(step, dict(train_start=1.0))
   while step < trainer.num_steps and not timed_out:
-    p_state, metrics = trainer.train_step(p_state, prefetcher)
+    with profiler.step(step + 1):
+      p_state, metrics = trainer.train_step(p_state, prefetcher)
     pending.append(metrics)
     step += 1
+    profiler.finished(step, metrics)
     # Dispatch is asynchronous: without a bound the host could run a hundred steps ahead
     # of the devices, and a SIGTERM would wait for all of them before saving. Waiting for
     # the step before last costs nothing (it is finished by the time this one runs).
@@ -672,6 +694,7 @@ def _loop(
         "%s received: saved step %d to %s; exiting", stopping, step, trainer.ckpts.directory
       )
       break
+  profiler.stop()
   last["step"] = step
   last["stopped_by"] = stopping
   last["time_limit_reached"] = timed_out

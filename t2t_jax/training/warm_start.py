@@ -39,8 +39,8 @@ class WarmStartError(ValueError):
 
 
 # What may follow 'WORKDIR:' (checked again, against the parent's steps, by choose_steps).
-_SPEC = re.compile(r"(latest|selected|average:\d+|\d+)$")
-_SYNTAX = "WORKDIR[:SPEC], SPEC one of latest, average:N, STEP, selected"
+_SPEC = re.compile(r"(latest|selected|ema|average:\d+|\d+)$")
+_SYNTAX = "WORKDIR[:SPEC], SPEC one of latest, average:N, STEP, selected, ema"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,6 +142,11 @@ def _check(
     chosen = checkpoint.choose_steps(ckpts, spec, what)
   except checkpoint.CheckpointSpecError as e:
     raise WarmStartError(str(e)) from None
+  if config.init_keep_optimizer and spec == checkpoint.EMA:
+    raise WarmStartError(
+      f"{what}: config.init_keep_optimizer=True keeps the moments of the parameters, not of "
+      "their moving average ('ema'); name a STEP or 'latest'"
+    )
   if config.init_keep_optimizer and len(chosen) > 1:
     raise WarmStartError(
       f"{what}: config.init_keep_optimizer=True needs one checkpoint, but {spec} averages "
@@ -281,7 +286,8 @@ def initial_state(state: steps.TrainState, parent: Parent) -> steps.TrainState:
       restored, _ = ckpts.restore(step, state)
       params, opt_state = restored.params, restart_schedule(restored.opt_state)
     else:
-      trees = [ckpts.restore_params(step, state.params) for step in parent.steps]
+      item = checkpoint.spec_item(parent.spec)
+      trees = [ckpts.restore_params(step, state.params, item) for step in parent.steps]
       params = trees[0] if len(trees) == 1 else checkpoint.average_params(trees)
       opt_state = state.opt_state
   finally:
@@ -295,4 +301,6 @@ def initial_state(state: steps.TrainState, parent: Parent) -> steps.TrainState:
     parent.spec,
     " with its optimizer state" if parent.keep_optimizer else "",
   )
-  return state.replace(params=params, opt_state=opt_state)
+  # A moving average starts at the parameters the run starts from.
+  ema = None if state.ema is None else jax.tree.map(np.copy, params)
+  return state.replace(params=params, opt_state=opt_state, ema=ema)
