@@ -46,7 +46,7 @@ class _IdTokenizer:
 def _training_log_likelihood(t: Translator, sources, targets) -> list[np.ndarray]:
   """-nll per target token from the training loss (no label smoothing), all pairs in one
   padded batch in input order."""
-  src = [t._source_ids([s])[0] for s in sources]
+  src = [t.source_ids([s])[0] for s in sources]
   tgt = [list(t.tokenizer.encode(s)) + [EOS_ID] for s in targets]
   pad = lambda rows: np.array([r + [0] * (max(map(len, rows)) - len(r)) for r in rows], np.int32)
   logits = support.jit_apply(t.model, {"params": t.params}, pad(src), pad(tgt))
@@ -62,7 +62,7 @@ def test_scores_equal_the_training_log_likelihood():
   targets = ["5 6 7", "9 9", "5", ""]
   scorer = scoring.Scorer(translator)
   got = scorer.score(sources, targets)
-  batches = scorer._batches(translator._source_ids(sources), scorer.target_ids(targets))
+  batches = scorer._batches(translator.source_ids(sources), scorer.target_ids(targets))
   assert len(list(batches)) > 1  # so that input order is restored across batches
   alpha = translator.search.alpha
   for want, score in zip(_training_log_likelihood(translator, sources, targets), got):
