@@ -5,99 +5,38 @@ for batching and put back in input order; padded shapes are rounded so that few 
 """
 
 import dataclasses
-import os
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
-import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 from absl import logging
 from flax.typing import VariableDict
 
-from t2t_jax import compilation
 from t2t_jax import data as data_lib
 from t2t_jax.data.tokenizer import Tokenizer
-from t2t_jax.decoding import constraints, search
+from t2t_jax.decoding import batching, search
+from t2t_jax.decoding import workdirs as workdirs_lib
+from t2t_jax.decoding.batching import source_buckets
 from t2t_jax.decoding.config import PAPER_SEARCH, SearchConfig
 from t2t_jax.decoding.programs import search_batch
-from t2t_jax.model import (
-  Transformer,
-  TransformerConfig,
-)
+from t2t_jax.decoding.workdirs import TranslateError, load_config, task_constraint
+from t2t_jax.model import Transformer, TransformerConfig
 from t2t_jax.run import checkpoint
-from t2t_jax.run.files import sha256_file
-from t2t_jax.run.workdir import Workdir, WorkdirFileError
 from t2t_jax.tokens import EOS_ID, PAD_ID
 
-
-class TranslateError(ValueError):
-  """A workdir, checkpoint choice or input file that cannot be used; names the path."""
-
-
-def load_config(workdir: str) -> ml_collections.ConfigDict:
-  """The resolved config t2t-train wrote to <workdir>/config.json; data fields added since
-  that version have their defaults (model and search fields get theirs when
-  TransformerConfig and SearchConfig are built from it)."""
-  try:
-    values = Workdir(workdir).config_values()
-  except WorkdirFileError as e:
-    raise TranslateError(str(e)) from None
-  if values is None:
-    raise TranslateError(f"{workdir}: no {Workdir.CONFIG} (not a t2t-train workdir?)")
-  config = ml_collections.ConfigDict(values)
-  if "data" in config:
-    config.data = data_lib.config.with_defaults(config.data)
-  return config
-
-
-def _load_tokenizer(config: ml_collections.ConfigDict, workdir: str) -> Tokenizer:
-  path = data_lib.vocab_path(config.data, workdir)
-  if not os.path.exists(str(path)):
-    raise TranslateError(f"{workdir}: vocabulary {path} is missing")
-  return data_lib.load_tokenizer(path)
-
-
-def _check_vocabulary(workdir: str, steps: Sequence[int], vocab: str | os.PathLike) -> None:
-  """Refuses a vocabulary other than the one the checkpoints were trained with."""
-  ckpts = checkpoint.Checkpoints(workdir)
-  have = sha256_file(str(vocab))
-  for step in steps:
-    saved = ckpts.fingerprint(step)
-    if saved is not None and saved["vocab_sha256"] != have:
-      raise TranslateError(
-        f"vocabulary {vocab} (sha256 {have}) is not the one checkpoint {ckpts.path(step)} "
-        f"was trained with (sha256 {saved['vocab_sha256']})"
-      )
-
-
-def source_buckets(max_len: int) -> list[int]:
-  """Padded source lengths of translate()'s batches: 16, 24, 32, 48, 64, 96, ... (powers of
-  two and 1.5 times them) up to max_len. A batch is padded by at most half, so the encoder
-  and cross-attention do little wasted work, while batches of nearby lengths share a shape
-  (and their compiled stages) as multiples of 8 did not."""
-  out = [16]
-  while out[-1] < max_len:
-    is_power_of_two = (out[-1] & (out[-1] - 1)) == 0
-    out.append(out[-1] * 3 // 2 if is_power_of_two else out[-1] * 4 // 3)
-  return [min(b, max_len) for b in out]
-
-
-def _round_up(n: int, multiple: int) -> int:
-  return -(-n // multiple) * multiple
-
-
-def _param_shapes(model: Transformer) -> Any:
-  """The shapes and dtypes of `model`'s parameters, which a checkpoint must match: traced
-  from its init once per machine (kept by the compilation cache; the trace of a base-sized
-  model's init is most of a second of every start)."""
-
-  def trace() -> Any:
-    dummy = jnp.ones((1, 4), jnp.int32)
-    return jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), dummy, dummy))["params"]
-
-  return compilation.stored_shapes("Transformer params", model.config, trace)
+# Names other modules and notebooks import from here.
+__all__ = [
+  "DecodeStats",
+  "Hypothesis",
+  "TranslateError",
+  "Translator",
+  "load_config",
+  "one_line",
+  "search_batch",
+  "source_buckets",
+  "task_constraint",
+]
 
 
 @dataclasses.dataclass
@@ -162,39 +101,6 @@ def _hypotheses(
   return out
 
 
-def task_constraint(data_config: ml_collections.ConfigDict, tokenizer: Tokenizer) -> Any:
-  """The constraint of a task whose outputs have a grammar: for a source scored by trees
-  (parsing), well-formed trees over the source's words in the workdir's leaf form, no
-  deeper than config.data.tree_max_depth and with no longer runs of opening brackets than
-  tree_max_opens; None for translation."""
-  source = data_lib.sources.find(data_config.source)
-  if source is None or not source.scores_trees:
-    return None
-  pieces = [tokenizer.id_to_piece(i) for i in range(tokenizer.vocab_size)]
-  return constraints.TreeConstraint.for_symbols(
-    pieces,
-    data_config.get("tree_leaves", "xx"),
-    max_depth=data_config.get("tree_max_depth", 0) or 64,
-    max_opens=data_config.get("tree_max_opens", 0),
-  )
-
-
-class _MemberShape(NamedTuple):
-  vocab: str
-  vocab_sha256: str
-  vocab_size: int
-  max_len: int
-
-
-def _member_shape(workdir: str) -> _MemberShape:
-  """What an ensemble's members must share, from config.json and the vocabulary only."""
-  config = load_config(workdir)
-  tokenizer = _load_tokenizer(config, workdir)
-  vocab = str(data_lib.vocab_path(config.data, workdir))
-  model_cfg = TransformerConfig.from_dict(config.model.to_dict(), vocab_size=tokenizer.vocab_size)
-  return _MemberShape(vocab, sha256_file(vocab), model_cfg.vocab_size, model_cfg.max_len)
-
-
 def _name(translator: "Translator") -> str:
   return ",".join(translator.workdirs) or "a model"
 
@@ -203,12 +109,15 @@ class Translator:
   """A trained model with its vocabulary: `.translate(sentences)` and `.attention_weights`.
 
   `search` holds the decoding settings translate() uses unless told otherwise (from_workdir:
-  the workdir's config); max_output_extra= and beam_stop= override its fields.
-  compilation_cache: JAX's persistent compilation cache directory ('default': see
-  `t2t_jax.compilation`; None or 'off': none), set for the process unless it has one, so
-  that the searches compiled here are read back by later processes. `stats` sums what the
-  searches did (`DecodeStats`). constraint: the grammar beam and greedy search obey when
-  search.constrained (`task_constraint`; from_workdir sets the workdir's).
+  the workdir's config); max_output_extra= and beam_stop= override its fields. `stats` sums
+  what the searches did (`DecodeStats`). constraint: the grammar every search obeys when
+  search.constrained (`task_constraint`; from_workdir sets the workdir's). The other
+  keyword arguments are what from_workdir and ensemble know: the checkpoint steps, the
+  target language, the workdirs, an ensemble's members and their steps.
+
+  Building one changes nothing outside it: JAX's persistent compilation cache is the
+  caller's (t2t-translate turns it on; API and notebook users call
+  `t2t_jax.compilation.enable()` once, docs/translation.md).
   """
 
   def __init__(
@@ -220,23 +129,30 @@ class Translator:
     batch_tokens: int = 4096,
     beam_stop: str | None = None,
     search: SearchConfig = PAPER_SEARCH,
-    compilation_cache: str | None = "default",
     constraint: Any = None,
+    *,
+    checkpoint_steps: Sequence[int] = (),
+    target_lang: str = "de",
+    workdirs: Sequence[str] = (),
+    members: Sequence[tuple[Transformer, VariableDict]] = (),
+    member_steps: Sequence[Sequence[int]] = (),
   ) -> None:
-    compilation.enable(compilation_cache)
     self.search = search.override(max_output_extra=max_output_extra, beam_stop=beam_stop)
     # The grammar of the task's outputs (parsing workdirs: `constraints.TreeConstraint`,
-    # `task_constraint`), obeyed by beam and greedy search when search.constrained.
+    # `task_constraint`), obeyed by every search when search.constrained.
     self.constraint: Any = constraint
     self.model, self.params, self.tokenizer = model, params, tokenizer
     self.batch_tokens = batch_tokens
-    self.checkpoint_steps: list[int] = []
-    self.target_lang = "de"
+    self.checkpoint_steps: list[int] = list(checkpoint_steps)
+    self.target_lang = target_lang
     # An ensemble's (model, params) per member (`ensemble`); `model` and `params` are the
     # first member's, which sets max_len and the vocabulary.
-    self.members: tuple[tuple[Transformer, VariableDict], ...] = ((model, params),)
-    self.workdirs: list[str] = []
-    self.member_steps: list[list[int]] = []  # an ensemble's checkpoint steps per member
+    self.members: tuple[tuple[Transformer, VariableDict], ...] = tuple(members) or (
+      (model, params),
+    )
+    self.workdirs: list[str] = list(workdirs)
+    # an ensemble's checkpoint steps per member
+    self.member_steps: list[list[int]] = [list(m) for m in member_steps]
     self.stats = DecodeStats()  # summed over every batch translated; reassign to reset
 
   @classmethod
@@ -258,14 +174,18 @@ class Translator:
           )
     kwargs.setdefault("search", first.search)
     kwargs.setdefault("batch_tokens", first.batch_tokens)
-    out = cls(first.model, first.params, first.tokenizer, **kwargs)
-    out.members = tuple(m for t in translators for m in t.members)
-    out.checkpoint_steps = list(first.checkpoint_steps)
-    out.workdirs = [w for t in translators for w in t.workdirs]
-    out.member_steps = [list(t.checkpoint_steps) for t in translators]
-    out.target_lang = first.target_lang
-    out.constraint = first.constraint
-    return out
+    kwargs.setdefault("constraint", first.constraint)
+    return cls(
+      first.model,
+      first.params,
+      first.tokenizer,
+      checkpoint_steps=first.checkpoint_steps,
+      target_lang=first.target_lang,
+      workdirs=[w for t in translators for w in t.workdirs],
+      members=[m for t in translators for m in t.members],
+      member_steps=[t.checkpoint_steps for t in translators],
+      **kwargs,
+    )
 
   @classmethod
   def from_workdirs(
@@ -277,9 +197,9 @@ class Translator:
     vocabulary size and max_len: otherwise refused in one line naming both workdirs."""
     if len(workdirs) == 1:
       return cls.from_workdir(workdirs[0], checkpoint_spec, **kwargs)
-    first = _member_shape(workdirs[0])
+    first = workdirs_lib.member_shape(workdirs[0])
     for workdir in workdirs[1:]:
-      other = _member_shape(workdir)
+      other = workdirs_lib.member_shape(workdir)
       if other.vocab_sha256 != first.vocab_sha256:
         raise TranslateError(
           f"ensemble: vocabulary {other.vocab} (sha256 {other.vocab_sha256}) differs from "
@@ -320,18 +240,23 @@ class Translator:
     Translator()."""
     config = load_config(workdir)
     checkpoint_spec = checkpoint.resolve_spec(workdir, checkpoint_spec)
-    tokenizer = _load_tokenizer(config, workdir)
+    tokenizer = workdirs_lib.load_tokenizer(config, workdir)
     model_cfg = TransformerConfig.from_dict(config.model.to_dict(), vocab_size=tokenizer.vocab_size)
     model = Transformer(model_cfg)
-    params, steps = checkpoint.load_params(workdir, checkpoint_spec, _param_shapes(model))
-    _check_vocabulary(workdir, steps, data_lib.vocab_path(config.data, workdir))
+    shapes = workdirs_lib.param_shapes(model)
+    params, steps = checkpoint.load_params(workdir, checkpoint_spec, shapes)
+    workdirs_lib.check_vocabulary(workdir, steps, data_lib.vocab_path(config.data, workdir))
     kwargs.setdefault("search", SearchConfig.from_config(config))
-    translator = cls(model, params, tokenizer, **kwargs)
-    translator.checkpoint_steps = steps
-    translator.workdirs = [workdir]
-    translator.target_lang = data_lib.target_language(config.data)
-    translator.constraint = task_constraint(config.data, tokenizer)
-    return translator
+    return cls(
+      model,
+      params,
+      tokenizer,
+      constraint=task_constraint(config.data, tokenizer),
+      checkpoint_steps=steps,
+      target_lang=data_lib.target_language(config.data),
+      workdirs=[workdir],
+      **kwargs,
+    )
 
   def _settings(
     self, beam_size: int | None, alpha: float | None, search: SearchConfig | None
@@ -396,7 +321,7 @@ class Translator:
     sources = self.source_ids(sentences, source_name)
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     outputs: list = [None] * len(sources)
-    for batch in self._batches(order, sources):
+    for batch in batching.batches(order, sources, self.batch_tokens):
       batch_prefixes = None if prefix_ids is None else [prefix_ids[i] for i in batch]
       results = self._translate_batch(
         [sources[i] for i in batch], settings, nbest, ids=batch, prefixes=batch_prefixes
@@ -474,23 +399,12 @@ class Translator:
 
   def buckets(self) -> list[int]:
     """Padded source lengths of streaming translation: 16, 32, 64, ... up to max_len."""
-    max_len, out = self.model.config.max_len, []
-    while not out or out[-1] < max_len:
-      out.append(min(16 << len(out), max_len))
-    return out
+    return batching.stream_buckets(self.model.config.max_len)
 
-  def _bucket_shape(
-    self, source_len: int, max_output_extra: int, buckets: Sequence[int] | None = None
-  ) -> tuple[int, int]:
-    """(padded source length, static output length) of a batch whose longest source has
-    `source_len` tokens: the smallest of `buckets` (default: `source_buckets`) at least
-    `source_len`, and the power of two (from 16) at least that + max_output_extra, both
-    within max_len. Batches of one bucket have one shape and share their compiled stages;
-    each output's own limit stays its source + extra."""
-    max_len = self.model.config.max_len  # both bucket lists end at it
-    bucket = next(b for b in (buckets or source_buckets(max_len)) if b >= source_len)
-    longest = search._power_of_two_at_least(max(bucket + max_output_extra, search.FIRST_SEGMENT))
-    return bucket, min(longest, max_len)
+  def _bucket_shape(self, source_len: int, max_output_extra: int) -> tuple[int, int]:
+    """`batching.bucket_shape` over the stream's buckets."""
+    max_len = self.model.config.max_len
+    return batching.bucket_shape(max_len, source_len, max_output_extra, self.buckets())
 
   def warm_up(
     self,
@@ -502,7 +416,7 @@ class Translator:
     """Compiles the search for every bucket, so that translate_stream never compiles."""
     settings = self._settings(beam_size, alpha, search)
     for bucket in self.buckets():
-      shape = self._bucket_shape(bucket, settings.max_output_extra, self.buckets())
+      shape = self._bucket_shape(bucket, settings.max_output_extra)
       self._translate_batch([[EOS_ID]], settings, nbest, shape, ids=[0])
 
   def translate_stream(
@@ -524,62 +438,8 @@ class Translator:
     self._check_nbest(nbest, settings)
     for index, line in enumerate(lines):
       source = self.source_ids([line])[0]
-      shape = self._bucket_shape(len(source), settings.max_output_extra, self.buckets())
+      shape = self._bucket_shape(len(source), settings.max_output_extra)
       yield self._translate_batch([source], settings, nbest, shape, ids=[index])[0]
-
-  def _batches(self, order: Sequence[int], sources: Sequence[Sequence[int]]) -> Iterator[list[int]]:
-    """Consecutive runs of `order` within batch_tokens (rows x longest source). Every batch
-    but the last holds a power of two of sentences (the rest start the next batch), so that
-    `_padded_batch` adds no padding rows to it."""
-    start = 0
-    while start < len(order):
-      n, longest = 0, 0
-      while start + n < len(order):
-        longer = max(longest, len(sources[order[start + n]]))
-        if n and (n + 1) * longer > self.batch_tokens:
-          break
-        n, longest = n + 1, longer
-      if start + n < len(order):
-        n = 1 << (n.bit_length() - 1)
-      yield list(order[start : start + n])
-      start += n
-
-  def _padded_batch(
-    self,
-    sources: Sequence[Sequence[int]],
-    extra: int,
-    shape: tuple[int, int] | None,
-    prefixes: Sequence[Sequence[int]] | None = None,
-  ) -> tuple[np.ndarray, np.ndarray, int, np.ndarray | None]:
-    """(inputs, limits, max_decode_len, prefix) of one batch: rows rounded up to a power of
-    two, the source length to its bucket and the output length to the bucket's
-    (`_bucket_shape`: few distinct shapes, few compilations), unless `shape` fixes (source
-    length, max_decode_len). A limit is at least its prefix's length + 1, which may
-    lengthen max_decode_len to the next power of two; prefix: int32 [rows, P] PAD-padded,
-    or None when no sentence has one."""
-    max_len = self.model.config.max_len
-    src_len, max_decode_len = shape or self._bucket_shape(max(map(len, sources)), extra)
-    rows = 1 << (len(sources) - 1).bit_length()
-    inputs = np.full((rows, src_len), PAD_ID, np.int32)
-    for r, s in enumerate(sources):
-      inputs[r, : len(s)] = s
-    limits = np.array([len(s) + extra for s in sources] + [1] * (rows - len(sources)), np.int32)
-    prefix = None
-    if prefixes is not None and any(prefixes):
-      prefix = np.full((rows, _round_up(max(map(len, prefixes)), 8)), PAD_ID, np.int32)
-      for r, p in enumerate(prefixes):
-        prefix[r, : len(p)] = p
-        limits[r] = max(limits[r], len(p) + 1)
-    if limits.max() > max_len:
-      logging.warning(
-        "output length limited to the model's max_len=%d (source length + %d exceeds it)",
-        max_len,
-        extra,
-      )
-    limits = np.minimum(limits, max_len)
-    if shape is None and limits.max() > max_decode_len:  # a long prefix
-      max_decode_len = min(search._power_of_two_at_least(int(limits.max())), max_len)
-    return inputs, limits, max_decode_len, prefix
 
   def _translate_batch(
     self,
@@ -593,8 +453,8 @@ class Translator:
     """Translates sentences (id lists) in one padded batch (`_padded_batch`); `ids` are
     their indices in the input, which key their samples when sampling; `prefixes` their
     forced first target tokens."""
-    inputs, limits, max_decode_len, prefix = self._padded_batch(
-      sources, settings.max_output_extra, shape, prefixes
+    inputs, limits, max_decode_len, prefix = batching.padded_batch(
+      self.model.config.max_len, sources, settings.max_output_extra, shape, prefixes
     )
     sentence_ids = np.zeros(inputs.shape[0], np.int32)
     sentence_ids[: len(sources)] = range(len(sources)) if ids is None else ids
