@@ -197,6 +197,12 @@ def _define_flags() -> flags.FlagValues:
   )
   flags.DEFINE_integer("num_samples", None, "with --sampling: outputs drawn per input (default 1)")
   flags.DEFINE_integer(
+    "no_repeat_ngram",
+    None,
+    "no output holds the same N tokens twice, in every search mode (0: off; default: the "
+    "workdir's config.no_repeat_ngram, 0)",
+  )
+  flags.DEFINE_integer(
     "seed",
     None,
     "with --sampling: the random seed (default: the workdir's config.sampling_seed, 0)",
@@ -336,6 +342,8 @@ def _decoding_defaults(args: flags.FlagValues) -> tuple[SearchConfig, str | None
     raise TranslateError(f"{first}/config.json: {e}") from None
   sampling = search.sampling if args.sampling is None else args.sampling
   _check_sampling_flags(args, sampling)
+  if args.no_repeat_ngram is not None and args.no_repeat_ngram < 0:
+    raise TranslateError(f"--no_repeat_ngram={args.no_repeat_ngram} must be >= 0 (0: off)")
   beam_size = 1 if sampling else args.beam_size
   fields = {field: args[name].value for name, field in SAMPLING_FLAGS.items()}
   try:
@@ -345,6 +353,7 @@ def _decoding_defaults(args: flags.FlagValues) -> tuple[SearchConfig, str | None
       beam_stop=args.beam_stop,
       sampling=sampling,
       constrained=args.constrained,
+      no_repeat_ngram=args.no_repeat_ngram,
       **fields,
     )
   except ValueError as e:  # a flag's value is checked above: here a config.json field
