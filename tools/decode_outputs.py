@@ -2,14 +2,15 @@
 so that two versions (a git worktree of an older commit, say, and this one) can be compared
 output for output, scores included:
 
-    python tools/decode_outputs.py TREE WORKDIR INPUT OUTPUT.json [--parsing]
+    python tools/decode_outputs.py TREE WORKDIR INPUT OUTPUT.json [--parsing | --quick]
     cmp OLD.json NEW.json
 
 Modes: beam (4), greedy, the 4-best list with scores, seeded sampling (plain and with
 top-k/top-p, 3 samples each with scores), prefix-forced beam, greedy and 2-best (each
 sentence's prefix: the first two tokens of its greedy output), an ensemble of the model
 with itself and `translate_stream`. With --parsing only beam and greedy, which a parsing
-workdir decodes under its tree constraint. It also prints the programs the first beam pass
+workdir decodes under its tree constraint; with --quick beam, greedy, the 4-best list and
+seeded sampling only. It also prints the programs the first beam pass
 compiled (persistent caches off).
 """
 
@@ -18,7 +19,9 @@ import os
 import sys
 
 
-def main(tree: str, workdir: str, input_path: str, output: str, parsing: bool = False) -> None:
+def main(
+  tree: str, workdir: str, input_path: str, output: str, parsing: bool = False, quick: bool = False
+) -> None:
   sys.path.insert(0, os.path.abspath(tree))
   os.environ["T2T_COMPILATION_CACHE"] = "off"
   import jax
@@ -48,6 +51,7 @@ def main(tree: str, workdir: str, input_path: str, output: str, parsing: bool = 
     out["nbest"] = hyps(tr.translate(lines, beam_size=4, nbest=4))
     out["greedy_scores"] = hyps(tr.translate(lines, beam_size=1, nbest=1))
     out["sample"] = hyps(tr.sample(lines, num_samples=3, seed=7, nbest=3))
+  if not parsing and not quick:
     out["sample_cut"] = hyps(tr.sample(lines, num_samples=3, seed=3, topk=5, topp=0.9, nbest=3))
     prefixes = [" ".join(g.split()[:2]) for g in out["greedy"]]
     out["prefix_beam"] = tr.translate(lines, beam_size=4, prefixes=prefixes)
@@ -64,4 +68,4 @@ def main(tree: str, workdir: str, input_path: str, output: str, parsing: bool = 
 if __name__ == "__main__":
   if len(sys.argv) not in (5, 6):
     raise SystemExit(__doc__)
-  main(*sys.argv[1:5], parsing=sys.argv[5:] == ["--parsing"])
+  main(*sys.argv[1:5], parsing=sys.argv[5:] == ["--parsing"], quick=sys.argv[5:] == ["--quick"])

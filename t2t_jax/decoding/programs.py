@@ -32,6 +32,7 @@ from t2t_jax import compilation
 from t2t_jax.decoding import rules as rules_lib
 from t2t_jax.decoding import search
 from t2t_jax.decoding.config import PAPER_SEARCH, SearchConfig
+from t2t_jax.decoding.diverse import Diversity
 from t2t_jax.decoding.search import StageStats
 from t2t_jax.model import Transformer, beam_search_cache, map_self_attention_cache
 from t2t_jax.tokens import PAD_ID
@@ -48,7 +49,8 @@ class Decoding:
   otherwise). num_samples: outputs per sentence (sample; 1 otherwise). stop: beam search's
   stopping rule (`search.Stop`; None otherwise). constraint: a `decoding.constraints`
   constraint every mode obeys. eos_only_at_limit: EOS only at each output's limit
-  (benchmarks). no_repeat_ngram: no n-gram twice in an output (0: off).
+  (benchmarks). no_repeat_ngram: no n-gram twice in an output (0: off). diversity: diverse
+  beam search's groups and strength (beam; decoding/diverse.py).
   """
 
   mode: str = "beam"
@@ -58,12 +60,14 @@ class Decoding:
   constraint: Any = None
   eos_only_at_limit: bool = False
   no_repeat_ngram: int = 0
+  diversity: Diversity = Diversity()
 
   def __post_init__(self) -> None:
     if self.mode not in MODES:
       raise ValueError(f"mode={self.mode!r} must be one of {', '.join(MODES)}")
     if self.mode == "beam":
       (self.stop or search.Stop()).check(self.beam_size)
+      self.diversity.check(self.beam_size)
 
   @classmethod
   def of(
@@ -85,7 +89,10 @@ class Decoding:
     if settings.beam_size == 1:
       return cls(mode="greedy", **common)
     stop = search.Stop(settings.beam_stop, final)
-    return cls(mode="beam", beam_size=settings.beam_size, stop=stop, **common)
+    diversity = Diversity(settings.diverse_groups, settings.diversity_strength)
+    if diversity.groups == 1:
+      diversity = Diversity()  # the strength of plain beam search does not multiply programs
+    return cls(mode="beam", beam_size=settings.beam_size, stop=stop, diversity=diversity, **common)
 
   def rules(self, prefix: bool) -> rules_lib.Rules:
     return rules_lib.of_settings(
@@ -277,7 +284,14 @@ def _stage_start(
       tuple(beam_search_cache(c, decoding.beam_size) for c in caches),
       search.BeamSlots.create(size, decoding.beam_size, max_decode_len),
     )
-    state = search.init_beam_state(beam_cache, size, decoding.beam_size, max_decode_len, rule_state)
+    state = search.init_beam_state(
+      beam_cache,
+      size,
+      decoding.beam_size,
+      max_decode_len,
+      rule_state,
+      decoding.diversity.groups,
+    )
     inputs = search.RowInputs(limits, batch.prefix)
   else:
     repeat = lambda tree: jax.tree_util.tree_map(lambda x: jnp.repeat(x, repeats, axis=0), tree)
@@ -321,6 +335,7 @@ def _stage_run(
       stop=decoding.stop,
       bound=bound,
       until=until,
+      diversity=decoding.diversity,
     )
     done = search.beam_done(state, rows.inputs.limits, knobs.alpha, decoding.stop)
     return rows._replace(state=state), state.step, done

@@ -44,6 +44,7 @@ from jax.typing import ArrayLike
 
 from t2t_jax.decoding import rules as rules_lib
 from t2t_jax.decoding.config import STOP_RULES, SearchConfig
+from t2t_jax.decoding.diverse import PLAIN, Diversity, diverse_top, first_of_each_group
 from t2t_jax.decoding.rules import Rules
 from t2t_jax.tokens import BOS_ID, EOS_ID, PAD_ID
 
@@ -341,8 +342,10 @@ def _beam_step(
   done: jax.Array | None = None,
   eos_id: int = EOS_ID,
   bos_id: int = BOS_ID,
+  diversity: Diversity = PLAIN,
 ) -> _BeamState:
-  """One search step: extends every live hypothesis by one token.
+  """One search step: extends every live hypothesis by one token (with diversity groups,
+  `diverse.diverse_top` chooses the live set).
 
   `done` (bool [batch], `beam_done` before the step) freezes the sentences that are
   done: they offer no EOS extension and keep no live hypothesis, so their finished sets stay
@@ -411,7 +414,12 @@ def _beam_step(
   candidates = candidates.reshape(batch_size, -1)
   if done is not None:
     candidates = jnp.where(done[:, None], NEG_INF, candidates)
-  live_log_probs, top = lax.top_k(candidates, beam_size)  # [batch, beam]
+  if diversity.groups == 1:
+    live_log_probs, top = lax.top_k(candidates, beam_size)  # [batch, beam]
+  else:
+    shaped = candidates.reshape(batch_size, beam_size, per_beam)
+    tokens = top_tokens.reshape(batch_size, beam_size, per_beam)
+    live_log_probs, top = diverse_top(shaped, tokens, diversity)
   parent = top // per_beam
   token = jnp.take_along_axis(top_tokens.reshape(batch_size, -1), top, axis=1)
   live_seqs = _write_tokens(gather_beams(state.live_seqs, parent), state.step, token)
@@ -471,7 +479,7 @@ def beam_done(
   """
   if not stop.early:
     return state.step >= limits
-  best_live = state.live_log_probs[:, 0]
+  best_live = jnp.max(state.live_log_probs, axis=1)  # the first, unless diverse groups
   largest_lp = length_penalty(state.step + 1, alpha)
   if stop.rule == "exact":
     largest_lp = jnp.maximum(largest_lp, length_penalty(limits, alpha))
@@ -501,6 +509,7 @@ def beam_search(
   sources: jax.Array | None = None,
   no_repeat_ngram: int = 0,
   staged: bool = False,
+  diversity: Diversity = PLAIN,
 ) -> tuple[jax.Array, jax.Array]:
   """Beam search with the GNMT length penalty, as in tensor2tensor (paper: beam 4, alpha 0.6):
   `beam_stage` run once over the whole batch, as one program (jit it whole), or with
@@ -547,6 +556,7 @@ def beam_search(
       prefix: int32 [batch, P], each sentence's forced first tokens, PAD after them (an
       all-PAD row: unconstrained); a limit below len(prefix) + 1 is raised to it.
     stop, final: the stopping rule (`Stop`, `beam_done`).
+    diversity: diverse beam search's groups and strength (decoding/diverse.py).
 
   Returns:
     sequences int32 [batch, beam_size, max_decode_len] (no BOS, EOS then PAD) and scores
@@ -569,7 +579,10 @@ def beam_search(
     tokens_to_logits, cache, reorder_cache = _per_row_model(tokens_to_logits, cache, beam_size)
   batch_size = limits.shape[0]
   rule_state = rules.init(sources, limits, prefix)
-  state = init_beam_state(cache, batch_size, beam_size, max_decode_len, rule_state)
+  diversity = diversity.check(beam_size)
+  state = init_beam_state(
+    cache, batch_size, beam_size, max_decode_len, rule_state, diversity.groups
+  )
 
   def run(rows: tuple, until: jax.Array) -> tuple[tuple, jax.Array, jax.Array]:
     state, inputs, alpha = rows
@@ -585,6 +598,7 @@ def beam_search(
       until=until,
       eos_id=eos_id,
       bos_id=bos_id,
+      diversity=diversity,
     )
     done = beam_done(state, inputs.limits, alpha, stop_rule)
     return (state, inputs, alpha), state.step, done
@@ -623,15 +637,17 @@ def init_beam_state(
   beam_size: int,
   max_decode_len: int,
   rule_state: PyTree = None,
+  groups: int = 1,
 ) -> _BeamState:
   """The search state before the first step: BOS only, nothing finished; `cache` beam-aware;
   `rule_state` per sentence (leaves [batch, ...]), copied to every hypothesis."""
   empty_seqs = jnp.full((batch_size, beam_size, max_decode_len), PAD_ID, jnp.int32)
-  first_beam_only = jnp.where(jnp.arange(beam_size) == 0, 0.0, NEG_INF)
+  first_beam_only = first_of_each_group(beam_size, groups)
   return _BeamState(
     step=jnp.array(0, jnp.int32),
     live_seqs=empty_seqs,
-    # All beams start identical; only the first may expand or it would be found k times.
+    # All beams start identical; only the first (of each diversity group) may expand, or
+    # it would be found k times.
     live_log_probs=jnp.broadcast_to(first_beam_only, (batch_size, beam_size)),
     finished_seqs=empty_seqs,
     finished_scores=jnp.full((batch_size, beam_size), NEG_INF, jnp.float32),
@@ -653,6 +669,7 @@ def beam_stage(
   until: int | jax.Array,
   eos_id: int = EOS_ID,
   bos_id: int = BOS_ID,
+  diversity: Diversity = PLAIN,
 ) -> _BeamState:
   """Beam search steps in one `lax.while_loop`: until step == `bound` (the cache's length
   in positions) or at most `until` sentences are not done (`beam_done`). The unit that
@@ -665,7 +682,7 @@ def beam_stage(
   def body(state: _BeamState) -> _BeamState:
     done = beam_done(state, inputs.limits, alpha, stop)
     return _beam_step(
-      state, tokens_to_logits, reorder_cache, inputs, alpha, rules, done, eos_id, bos_id
+      state, tokens_to_logits, reorder_cache, inputs, alpha, rules, done, eos_id, bos_id, diversity
     )
 
   return lax.while_loop(cond, body, _materialized(state))

@@ -119,6 +119,14 @@ MUTATIONS = (
     (STAGED,),
   ),
   M(
+    "diverse_penalty",
+    "diverse beam groups ignore the earlier groups' choices: - strength becomes + strength",
+    "t2t_jax/decoding/diverse.py",
+    "ranked = cand - diversity.strength * count",
+    "ranked = cand + diversity.strength * count",
+    ("tests/test_diverse.py",),
+  ),
+  M(
     "program_key",
     "stored programs are keyed without their static settings (a beam program runs greedy)",
     "t2t_jax/compilation.py",
