@@ -24,10 +24,10 @@ MUTATIONS = (
   ),
   M(
     "staged_compaction",
-    "the staged driver compacts only below half the rows: <= until becomes <",
+    "the staged driver steps until a quarter of the rows are left, not half: // 2 becomes // 4",
     "t2t_jax/decoding/search.py",
-    "if running.size <= until:",
-    "if running.size < until:",
+    "until = size // 2 if size > min_rows else 0",
+    "until = size // 4 if size > min_rows else 0",
     (STAGED,),
   ),
   M(
