@@ -147,7 +147,7 @@ def _materialized(tree: PyTree) -> PyTree:
 
 def _check_args(cache: Cache, max_lengths: ArrayLike, max_decode_len: int) -> jax.Array:
   leaves = [x for x in jax.tree_util.tree_leaves(cache) if jnp.ndim(x) > 0]
-  batch_size = jnp.shape(max_lengths)[0]
+  batch_size = np.shape(max_lengths)[0]
   for x in leaves:
     if x.shape[0] != batch_size:
       raise ValueError(
