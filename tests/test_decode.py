@@ -33,6 +33,7 @@ _steps = []  # step indices seen by tokens_to_logits at run time (via jax.debug.
 
 def _trie_lm(table, max_decode_len, slope):
   """tokens_to_logits over `table` [batch, nodes, VOCAB] and its cache for `batch` sentences."""
+  table = jnp.asarray(table)
   batch = table.shape[0]
   cache = {
     "history": jnp.full((batch, max_decode_len), PAD_ID, jnp.int32),
@@ -56,10 +57,7 @@ def _trie_lm(table, max_decode_len, slope):
   return tokens_to_logits, cache
 
 
-@functools.partial(
-  jax.jit, static_argnames=("beam_size", "max_decode_len", "slope", "early_stop", "stop")
-)
-def _beam(
+def _beam_search(
   table,
   max_lengths,
   alpha,
@@ -69,6 +67,7 @@ def _beam(
   slope=SLOPE,
   early_stop=True,
   stop="exact",
+  staged=False,
 ):
   lm, cache = _trie_lm(table, max_decode_len, slope)
   return decode.beam_search(
@@ -80,15 +79,43 @@ def _beam(
     alpha=alpha,
     early_stop=early_stop,
     stop=stop,
+    staged=staged,
   )
 
 
-@functools.partial(jax.jit, static_argnames=("max_decode_len", "slope"))
-def _greedy(table, max_lengths, *, max_decode_len, slope=SLOPE):
+_beam_once = jax.jit(
+  _beam_search, static_argnames=("beam_size", "max_decode_len", "slope", "early_stop", "stop")
+)
+
+
+def _beam(*args, staged=False, **kwargs):
+  """Beam search over the trie model: one program, or (staged) from the host driver, which
+  drops finished sentences from the batch down to one row."""
+  if staged:
+    return _beam_search(*args, staged=True, **kwargs)
+  return _beam_once(*args, **kwargs)
+
+
+def _greedy_search(table, max_lengths, *, max_decode_len, slope=SLOPE, staged=False):
   lm, cache = _trie_lm(table, max_decode_len, slope)
   return decode.greedy_search(
-    lm, cache, max_lengths=max_lengths, max_decode_len=max_decode_len, eos_id=EOS_ID, bos_id=BOS_ID
+    lm,
+    cache,
+    max_lengths=max_lengths,
+    max_decode_len=max_decode_len,
+    eos_id=EOS_ID,
+    bos_id=BOS_ID,
+    staged=staged,
   )
+
+
+_greedy_once = jax.jit(_greedy_search, static_argnames=("max_decode_len", "slope"))
+
+
+def _greedy(*args, staged=False, **kwargs):
+  if staged:
+    return _greedy_search(*args, staged=True, **kwargs)
+  return _greedy_once(*args, **kwargs)
 
 
 def _run_counting_steps(fn, *args, **kwargs):
@@ -185,13 +212,15 @@ def _strip(row):
 # --- beam search vs exhaustive search ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_beam_search_equals_exhaustive_search(seed):
-  """Beam 16 >= the 2^4 prefixes of length 4 is exact: the top 16 equal exhaustive search."""
+@pytest.mark.parametrize("seed,staged", [(0, False), (1, False), (2, False), (3, True)])
+def test_beam_search_equals_exhaustive_search(seed, staged):
+  """Beam 16 >= the 2^4 prefixes of length 4 is exact: the top 16 equal exhaustive search,
+  as one program and run by the host driver (sentences leave the batch as they finish)."""
   max_lengths = np.array([5, 3, 4], np.int32)
   table = _random_table(seed, batch=3, max_decode_len=6)
-  for alpha in [0.0, 0.6, 1.5, 4.0]:
-    seqs, scores = map(np.asarray, _beam(table, max_lengths, alpha, beam_size=16, max_decode_len=6))
+  for alpha in [0.0, 0.6, 1.5, 4.0] if not staged else [0.6, 4.0]:
+    found = _beam(table, max_lengths, alpha, beam_size=16, max_decode_len=6, staged=staged)
+    seqs, scores = map(np.asarray, found)
     for b, max_length in enumerate(max_lengths):
       ref = _ref_exhaustive(table[b], max_length, alpha)[:16]
       ref_scores = np.array([s for s, _ in ref])
@@ -294,11 +323,12 @@ def test_beam_size_one_equals_greedy_when_greedys_end_is_the_best_end_on_its_pat
     np.testing.assert_allclose(greedy_log_probs[b], ref_log_prob, rtol=1e-5)
 
 
-def test_greedy_search_equals_numpy_greedy():
+@pytest.mark.parametrize("staged", [False, True])
+def test_greedy_search_equals_numpy_greedy(staged):
   max_lengths = np.array([8, 5, 7], np.int32)
   for seed in range(3):
     table = _random_table(300 + seed, batch=3, max_decode_len=8)
-    seqs, log_probs = _greedy(table, max_lengths, max_decode_len=8)
+    seqs, log_probs = _greedy(table, max_lengths, max_decode_len=8, staged=staged)
     for b in range(3):
       ref_seq, ref_log_prob = _ref_greedy(table[b], max_lengths[b])
       assert _strip(seqs[b]) == ref_seq
@@ -555,30 +585,26 @@ def _hashed_lm(embedding):
 
 @pytest.mark.parametrize("beam_size,alpha", [(4, 0.6), (3, 2.0), (1, 0.0)])
 def test_beam_search_equals_reference_with_a_trie_model(beam_size, alpha):
-  """32 sentences (the batch compacts 32 -> 8), limits 1..9, EOS likely: exactly equal."""
+  """32 sentences, limits 1..9, EOS likely: exactly equal, as one program and staged (the
+  batch halves 32 -> 1 as sentences finish)."""
   rng = np.random.default_rng(600 + beam_size)
   max_lengths = rng.integers(1, 10, size=32).astype(np.int32)
   table = _random_table(600 + beam_size, batch=32, max_decode_len=9, eos_bias=1.0)
   kwargs = dict(beam_size=beam_size, max_decode_len=9)
   ref = jax.jit(
-    lambda t, m: _reference_beam_search(
-      *_trie_lm(t, 9, SLOPE), max_lengths=m, max_decode_len=9, beam_size=beam_size, alpha=alpha
+    lambda t, m, a: _reference_beam_search(
+      *_trie_lm(t, 9, SLOPE), max_lengths=m, max_decode_len=9, beam_size=beam_size, alpha=a
     )
-  )(table, max_lengths)
-  for compact in (True, False):
-    search = jax.jit(
-      lambda t, m, c=compact: decode.beam_search(
-        *_trie_lm(t, 9, SLOPE), max_lengths=m, alpha=alpha, compact=c, **kwargs
-      )
-    )
-    seqs, scores = search(table, max_lengths)
+  )(table, max_lengths, jnp.float32(alpha))
+  for staged in (False, True):  # alpha traced, as in the reference: x ** alpha rounds alike
+    seqs, scores = _beam(table, max_lengths, jnp.float32(alpha), staged=staged, **kwargs)
     np.testing.assert_array_equal(seqs, ref[0])
     np.testing.assert_array_equal(scores, ref[1])
 
 
 def test_beam_search_equals_reference_with_a_large_tied_vocabulary():
   """Vocabulary 2100 (the chunked top-k, with a short last chunk), logits full of ties,
-  64 sentences of limits 2..12 (compacts 64 -> 16): exactly equal."""
+  64 sentences of limits 2..12: exactly equal, as one program and staged."""
   vocab, batch, max_decode_len = 2100, 64, 12
   embedding = jax.random.normal(jax.random.PRNGKey(7), (vocab, 6)) * 0.7
   rng = np.random.default_rng(7)
@@ -592,10 +618,9 @@ def test_beam_search_equals_reference_with_a_large_tied_vocabulary():
   ref_seqs, ref_scores = jax.jit(lambda c: _reference_beam_search(lm, c, **kwargs))(cache)
   lengths = np.sum(np.asarray(ref_seqs[:, 0]) != PAD_ID, axis=1)
   assert len(set(lengths.tolist())) > 4  # sentences end at many different steps
-  for compact in (True, False):
-    seqs, scores = jax.jit(lambda c, k=compact: decode.beam_search(lm, c, compact=k, **kwargs))(
-      cache
-    )
+  once = jax.jit(lambda c: decode.beam_search(lm, c, **kwargs))
+  for search in (once, lambda c: decode.beam_search(lm, c, staged=True, **kwargs)):
+    seqs, scores = search(cache)
     np.testing.assert_array_equal(seqs, ref_seqs)
     np.testing.assert_array_equal(scores, ref_scores)
 
@@ -643,10 +668,15 @@ def test_beam_slots_track_each_hypothesis_history():
 
 
 def model_and_reference_searches(model, params, inputs, max_lengths, max_decode_len, beam_size):
-  """(sequences, scores) of the Translator's search (`translator.decode`: shared encoder
-  keys/values, in-place slots), then of `_reference_beam_search` over the model's per-row
-  decode_step; alpha 0.6."""
-  from t2t_jax.decoding import translator as translate
+  """(sequences, scores) of the Translator's search (`programs.decode_in_stages`: shared
+  encoder keys/values, in-place slots, staged), then of `reference_search`; alpha 0.6."""
+  found = _staged_search(model, params, inputs, max_lengths, max_decode_len, beam_size)
+  return (*found, *reference_search(model, params, inputs, max_lengths, max_decode_len, beam_size))
+
+
+def reference_search(model, params, inputs, max_lengths, max_decode_len, beam_size):
+  """`_reference_beam_search` over the model's per-row decode_step (cache copied per
+  hypothesis and gathered whole); alpha 0.6."""
   from t2t_jax.model import Transformer
 
   @jax.jit
@@ -676,12 +706,23 @@ def model_and_reference_searches(model, params, inputs, max_lengths, max_decode_
       alpha=0.6,
     )
 
-  search = jax.jit(
-    functools.partial(
-      translate.decode, model=model, max_decode_len=max_decode_len, beam_size=beam_size
-    )
+  return tuple(np.asarray(x) for x in reference(params, inputs, max_lengths))
+
+
+def _staged_search(model, params, inputs, max_lengths, max_decode_len, beam_size):
+  """The Translator's search (`programs.decode_in_stages`), beam or greedy, alpha 0.6."""
+  from t2t_jax.decoding import SearchConfig, programs
+
+  settings = SearchConfig(beam_size=beam_size, alpha=0.6)
+  batch = programs.Batch(inputs, max_lengths, None, jnp.arange(inputs.shape[0]))
+  return programs.decode_in_stages(
+    params,
+    batch,
+    programs.Knobs.of(settings),
+    model=model,
+    max_decode_len=max_decode_len,
+    decoding=programs.Decoding.of(settings),
   )
-  return (*search(params, inputs, max_lengths, 0.6), *reference(params, inputs, max_lengths))
 
 
 @pytest.mark.slow
@@ -738,8 +779,7 @@ def test_bfloat16_search_ranks_float32_logits_of_the_bfloat16_features(share_emb
   """A bfloat16 model's beam and greedy searches score float32 logits: the same searches over
   logits computed here in float32 from the decoder's bfloat16 features give the same
   sequences and scores (logits rounded to bfloat16 would not)."""
-  from t2t_jax.decoding import translator as translate
-  from t2t_jax.model import Transformer, TransformerConfig
+  from t2t_jax.model import Transformer, TransformerConfig, beam_search_cache
 
   cfg = TransformerConfig(
     vocab_size=50,
@@ -807,7 +847,7 @@ def test_bfloat16_search_ranks_float32_logits_of_the_bfloat16_features(share_emb
       return logits, (new["cache"], slots)
 
     cache = (
-      translate.beam_search_cache(state["cache"], beam_size),
+      beam_search_cache(state["cache"], beam_size),
       decode.BeamSlots.create(inputs.shape[0], beam_size, max_decode_len),
     )
     return decode.beam_search(
@@ -821,10 +861,7 @@ def test_bfloat16_search_ranks_float32_logits_of_the_bfloat16_features(share_emb
     )
 
   for beam_size in (3, 1):
-    kw = dict(model=model, max_decode_len=max_decode_len, beam_size=beam_size)
-    seqs, scores = jax.jit(functools.partial(translate.decode, **kw))(
-      params, inputs, max_lengths, 0.6
-    )
+    seqs, scores = _staged_search(model, params, inputs, max_lengths, max_decode_len, beam_size)
     ref_seqs, ref_scores = jax.jit(reference, static_argnums=3)(
       params, inputs, max_lengths, beam_size
     )

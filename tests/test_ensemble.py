@@ -107,7 +107,7 @@ def test_ensemble_greedy_search_equals_greedy_over_the_hand_combined_steps(pair)
     [[5, 6, 7, 1, 0, 0, 0, 0], [9, 8, 7, 6, 5, 4, 1, 0], [12, 1] + [0] * 6], np.int32
   )
   limits = np.array([9, 12, 6], np.int32)
-  params, model = ensemble._decoder()
+  params, model = ensemble.decoder()
   seqs, log_probs = search_batch(
     params,
     inputs,
@@ -130,7 +130,7 @@ def test_ensemble_scores_are_the_hand_combined_token_log_probs(pair):
   targets = ["5 6 7", "9 9", "5", ""]
   got = scoring.Scorer(ensemble).score(SOURCES, targets)
   pad = lambda rows: np.array([r + [0] * (8 - len(r)) for r in rows], np.int32)
-  inputs = pad([a._source_ids([source])[0] for source in SOURCES])
+  inputs = pad([a.source_ids([source])[0] for source in SOURCES])
   tgt = pad([list(a.tokenizer.encode(t)) + [EOS_ID] for t in targets])
   members = (*a.members, *b.members)
   logits = [np.asarray(support.jit_apply(m, {"params": p}, inputs, tgt)) for m, p in members]

@@ -46,7 +46,7 @@ class _IdTokenizer:
 def _training_log_likelihood(t: Translator, sources, targets) -> list[np.ndarray]:
   """-nll per target token from the training loss (no label smoothing), all pairs in one
   padded batch in input order."""
-  src = [t._source_ids([s])[0] for s in sources]
+  src = [t.source_ids([s])[0] for s in sources]
   tgt = [list(t.tokenizer.encode(s)) + [EOS_ID] for s in targets]
   pad = lambda rows: np.array([r + [0] * (max(map(len, rows)) - len(r)) for r in rows], np.int32)
   logits = support.jit_apply(t.model, {"params": t.params}, pad(src), pad(tgt))
@@ -62,7 +62,7 @@ def test_scores_equal_the_training_log_likelihood():
   targets = ["5 6 7", "9 9", "5", ""]
   scorer = scoring.Scorer(translator)
   got = scorer.score(sources, targets)
-  batches = scorer._batches(translator._source_ids(sources), scorer.target_ids(targets))
+  batches = scorer._batches(translator.source_ids(sources), scorer.target_ids(targets))
   assert len(list(batches)) > 1  # so that input order is restored across batches
   alpha = translator.search.alpha
   for want, score in zip(_training_log_likelihood(translator, sources, targets), got):
@@ -146,12 +146,12 @@ def test_score_command_values_equal_numpy_from_the_teacher_forced_logits(
   target.write_text("".join(s + "\n" for s in QUICK_TARGETS))
   monkeypatch.setattr(score_cli.Translator, "from_workdirs", lambda *a, **k: t)
   scorer = scoring.Scorer(t)
-  batches = list(scorer._batches(t._source_ids(QUICK_SOURCES), scorer.target_ids(QUICK_TARGETS)))
+  batches = list(scorer._batches(t.source_ids(QUICK_SOURCES), scorer.target_ids(QUICK_TARGETS)))
   assert len(batches) > 1  # input order is restored across batches
   want = _numpy_token_log_probs(
     t.model,
     t.params,
-    t._source_ids(QUICK_SOURCES),
+    t.source_ids(QUICK_SOURCES),
     [t.tokenizer.encode(g) + [EOS_ID] for g in QUICK_TARGETS],
   )
   for flags_alpha, alpha in (([], t.search.alpha), (["--alpha=1.5"], 1.5), (["--alpha=0"], 0.0)):

@@ -1,9 +1,10 @@
-"""Beam and greedy search run in host-driven stages (`translator.decode_in_stages`,
+"""Beam, greedy search and sampling run in host-driven stages (`programs.decode_in_stages`,
 `search.run_in_stages`), the 1-best stopping rule (`final=1`), frozen done sentences, and
 constrained decoding (decoding/constraints.py) inside the searches.
 
-Every comparison is against the one-program search (`translator.decode` under jit), which
-tests/test_decode.py checks against the reference searches.
+Every comparison is against an independent reference: the reference beam search of
+tests/test_decode.py, or a host loop over the model's full forward pass in float64 (argmax,
+or numpy's inverse-CDF draw with the same uniform numbers).
 """
 
 import functools
@@ -13,8 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2t_jax.decoding import constraints, search
-from t2t_jax.decoding import translator as translate
+from t2t_jax.decoding import SearchConfig, constraints, programs, search
 from t2t_jax.model import Transformer, TransformerConfig
 from t2t_jax.tokens import EOS_ID, PAD_ID
 from tests import support
@@ -44,6 +44,9 @@ def _model_and_params(seed: int = 3, eos_bias: float = 2.0):
   out = params["decoder"]["logits"]
   out["kernel"] = out["kernel"] * 8.0
   out["bias"] = out["bias"].at[EOS_ID].set(eos_bias)
+  # No PAD or BOS outputs: a PAD taken as a token would be a padded position to the
+  # teacher-forced reference (`_reference_rows`) but an input token to the search.
+  out["bias"] = out["bias"].at[PAD_ID].set(-30.0).at[2].set(-30.0)
   return model, params
 
 
@@ -56,81 +59,170 @@ def _batch(batch: int, src_len: int = 7, extra: int = 20, seed: int = 0):
   return jnp.asarray(inputs, jnp.int32), jnp.asarray(lengths + extra, jnp.int32)
 
 
-def _one_program(beam_size, **kw):
-  model, params = _model_and_params()
-  run = jax.jit(
-    functools.partial(translate.decode, model=model, beam_size=beam_size, **kw),
-    static_argnames=("max_decode_len",),
-  )
-  return lambda inputs, limits, max_decode_len: tuple(
-    np.asarray(x) for x in run(params, inputs, limits, 0.6, max_decode_len=max_decode_len)
-  )
+def _staged(beam_size, stats=None, *, final=None, stop="exact", constraint=None, **kw):
+  """The Translator's search of one batch (`programs.decode_in_stages`), alpha 0.6."""
+  model, params = _model_and_params(**kw)
+  settings = SearchConfig(beam_size=beam_size, alpha=0.6, beam_stop=stop)
+
+  def run(inputs, limits, max_decode_len, settings=settings, prefix=None, ids=None):
+    ids = jnp.arange(inputs.shape[0]) if ids is None else ids
+    return programs.decode_in_stages(
+      params,
+      programs.Batch(inputs, limits, prefix, ids),
+      programs.Knobs.of(settings),
+      model=model,
+      max_decode_len=max_decode_len,
+      decoding=programs.Decoding.of(settings, final=final, constraint=constraint),
+      stats=stats,
+    )
+
+  return run
 
 
-def _staged(beam_size, stats=None, **kw):
-  model, params = _model_and_params()
-  return lambda inputs, limits, max_decode_len: translate.decode_in_stages(
-    params,
-    inputs,
-    limits,
-    0.6,
-    model=model,
-    max_decode_len=max_decode_len,
-    beam_size=beam_size,
-    stats=stats,
-    **kw,
-  )
+@functools.cache
+def _forward(seed: int = 3, eos_bias: float = 2.0):
+  """float64 next-token log-probabilities of every row, teacher-forced on the tokens so far:
+  the model's full forward pass (no cache, no search code)."""
+  model, params = _model_and_params(seed, eos_bias)
+  apply = jax.jit(lambda inputs, targets: model.apply({"params": params}, inputs, targets))
+
+  def log_probs(inputs, targets, step):
+    logits = np.asarray(apply(inputs, jnp.asarray(targets)), np.float64)[:, step]
+    shifted = logits - logits.max(-1, keepdims=True)
+    return shifted - np.log(np.sum(np.exp(shifted), -1, keepdims=True))
+
+  return log_probs
 
 
-@pytest.mark.parametrize("beam_size", [1, 4])
+def _reference_rows(inputs, limits, length, choose, eos_bias=2.0, mask=None):
+  """A host loop over the full forward pass: each row takes choose(log_probs [rows, vocab],
+  step) (EOS at its limit) until EOS; returns (tokens [rows, length], log-probs [rows]).
+  `mask`: (state, step) -> (allowed bool [rows, vocab], advance(tokens))."""
+  inputs = np.asarray(inputs)
+  rows = inputs.shape[0]
+  # Positions not chosen yet hold a word, not PAD: the decoder's padding mask reads the
+  # targets, and the causal mask keeps them from the logits of earlier positions.
+  targets = np.full((rows, length), WORDS.start, np.int32)
+  total, done = np.zeros(rows), np.zeros(rows, bool)
+  forward = _forward(eos_bias=eos_bias)
+  for step in range(length):
+    if done.all():
+      break
+    log_probs = forward(inputs, targets, step)
+    allowed = None if mask is None else mask(step)
+    token = choose(
+      np.where(allowed, log_probs, -np.inf) if allowed is not None else log_probs, step
+    )
+    token = np.where(step + 1 >= np.asarray(limits), EOS_ID, token)
+    token = np.where(done, PAD_ID, token)
+    total += np.where(done, 0.0, log_probs[np.arange(rows), token])
+    targets[:, step] = token
+    done |= token == EOS_ID
+  targets[np.arange(length) > np.argmax(targets == EOS_ID, -1)[:, None]] = PAD_ID
+  return targets, total
+
+
 @pytest.mark.parametrize("stop", ["exact", "heuristic"])
-def test_stages_give_the_one_program_search_outputs(beam_size, stop, monkeypatch):
+def test_staged_beam_search_equals_the_reference_search(stop, monkeypatch):
   """Compaction (batch 32 halving as sentences finish) and the cache grown 4, 8, 16, 32
-  positions: every hypothesis and score equal the one-program search's."""
+  positions: the best outputs equal the reference beam search's (tests/test_decode.py: the
+  cache copied per hypothesis and gathered whole, over the per-row decode_step); with the
+  exact rule every hypothesis does."""
+  from tests.test_decode import reference_search
+
   monkeypatch.setattr(search, "FIRST_SEGMENT", 4)
+  model, params = _model_and_params()
   inputs, limits = _batch(32)
   stats = search.StageStats()
-  want = _one_program(beam_size, stop=stop)(inputs, limits, 32)
-  got = _staged(beam_size, stats, stop=stop)(inputs, limits, 32)
-  np.testing.assert_array_equal(got[0], want[0])
-  # Two programs: float32 sums in another order (about 1e-6 of a score of 2).
-  np.testing.assert_allclose(got[1], want[1], rtol=1e-5)
-  lengths = (want[0][:, 0] != PAD_ID).sum(-1)
+  got = _staged(4, stats, stop=stop)(inputs, limits, 32)
+  want_seqs, want_scores = reference_search(model, params, inputs, limits, 32, 4)
+  hypotheses = 4 if stop == "exact" else 1
+  np.testing.assert_array_equal(got[0][:, :hypotheses], want_seqs[:, :hypotheses])
+  np.testing.assert_allclose(got[1][:, :hypotheses], want_scores[:, :hypotheses], rtol=1e-5)
+  lengths = (np.asarray(want_seqs)[:, 0] != PAD_ID).sum(-1)
   assert len(set(lengths.tolist())) > 3, "outputs should end at many lengths"
   assert stats.compactions >= 2 and stats.resizes >= 2, stats
   # Every row is stepped until its output ended at least; compaction keeps the rest small.
   assert lengths.sum() <= stats.row_steps < 32 * lengths.max()
 
 
-@pytest.mark.parametrize("with_prefix", [False, True])
-def test_staged_sampling_gives_the_one_program_samples(with_prefix, monkeypatch):
-  """Sampling in stages (rows leave as their samples end, the cache grows 4, 8, 16, 32): every
-  sample, its log-prob and the samples' order equal the one-program sampler's, each row
-  keyed by its sentence id and sample."""
+def test_staged_greedy_search_equals_the_forward_pass_greedy(monkeypatch):
+  """Greedy in stages (batch 32 halving, cache grown 4 .. 32) against argmax over the full
+  forward pass in float64: the same tokens, the log-probabilities to rounding."""
   monkeypatch.setattr(search, "FIRST_SEGMENT", 4)
-  model, params = _model_and_params(eos_bias=1.0)
+  inputs, limits = _batch(32)
+  stats = search.StageStats()
+  got = _staged(1, stats)(inputs, limits, 32)
+  margin = np.full(32, np.inf)  # each row's smallest gap between its best two tokens
+
+  def argmax(log_probs, step):
+    top2 = np.sort(log_probs, -1)[:, -2:]
+    margin[:] = np.minimum(margin, np.where(step + 1 < limits, top2[:, 1] - top2[:, 0], np.inf))
+    return log_probs.argmax(-1)
+
+  want, log_probs = _reference_rows(inputs, limits, 32, argmax)
+  clear = margin > 1e-3  # float32 and float64 logits rank these rows alike
+  assert clear.sum() >= 28, margin
+  np.testing.assert_array_equal(got[0][clear, 0], want[clear])
+  np.testing.assert_allclose(got[1][clear, 0], log_probs[clear], rtol=1e-4)
+  assert stats.compactions >= 2 and stats.resizes >= 2, stats
+
+
+@pytest.mark.parametrize("with_prefix", [False, True])
+def test_staged_sampling_draws_as_the_forward_pass_reference(with_prefix, monkeypatch):
+  """Sampling in stages (rows leave as their samples end, the cache grows 4 .. 32) against
+  a host loop over the full forward pass that draws each token by inverting numpy's
+  float64 cumulative distribution (`np_sampling_probs`: temperature 1.3, top-p 0.95, no PAD
+  or BOS) with the uniform number of the row's key (fold_in(fold_in(PRNGKey(seed), id),
+  sample), then the step): the same samples, log-probs, and the samples' order by score;
+  with a prefix, rows start with it."""
+  from tests.test_sampling import np_sampling_probs
+
+  monkeypatch.setattr(search, "FIRST_SEGMENT", 4)
   inputs, limits = _batch(16, seed=2)
   ids = jnp.arange(16, dtype=jnp.int32) * 3 + 5
-  draw = translate.Draw(jnp.float32(1.3), jnp.int32(0), jnp.float32(0.95), jnp.int32(7), ids)
   prefix = None
   if with_prefix:
     prefix = np.zeros((16, 2), np.int32)
     prefix[::3] = [WORDS.start, WORDS.start + 1]
     prefix = jnp.asarray(prefix)
-  kw = dict(model=model, beam_size=1, draw=draw, num_samples=3, prefix=prefix)
-  run = jax.jit(functools.partial(translate.decode, **kw), static_argnames=("max_decode_len",))
-  want = [np.asarray(x) for x in run(params, inputs, limits, 0.6, max_decode_len=32)]
-  stats = search.StageStats()
-  got = translate.decode_in_stages(
-    params, inputs, limits, 0.6, max_decode_len=32, stats=stats, **kw
+  settings = SearchConfig(
+    beam_size=1,
+    sampling=True,
+    num_samples=3,
+    sampling_temperature=1.3,
+    sampling_topp=0.95,
+    sampling_seed=7,
+    alpha=0.6,
   )
-  np.testing.assert_array_equal(got[0], want[0])
-  np.testing.assert_allclose(got[1], want[1], rtol=1e-5)
-  lengths = (want[0] != PAD_ID).sum(-1)
-  assert len(set(lengths.ravel().tolist())) > 3, "samples should end at many lengths"
+  stats = search.StageStats()
+  got = _staged(1, stats, eos_bias=1.0)(inputs, limits, 32, settings, prefix, ids)
+  keys = search.sample_keys(7, ids, 3)
+  rows_prefix = None if prefix is None else np.repeat(np.asarray(prefix), 3, axis=0)
+
+  def draw(log_probs, step):
+    never = np.zeros(log_probs.shape[-1], bool)
+    never[[PAD_ID, 2]] = True
+    probs = np_sampling_probs(np.where(never, -np.inf, log_probs), 1.3, 0, 0.95)
+    u = np.asarray(jax.vmap(lambda k: jax.random.uniform(jax.random.fold_in(k, step)))(keys))
+    cumulative = np.cumsum(probs, -1)
+    token = np.sum(cumulative <= (u * cumulative[:, -1])[:, None], -1)
+    if rows_prefix is not None:
+      inside = step < (rows_prefix != PAD_ID).sum(-1)
+      token = np.where(inside, rows_prefix[:, min(step, 1)], token)
+    return token
+
+  want, log_probs = _reference_rows(
+    np.repeat(np.asarray(inputs), 3, 0), np.repeat(np.asarray(limits), 3), 32, draw, 1.0
+  )
+  lengths = (want != PAD_ID).sum(-1)
+  order = np.argsort(-(log_probs / ((5 + lengths) / 6) ** 0.6).reshape(16, 3), 1, kind="stable")
+  want = np.take_along_axis(want.reshape(16, 3, 32), order[..., None], 1)
+  log_probs = np.take_along_axis(log_probs.reshape(16, 3), order, 1)
+  np.testing.assert_array_equal(got[0], want)
+  np.testing.assert_allclose(got[1], log_probs, rtol=1e-4)
+  assert len(set(lengths.tolist())) > 3, "samples should end at many lengths"
   assert stats.compactions >= 1 and stats.resizes >= 2, stats
-  if with_prefix:
-    np.testing.assert_array_equal(got[0][::3, :, :2], np.broadcast_to(prefix[::3, None], (6, 3, 2)))
 
 
 def test_final_one_keeps_the_best_output():
@@ -156,10 +248,12 @@ def test_final_counts_the_finished_hypotheses_that_must_be_beaten(stop):
     live_log_probs=jnp.array([[live, -3.0, -4.0, -5.0]]),
     finished_scores=jnp.array([[bound + 0.1, bound - 0.1, -jnp.inf, -jnp.inf]]),
   )
-  done = lambda final: bool(search.beam_done(state, jnp.array([limit]), alpha, stop, final)[0])
+  done = lambda final: bool(
+    search.beam_done(state, jnp.array([limit]), alpha, search.Stop(stop, final))[0]
+  )
   assert done(1) and not done(2) and not done(None)
   with pytest.raises(ValueError, match="final=5"):
-    search.check_stop(stop, 5, 4)
+    search.Stop(stop, 5).check(4)
 
 
 def _two_kinds_model(ids, cache):
@@ -221,30 +315,44 @@ def _well_formed(seq: np.ndarray, words: int) -> bool:
   return False
 
 
-@pytest.mark.parametrize("beam_size", [1, 4])
-def test_constrained_outputs_are_trees_over_the_source_words(beam_size):
-  """Under TreeConstraint no output is malformed (greedy and beam, every hypothesis), the
-  staged search equals the one-program one, and without the constraint this model's
-  outputs are mostly not trees (so the check can fail)."""
+@pytest.mark.parametrize("mode", ["greedy", "beam", "sample"])
+def test_constrained_outputs_are_trees_over_the_source_words(mode):
+  """Under TreeConstraint no output is malformed (greedy, beam and sampling, every
+  hypothesis); staged greedy equals argmax over the full forward pass masked by the
+  constraint step by step; without the constraint this model's outputs are mostly not
+  trees (so the check can fail)."""
   tree = constraints.TreeConstraint(vocab_size=VOCAB, open_ids=OPEN, close_ids=CLOSE, leaf_ids=LEAF)
   inputs, limits = _batch(16, extra=12, seed=4)
   words = np.asarray((inputs != PAD_ID).sum(-1)) - 1  # EOS is not a word
-  want = _one_program(beam_size, constraint=tree)(inputs, limits, 32)
-  got = _staged(beam_size, constraint=tree)(inputs, limits, 32)
-  np.testing.assert_array_equal(got[0], want[0])
-  np.testing.assert_allclose(got[1], want[1], rtol=1e-6)
+  beam_size = 4 if mode == "beam" else 1
+  settings = SearchConfig(beam_size=beam_size, alpha=0.6, sampling=mode == "sample")
+  settings = settings.override(num_samples=3 if mode == "sample" else None)
+  got = _staged(beam_size, constraint=tree)(inputs, limits, 32, settings)
   for row in range(16):
     for seq, score in zip(got[0][row], got[1][row]):
       if np.isfinite(score):
         assert _well_formed(seq, int(words[row])), (row, seq)
-  free = _staged(beam_size)(inputs, limits, 32)[0][:, 0]
+  if mode == "greedy":
+    state = [tree.init(inputs, max_lengths=limits)]
+
+    def allowed(step):
+      return np.asarray(tree.allowed(state[0]))
+
+    def choose(log_probs, step):
+      token = log_probs.argmax(-1)
+      state[0] = tree.advance(state[0], jnp.asarray(np.where(step + 1 >= limits, EOS_ID, token)))
+      return token
+
+    want, log_probs = _reference_rows(inputs, limits, 32, choose, mask=allowed)
+    np.testing.assert_array_equal(got[0][:, 0], want)
+    np.testing.assert_allclose(got[1][:, 0], log_probs, rtol=1e-4)
+  free = _staged(beam_size)(inputs, limits, 32, settings)[0][:, 0]
   assert sum(_well_formed(s, int(w)) for s, w in zip(free, words)) < 8
 
 
-def test_search_refuses_a_constraint_without_its_state():
-  model, params = _model_and_params()
+def test_search_refuses_a_constraint_without_its_sources():
   tree = constraints.TreeConstraint(vocab_size=VOCAB, open_ids=OPEN, close_ids=CLOSE, leaf_ids=LEAF)
-  with pytest.raises(ValueError, match="go together"):
+  with pytest.raises(ValueError, match="needs the sources"):
     search.greedy_search(
       lambda ids, cache: (jnp.zeros((1, VOCAB)), cache),
       {},

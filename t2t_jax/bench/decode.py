@@ -39,7 +39,7 @@ def _workdir_sources(workdir: str, n: int, corpus: str) -> tuple[list[list[int]]
   if sentences is None:
     raise app.UsageError("--workdir given but no real sentences under ../shared/data")
   translator = Translator.from_workdir(workdir)
-  return translator._source_ids(sentences), origin, translator
+  return translator.source_ids(sentences), origin, translator
 
 
 def decode_inputs(

@@ -315,7 +315,7 @@ def compare(
   )
   load_s = time.perf_counter() - start
   beam_size = beam_size or translator.search.beam_size
-  ids = translator._source_ids(text.lines)
+  ids = translator.source_ids(text.lines)
   extra, max_len = translator.max_output_extra, translator.model.config.max_len
   # t2t_jax's limit counts EOS; CTranslate2's max_decoding_length does not.
   max_decoding_length = min(max(map(len, ids)) + extra, max_len) - 1

@@ -68,6 +68,9 @@ def main(argv: Sequence[str]) -> None:
   args = _define_flags.flags
   if len(argv) > 1:
     raise SystemExit(f"t2t-score: unexpected arguments {argv[1:]}")
+  from t2t_jax import compilation
+
+  compilation.enable()  # a command's choice for its process (library code leaves it alone)
   try:
     for name in ("workdir", "source", "target"):
       if not args[name].value:

@@ -198,6 +198,25 @@ def _define_flags() -> flags.FlagValues:
   )
   flags.DEFINE_integer("num_samples", None, "with --sampling: outputs drawn per input (default 1)")
   flags.DEFINE_integer(
+    "diverse_groups",
+    None,
+    "diverse beam search: the beam in G groups choosing in turn, each avoiding the tokens "
+    "the groups before it chose at the step; G must divide --beam_size (default: the "
+    "workdir's config.diverse_groups, 1: plain beam search)",
+  )
+  flags.DEFINE_float(
+    "diversity_strength",
+    None,
+    "with --diverse_groups: what each earlier choice of a token costs a group (default: the "
+    "workdir's config.diversity_strength, 0.5)",
+  )
+  flags.DEFINE_integer(
+    "no_repeat_ngram",
+    None,
+    "no output holds the same N tokens twice, in every search mode (0: off; default: the "
+    "workdir's config.no_repeat_ngram, 0)",
+  )
+  flags.DEFINE_integer(
     "seed",
     None,
     "with --sampling: the random seed (default: the workdir's config.sampling_seed, 0)",
@@ -234,6 +253,15 @@ def _check_sampling_flags(args: flags.FlagValues, sampling: bool) -> None:
     raise TranslateError(f"--sampling_topp={args.sampling_topp} must be in (0, 1] (1: all tokens)")
   if args.num_samples is not None and args.num_samples < 1:
     raise TranslateError(f"--num_samples={args.num_samples} must be >= 1")
+
+
+def _check_diverse_flags(args: flags.FlagValues, beam_size: int) -> None:
+  """One line naming the flag for a diverse beam setting that cannot be used."""
+  groups, strength = args.diverse_groups, args.diversity_strength
+  if groups is not None and (groups < 1 or beam_size % groups):
+    raise TranslateError(f"--diverse_groups={groups} must be >= 1 and divide the beam {beam_size}")
+  if strength is not None and strength < 0:
+    raise TranslateError(f"--diversity_strength={strength} must be >= 0")
 
 
 def _check_flags(args: flags.FlagValues, search: SearchConfig, interactive: bool) -> None:
@@ -337,6 +365,9 @@ def _decoding_defaults(args: flags.FlagValues) -> tuple[SearchConfig, str | None
     raise TranslateError(f"{first}/config.json: {e}") from None
   sampling = search.sampling if args.sampling is None else args.sampling
   _check_sampling_flags(args, sampling)
+  if args.no_repeat_ngram is not None and args.no_repeat_ngram < 0:
+    raise TranslateError(f"--no_repeat_ngram={args.no_repeat_ngram} must be >= 0 (0: off)")
+  _check_diverse_flags(args, search.beam_size if args.beam_size is None else args.beam_size)
   beam_size = 1 if sampling else args.beam_size
   fields = {field: args[name].value for name, field in SAMPLING_FLAGS.items()}
   try:
@@ -346,6 +377,9 @@ def _decoding_defaults(args: flags.FlagValues) -> tuple[SearchConfig, str | None
       beam_stop=args.beam_stop,
       sampling=sampling,
       constrained=args.constrained,
+      no_repeat_ngram=args.no_repeat_ngram,
+      diverse_groups=args.diverse_groups,
+      diversity_strength=args.diversity_strength,
       **fields,
     )
   except ValueError as e:  # a flag's value is checked above: here a config.json field

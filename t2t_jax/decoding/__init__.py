@@ -13,7 +13,7 @@ __all__ = ["PAPER_SEARCH", "SearchConfig", "search_batch"]
 
 def __getattr__(name: str) -> Any:
   if name == "search_batch":
-    from t2t_jax.decoding.translator import search_batch
+    from t2t_jax.decoding.programs import search_batch
 
     return search_batch
   raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -41,6 +41,11 @@ class SearchConfig:
     constrained: a task whose outputs have a grammar (parsing: well-formed trees over the
       source's words, decoding/constraints.py) is decoded under it, so that no output is
       malformed; False decodes the model as it is. No effect on translation.
+    no_repeat_ngram: no output holds the same n tokens twice (decoding/no_repeat.py;
+      fairseq's --no-repeat-ngram-size); 0: off.
+    diverse_groups, diversity_strength: diverse beam search (decoding/diverse.py): the beam
+      in groups that choose in turn, each lowering by the strength the tokens the groups
+      before it chose at the step; 1 group: plain beam search. Must divide beam_size.
   """
 
   beam_size: int = 4
@@ -54,6 +59,9 @@ class SearchConfig:
   num_samples: int = 1
   sampling_seed: int = 0
   constrained: bool = True
+  no_repeat_ngram: int = 0
+  diverse_groups: int = 1
+  diversity_strength: float = 0.5
 
   def __post_init__(self) -> None:
     if self.beam_stop not in STOP_RULES:
@@ -64,6 +72,14 @@ class SearchConfig:
       raise ValueError(f"sampling_topk={self.sampling_topk} must be >= 0 (0: no top-k)")
     if not 0 < self.sampling_topp <= 1:
       raise ValueError(f"sampling_topp={self.sampling_topp} must be in (0, 1] (1: no top-p)")
+    if self.diverse_groups < 1 or self.beam_size % self.diverse_groups:
+      raise ValueError(
+        f"diverse_groups={self.diverse_groups} must be >= 1 and divide beam_size={self.beam_size}"
+      )
+    if self.diversity_strength < 0:
+      raise ValueError(f"diversity_strength={self.diversity_strength} must be >= 0")
+    if self.no_repeat_ngram < 0:
+      raise ValueError(f"no_repeat_ngram={self.no_repeat_ngram} must be >= 0 (0: off)")
     if self.num_samples < 1:
       raise ValueError(f"num_samples={self.num_samples} must be >= 1")
     if self.sampling and self.beam_size != 1:

@@ -20,8 +20,8 @@ other than the sources (a forced prefix, an output limit) are keyword inputs of 
 of `t2t_jax.data.trees`) a well-formed tree over exactly the source's words: the leaves
 `TreeConstraint.for_symbols` finds, the brackets balanced and matched, no empty constituent,
 one root, and always room to finish within each row's output limit. `PrefixConstraint`
-forces first tokens (the semantics of `search.force_prefix`), `VocabularyConstraint`
-restricts the vocabulary, and `AllOf` combines constraints.
+forces first tokens (`prefix_token`, as the decoding rule `rules.ForcePrefix`),
+`VocabularyConstraint` restricts the vocabulary, and `AllOf` combines constraints.
 """
 
 import dataclasses
@@ -69,6 +69,20 @@ def _finished_rows(mask: jax.Array, done: jax.Array, eos_id: int, pad_id: int) -
   mask = jnp.where(done[:, None], end[None, :], mask)
   stuck = ~jnp.any(mask, axis=-1)
   return mask | (stuck[:, None] & (vocab == eos_id)[None, :])
+
+
+def prefix_token(prefix: jax.Array, step: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """(forced bool [rows], token int32 [rows]) at `step`: whether each row is still inside its
+  prefix (int32 [rows, P], PAD after its tokens; `step` a scalar or int32 [rows]) and the
+  prefix token it must take there. The one definition of prefix forcing: the decoding rule
+  (rules.ForcePrefix) and `PrefixConstraint` read it."""
+  lengths = jnp.sum(prefix != PAD_ID, axis=-1)
+  index = jnp.minimum(step, prefix.shape[-1] - 1)
+  if jnp.ndim(index) == 0:
+    token = jax.lax.dynamic_index_in_dim(prefix, index, axis=-1, keepdims=False)
+  else:
+    token = jnp.take_along_axis(prefix, index[:, None], axis=-1)[:, 0]
+  return step < lengths, token.astype(jnp.int32)
 
 
 def _one_hot(ids: jax.Array, vocab_size: int) -> jax.Array:
@@ -260,7 +274,7 @@ class TreeConstraint:
 class PrefixConstraint:
   """Forced first tokens: while a row is inside its prefix (int32 [batch, P], PAD after its
   tokens; an `init` input) only the prefix's next token is allowed, then every token, as
-  `search.force_prefix` does."""
+  `rules.ForcePrefix` does, from its own step count."""
 
   vocab_size: int
   eos_id: int = EOS_ID
@@ -271,15 +285,12 @@ class PrefixConstraint:
       raise ValueError(f"prefix of shape {prefix.shape}: need [batch = {sources.shape[0]}, P]")
     return dict(
       prefix=prefix.astype(jnp.int32),
-      length=jnp.sum(prefix != self.pad_id, axis=-1).astype(jnp.int32),
       step=jnp.zeros((sources.shape[0],), jnp.int32),
       done=jnp.zeros((sources.shape[0],), bool),
     )
 
   def allowed(self, state: PyTree) -> jax.Array:
-    index = jnp.minimum(state["step"], state["prefix"].shape[1] - 1)
-    token = jnp.take_along_axis(state["prefix"], index[:, None], axis=1)[:, 0]
-    forced = state["step"] < state["length"]
+    forced, token = prefix_token(state["prefix"], state["step"])
     mask = ~forced[:, None] | _one_hot(token, self.vocab_size)
     return _finished_rows(mask, state["done"], self.eos_id, self.pad_id)
 

@@ -95,7 +95,7 @@ class Scorer:
 
   def token_log_probs(self, inputs: np.ndarray, targets: np.ndarray) -> np.ndarray:
     """Each target token's log-probability, float32 [batch, target length] (0 at PAD)."""
-    params, model = self.translator._decoder()
+    params, model = self.translator.decoder()
     if isinstance(model, tuple):
       return np.asarray(ensemble_target_log_probs(params, inputs, targets, models=model))
     return np.asarray(target_log_probs(params, inputs, targets, model=model))
@@ -129,7 +129,7 @@ class Scorer:
         f"{source_name} has {len(sources)} lines but {target_name} has {len(targets)}"
       )
     target_ids = self.target_ids(targets, target_name)
-    source_ids = self.translator._source_ids(sources, source_name)
+    source_ids = self.translator.source_ids(sources, source_name)
     out: list[PairScore | None] = [None] * len(sources)
     for batch in self._batches(source_ids, target_ids):
       inputs = self._padded([source_ids[i] for i in batch])

@@ -33,9 +33,8 @@ Conventions of both searches:
 """
 
 import dataclasses
-import functools
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -43,7 +42,10 @@ import numpy as np
 from jax import lax
 from jax.typing import ArrayLike
 
+from t2t_jax.decoding import rules as rules_lib
 from t2t_jax.decoding.config import STOP_RULES, SearchConfig
+from t2t_jax.decoding.diverse import PLAIN, Diversity, diverse_top, first_of_each_group
+from t2t_jax.decoding.rules import Rules
 from t2t_jax.tokens import BOS_ID, EOS_ID, PAD_ID
 
 Cache = Any
@@ -119,71 +121,18 @@ def _last_tokens(seqs: jax.Array, step: jax.Array, bos_id: int) -> jax.Array:
   return jnp.where(step == 0, jnp.asarray(bos_id, seqs.dtype), prev)
 
 
-def _at_limit_log_probs(
-  logits: jax.Array, step: jax.Array, max_lengths: jax.Array, eos_id: int
-) -> jax.Array:
-  """log-softmax in float32, with the forced end at each sentence's limit.
-
-  logits [batch, ...rest, vocab]; max_lengths int32 [batch], already clipped. Every token
-  but EOS gets -inf where `step + 1 >= max_length`. The log-softmax runs on [rows, vocab]
-  whatever the leading dims: XLA's CPU reductions round differently by rank, and this way
-  beam search matches the per-row computation bit for bit.
-  """
-  shape = logits.shape
-  log_probs = jax.nn.log_softmax(logits.astype(jnp.float32).reshape(-1, shape[-1]), axis=-1)
-  log_probs = log_probs.reshape(shape)
-  at_limit = (step + 1 >= max_lengths).reshape((-1,) + (1,) * (log_probs.ndim - 1))
-  not_eos = jnp.arange(log_probs.shape[-1]) != eos_id
-  return jnp.where(at_limit & not_eos, NEG_INF, log_probs)
-
-
-def _next_log_probs(
-  tokens_to_logits: TokensToLogits,
-  ids: jax.Array,
-  cache: Cache,
-  step: jax.Array,
-  max_lengths: jax.Array,
-  eos_id: int,
-) -> tuple[jax.Array, Cache]:
-  """Calls a per-row model once (ids [batch]) and applies the forced end at the limits.
-
-  Returns (log_probs float32 [batch, vocab], new cache).
-  """
-  logits, new_cache = tokens_to_logits(ids.reshape(-1, 1), cache)
-  return _at_limit_log_probs(logits, step, max_lengths, eos_id), new_cache
-
-
-def _prefix_tokens(prefix: jax.Array, step: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """(forced bool [rows], token int32 [rows]) of a step: whether each row is still inside its
-  prefix (int32 [rows, P], PAD after its tokens), and the prefix token it must take."""
-  lengths = jnp.sum(prefix != PAD_ID, axis=-1)
-  index = jnp.minimum(step, prefix.shape[-1] - 1)
-  token = lax.dynamic_index_in_dim(prefix, index, axis=-1, keepdims=False)
-  return step < lengths, token.astype(jnp.int32)
-
-
-def force_prefix(log_probs: jax.Array, step: jax.Array, prefix: jax.Array) -> jax.Array:
-  """log_probs [rows, vocab] with every token but the prefix's set to -inf in the rows whose
-  prefix (int32 [rows, P], PAD-padded) is longer than `step`. The prefix token keeps its
-  model log-probability (no renormalisation), so a score counts the prefix's tokens."""
-  forced, token = _prefix_tokens(prefix, step)
-  other = jnp.arange(log_probs.shape[-1]) != token[:, None]
-  return jnp.where(forced[:, None] & other, NEG_INF, log_probs)
-
-
-def _prefix_limits(
-  max_lengths: jax.Array, prefix: jax.Array | None, max_decode_len: int
-) -> jax.Array:
-  """Each row's limit raised to its prefix length + 1 (room for the prefix and EOS), so that
-  the forced end never falls inside a prefix; prefixes must be shorter than max_decode_len."""
+def prefix_limits(limits: jax.Array, prefix: jax.Array | None, max_decode_len: int) -> jax.Array:
+  """Each row's limit (int32 [rows], clipped) raised to its prefix length + 1 (room for the
+  prefix and EOS), so that the forced end never falls inside a prefix; prefixes must be
+  shorter than max_decode_len."""
   if prefix is None:
-    return max_lengths
-  if prefix.ndim != 2 or prefix.shape[0] != max_lengths.shape[0]:
+    return limits
+  if prefix.ndim != 2 or prefix.shape[0] != limits.shape[0]:
     raise ValueError(
-      f"prefix of shape {prefix.shape}: need [batch = {max_lengths.shape[0]}, prefix length]"
+      f"prefix of shape {prefix.shape}: need [batch = {limits.shape[0]}, prefix length]"
     )
   lengths = jnp.sum(prefix != PAD_ID, axis=-1).astype(jnp.int32)
-  return jnp.clip(jnp.maximum(max_lengths, lengths + 1), 1, max_decode_len)
+  return jnp.clip(jnp.maximum(limits, lengths + 1), 1, max_decode_len)
 
 
 def _materialized(tree: PyTree) -> PyTree:
@@ -198,7 +147,7 @@ def _materialized(tree: PyTree) -> PyTree:
 
 def _check_args(cache: Cache, max_lengths: ArrayLike, max_decode_len: int) -> jax.Array:
   leaves = [x for x in jax.tree_util.tree_leaves(cache) if jnp.ndim(x) > 0]
-  batch_size = jnp.shape(max_lengths)[0]
+  batch_size = np.shape(max_lengths)[0]
   for x in leaves:
     if x.shape[0] != batch_size:
       raise ValueError(
@@ -307,7 +256,7 @@ class _BeamState(NamedTuple):
   finished_seqs: jax.Array  # int32 [batch, beam, max_decode_len], EOS-terminated
   finished_scores: jax.Array  # float32 [batch, beam], sorted best first; -inf = empty slot
   cache: Cache  # the model's, for beams (see beam_search)
-  constraint: PyTree = None  # a Constraint's state per hypothesis, leaves [batch, beam, ...]
+  rules: PyTree = None  # the rules' state per hypothesis, leaves [batch, beam, ...]
 
 
 def _merge_finished(
@@ -387,16 +336,16 @@ def _beam_step(
   state: _BeamState,
   tokens_to_logits: TokensToLogits,
   reorder_cache: Callable[[Cache, jax.Array], Cache],
-  max_lengths: jax.Array,
+  inputs: "RowInputs",
   alpha: float | jax.Array,
-  eos_id: int,
-  bos_id: int,
-  eos_only_at_limit: bool,
-  prefix: jax.Array | None = None,
+  rules: Rules,
   done: jax.Array | None = None,
-  constraint: Any = None,
+  eos_id: int = EOS_ID,
+  bos_id: int = BOS_ID,
+  diversity: Diversity = PLAIN,
 ) -> _BeamState:
-  """One search step: extends every live hypothesis by one token.
+  """One search step: extends every live hypothesis by one token (with diversity groups,
+  `diverse.diverse_top` chooses the live set).
 
   `done` (bool [batch], `beam_done` before the step) freezes the sentences that are
   done: they offer no EOS extension and keep no live hypothesis, so their finished sets stay
@@ -404,12 +353,11 @@ def _beam_step(
   however long it runs (under the heuristic rule, or the exact rule on fewer than beam_size
   final hypotheses, stepping on could still change them).
 
-  With `prefix` (int32 [batch, P]), a sentence still inside its prefix extends every live
-  hypothesis by the prefix token only and offers no EOS extension; the log-normaliser is
-  still the whole row's, so the hypothesis's log-prob counts the forced token. A
-  `constraint` (decoding/constraints.py, its state in `state.constraint`) removes the
-  tokens it does not allow from the choice and the EOS extension where EOS is not allowed,
-  the same way, and its state follows each hypothesis's parent and token.
+  The `rules` (decoding/rules.py) restrict the choice: their `tokens` are the only non-EOS
+  extensions a hypothesis may take and their EOS column, with `eos`, where it may end; `go_on`
+  False (at the limit) leaves it only its EOS extension. The log-normaliser is always the
+  whole row's, so scores are the model's log-probabilities. The rules' state follows each
+  hypothesis's parent and token.
 
   Only what the search keeps is turned into log-probabilities: the EOS logit of every
   hypothesis and the beam_size best other logits of each (chosen on the logits, which
@@ -425,32 +373,30 @@ def _beam_step(
   # rank, and this way the log-probs equal those of a per-row model bit for bit.
   rows = logits.astype(jnp.float32).reshape(-1, vocab)
   per_beam = min(beam_size, vocab)
-  forced, allowed = None, None
-  if prefix is None and constraint is None:
+  view = rules_lib.View(
+    step=state.step,
+    seqs=state.live_seqs.reshape(-1, state.live_seqs.shape[-1]),
+    limits=jnp.repeat(inputs.limits, beam_size),
+    prefix=None if inputs.prefix is None else jnp.repeat(inputs.prefix, beam_size, axis=0),
+    vocab=vocab,
+  )
+  choice = rules.choice(view, flatten_beam_dim(state.rules))
+  if choice.tokens is None:
     top_logits, top_tokens, row_max = _top_tokens(rows, per_beam, eos_id)
   else:
-    choosable = rows
-    if prefix is not None:
-      forced, forced_token = (jnp.repeat(x, beam_size) for x in _prefix_tokens(prefix, state.step))
-      other = jnp.arange(vocab) != forced_token[:, None]
-      choosable = jnp.where(forced[:, None] & other, NEG_INF, choosable)
-    if constraint is not None:
-      allowed = constraint.allowed(flatten_beam_dim(state.constraint))  # [rows, vocab]
-      choosable = jnp.where(allowed, choosable, NEG_INF)
+    choosable = jnp.where(choice.tokens, rows, NEG_INF)
     top_logits, top_tokens, _ = _top_tokens(choosable, per_beam, eos_id)
     row_max = jnp.max(rows, axis=-1)
   log_normalizer = jnp.log(jnp.sum(jnp.exp(rows - row_max[:, None]), axis=-1))
   live = state.live_log_probs.reshape(-1, 1)
 
-  # Every live hypothesis's EOS extension is offered to the finished set.
-  at_limit = jnp.repeat(state.step + 1 >= max_lengths, beam_size)[:, None]
+  # Every live hypothesis's EOS extension is offered to the finished set where it may end.
   eos_log_probs = live + _log_probs_of(rows[:, eos_id : eos_id + 1], row_max, log_normalizer)
-  if eos_only_at_limit:
-    eos_log_probs = jnp.where(at_limit, eos_log_probs, NEG_INF)
-  if forced is not None:
-    eos_log_probs = jnp.where(forced[:, None], NEG_INF, eos_log_probs)
-  if allowed is not None:
-    eos_log_probs = jnp.where(allowed[:, eos_id : eos_id + 1], eos_log_probs, NEG_INF)
+  eos_ok = rules_lib.merge(
+    [choice, rules_lib.Choice(eos=None if choice.tokens is None else choice.tokens[:, eos_id])]
+  ).eos
+  if eos_ok is not None:
+    eos_log_probs = jnp.where(eos_ok[:, None], eos_log_probs, NEG_INF)
   eos_log_probs = eos_log_probs.reshape(batch_size, beam_size)
   if done is not None:
     eos_log_probs = jnp.where(done[:, None], NEG_INF, eos_log_probs)
@@ -461,20 +407,24 @@ def _beam_step(
     state.finished_seqs, state.finished_scores, eos_seqs, eos_scores
   )
 
-  # The live set is the beam_size best non-EOS extensions; at its limit a sentence has none.
+  # The live set is the beam_size best non-EOS extensions of the hypotheses that go on.
   candidates = live + _log_probs_of(top_logits, row_max, log_normalizer)
-  candidates = jnp.where(at_limit, NEG_INF, candidates).reshape(batch_size, -1)
+  if choice.go_on is not None:
+    candidates = jnp.where(choice.go_on[:, None], candidates, NEG_INF)
+  candidates = candidates.reshape(batch_size, -1)
   if done is not None:
     candidates = jnp.where(done[:, None], NEG_INF, candidates)
-  live_log_probs, top = lax.top_k(candidates, beam_size)  # [batch, beam]
+  if diversity.groups == 1:
+    live_log_probs, top = lax.top_k(candidates, beam_size)  # [batch, beam]
+  else:
+    shaped = candidates.reshape(batch_size, beam_size, per_beam)
+    tokens = top_tokens.reshape(batch_size, beam_size, per_beam)
+    live_log_probs, top = diverse_top(shaped, tokens, diversity)
   parent = top // per_beam
   token = jnp.take_along_axis(top_tokens.reshape(batch_size, -1), top, axis=1)
   live_seqs = _write_tokens(gather_beams(state.live_seqs, parent), state.step, token)
-  constraint_state = state.constraint
-  if constraint is not None:
-    chosen = flatten_beam_dim(gather_beams(constraint_state, parent))
-    advanced = constraint.advance(chosen, token.reshape(-1))
-    constraint_state = unflatten_beam_dim(advanced, batch_size)
+  chosen = flatten_beam_dim(gather_beams(state.rules, parent))
+  rule_state = unflatten_beam_dim(rules.advance(chosen, token.reshape(-1)), batch_size)
   return _BeamState(
     step=state.step + 1,
     live_seqs=live_seqs,
@@ -482,18 +432,31 @@ def _beam_step(
     finished_seqs=finished_seqs,
     finished_scores=finished_scores,
     cache=reorder_cache(cache, parent),
-    constraint=constraint_state,
+    rules=rule_state,
   )
 
 
+class Stop(NamedTuple):
+  """Beam search's stopping rule, the one place it is read (`beam_done`): `rule` one of
+  STOP_RULES and `final`, how many of the best finished hypotheses must be final when a
+  sentence stops (None: all beam_size, tensor2tensor's rule; 1: the best output only)."""
+
+  rule: str = SearchConfig.beam_stop
+  final: int | None = None
+  early: bool = True  # False: every sentence runs to its limit (tests: the same results)
+
+  def check(self, beam_size: int) -> "Stop":
+    if self.rule not in STOP_RULES:
+      raise ValueError(f"stop={self.rule!r}: must be one of {', '.join(STOP_RULES)}")
+    if self.final is not None and not 1 <= self.final <= beam_size:
+      raise ValueError(f"final={self.final}: must be between 1 and beam_size={beam_size}")
+    return self
+
+
 def beam_done(
-  state: _BeamState,
-  max_lengths: jax.Array,
-  alpha: float | jax.Array,
-  stop: str = SearchConfig.beam_stop,
-  final: int | None = None,
+  state: _BeamState, limits: jax.Array, alpha: float | jax.Array, stop: Stop
 ) -> jax.Array:
-  """[batch] bool: True where no live hypothesis can still change the `final` best
+  """[batch] bool: True where no live hypothesis can still change the `stop.final` best
   finished hypotheses (None: all beam_size of them).
 
   Bound: a live hypothesis with log-prob L <= 0 and length `step` ends with log-prob
@@ -508,17 +471,20 @@ def beam_done(
   no live hypothesis can beat the best finished one; with final=beam_size (tensor2tensor's
   rule) the whole finished set is.
 
-  stop="heuristic" divides by lp(step + 1) alone: the best live hypothesis is scored as if
-  it ended at the next step (Hugging Face's early_stopping=False rule). For alpha > 0 it
+  stop.rule="heuristic" divides by lp(step + 1) alone: the best live hypothesis is scored as
+  if it ended at the next step (Hugging Face's early_stopping=False rule). For alpha > 0 it
   stops sooner, since a longer ending's larger divisor is ignored, and may then miss a
   longer hypothesis that would have scored better; for alpha <= 0 it is the exact rule.
+  Without stop.early a sentence is done at its limit only (tests: the same results).
   """
-  best_live = state.live_log_probs[:, 0]
+  if not stop.early:
+    return state.step >= limits
+  best_live = jnp.max(state.live_log_probs, axis=1)  # the first, unless diverse groups
   largest_lp = length_penalty(state.step + 1, alpha)
-  if stop == "exact":
-    largest_lp = jnp.maximum(largest_lp, length_penalty(max_lengths, alpha))
+  if stop.rule == "exact":
+    largest_lp = jnp.maximum(largest_lp, length_penalty(limits, alpha))
   best_possible = best_live / largest_lp
-  rank = state.finished_scores.shape[1] if final is None else final
+  rank = state.finished_scores.shape[1] if stop.final is None else stop.final
   last_needed = state.finished_scores[:, rank - 1]
   return (best_live == NEG_INF) | (best_possible < last_needed)
 
@@ -535,16 +501,20 @@ def beam_search(
   bos_id: int = BOS_ID,
   early_stop: bool = True,
   reorder_cache: Callable[[Cache, jax.Array], Cache] | None = None,
-  compact: bool = True,
   eos_only_at_limit: bool = False,
-  resize_cache: Callable[[Cache, int], Cache] | None = None,
   stop: str = SearchConfig.beam_stop,
   prefix: jax.Array | None = None,
   final: int | None = None,
   constraint: Any = None,
-  constraint_state: PyTree = None,
+  sources: jax.Array | None = None,
+  no_repeat_ngram: int = 0,
+  staged: bool = False,
+  diversity: Diversity = PLAIN,
 ) -> tuple[jax.Array, jax.Array]:
-  """Beam search with the GNMT length penalty, as in tensor2tensor (paper: beam 4, alpha 0.6).
+  """Beam search with the GNMT length penalty, as in tensor2tensor (paper: beam 4, alpha 0.6):
+  `beam_stage` run once over the whole batch, as one program (jit it whole), or with
+  `staged` run from the host by `run_in_stages` (not under jit), which drops finished
+  sentences from the batch as it goes, as the Translator's search does.
 
   Each step extends the live hypotheses by one token. Each live hypothesis's EOS extension
   is offered to a finished set, which keeps the beam_size best by
@@ -581,39 +551,12 @@ def beam_search(
     reorder_cache: (cache, parents int32 [batch, beam]) -> cache, called after every step:
       new hypothesis b of sentence i continues old hypothesis parents[i, b]. Hypotheses
       start identical (all with BOS; only hypothesis 0 is expanded at the first step).
-    compact: drop finished sentences from the batch (with early_stop, from 32 sentences
-      up): once at most a quarter of the rows are still searching, those are gathered
-      into a batch a quarter the size (every state and cache leaf along its leading dim),
-      down to 8 rows. Results are the same either way, provided the model computes each
-      sentence on its own: a finished sentence's result is final.
-    eos_only_at_limit: EOS extensions are offered to the finished set only at each
-      sentence's limit, so every output has exactly its limit's length whatever the model
-      (benchmarks; CTranslate2's min_decoding_length). EOS stays in the softmax.
-    resize_cache: (cache, n) -> the beam-aware cache cut or zero-padded to n positions.
-      With it the search runs in segments (`segment_bounds`: 16, 32, 64, ...,
-      max_decode_len positions) and the cache holds only the current segment's positions,
-      so self-attention reads at most twice the positions written so far instead of all
-      max_decode_len (one compiled step per segment). Results are the same: the padding is
-      never attended to. Once finished sentences have been dropped (`compact`) the
-      remaining rows run on the full-length cache.
-    stop: when a sentence is done. "exact" (tensor2tensor's rule, the default): when no
-      live hypothesis can still enter the finished set. "heuristic": when none would if it
-      ended at the next step (faster on real text; can return another output, see
-      `beam_done`).
-    prefix: int32 [batch, P], each sentence's forced first tokens, PAD after them (an
-      all-PAD row: unconstrained). For its first len(prefix) steps every hypothesis of the
-      sentence takes the prefix token (so only one stays live and the beam branches after
-      the prefix); no EOS is offered inside it, and the scores count the prefix tokens'
-      log-probabilities. A limit below len(prefix) + 1 is raised to it; prefixes must be
-      shorter than max_decode_len.
-    final: how many of the best finished hypotheses must be final when a sentence stops
-      (`beam_done`): None (all beam_size, tensor2tensor's rule) or 1..beam_size. With 1
-      the best output is the same and the search stops sooner; hypotheses beyond the
-      first `final` are the best found when it stopped.
-    constraint, constraint_state: a `decoding.constraints.Constraint` and its `init` state
-      per sentence (leaves [batch, ...]): hypotheses extend only by the tokens it allows
-      and end only where it allows EOS (scores stay the model's log-probabilities, not
-      renormalised), each carrying its own state.
+    eos_only_at_limit, prefix, constraint (with `sources`, int32 [batch, src_len], that
+      its state starts from), no_repeat_ngram: the decoding rules (`rules.of_settings`).
+      prefix: int32 [batch, P], each sentence's forced first tokens, PAD after them (an
+      all-PAD row: unconstrained); a limit below len(prefix) + 1 is raised to it.
+    stop, final: the stopping rule (`Stop`, `beam_done`).
+    diversity: diverse beam search's groups and strength (decoding/diverse.py).
 
   Returns:
     sequences int32 [batch, beam_size, max_decode_len] (no BOS, EOS then PAD) and scores
@@ -622,73 +565,70 @@ def beam_search(
     finished hypothesis at all (only possible if the model gives EOS probability 0)
     returns its live hypotheses, scored log p / lp(length).
   """
-  max_lengths = _check_args(cache, max_lengths, max_decode_len)
-  max_lengths = _prefix_limits(max_lengths, prefix, max_decode_len)
-  check_stop(stop, final, beam_size)
-  if (constraint is None) != (constraint_state is None):
-    raise ValueError("constraint and constraint_state go together")
+  limits = prefix_limits(_check_args(cache, max_lengths, max_decode_len), prefix, max_decode_len)
+  stop_rule = Stop(stop, final, early_stop).check(beam_size)
+  rules = rules_lib.of_settings(
+    prefix=prefix is not None,
+    constraint=constraint,
+    eos_only_at_limit=eos_only_at_limit,
+    no_repeat_ngram=no_repeat_ngram,
+  )
+  if constraint is not None and sources is None:
+    raise ValueError("a constraint needs the sources its state starts from")
   if reorder_cache is None:
     tokens_to_logits, cache, reorder_cache = _per_row_model(tokens_to_logits, cache, beam_size)
-  batch_size = max_lengths.shape[0]
-  state = init_beam_state(cache, batch_size, beam_size, max_decode_len, constraint_state)
-  bounds = segment_bounds(max_decode_len) if resize_cache is not None else [max_decode_len]
-  if len(bounds) > 1:
-    state = state._replace(cache=resize_cache(state.cache, bounds[0]))
-  stage = functools.partial(
-    beam_stage,
-    tokens_to_logits=tokens_to_logits,
-    reorder_cache=reorder_cache,
-    alpha=alpha,
-    stop=stop,
-    final=final,
-    eos_id=eos_id,
-    bos_id=bos_id,
-    eos_only_at_limit=eos_only_at_limit,
-    early_stop=early_stop,
-    constraint=constraint,
+  batch_size = limits.shape[0]
+  rule_state = rules.init(sources, limits, prefix)
+  diversity = diversity.check(beam_size)
+  state = init_beam_state(
+    cache, batch_size, beam_size, max_decode_len, rule_state, diversity.groups
   )
 
-  def run(
-    state: _BeamState,
-    lengths: jax.Array,
-    prefix: jax.Array | None,
-    next_rows: int,
-    bounds: Sequence[int] = (max_decode_len,),
-  ) -> _BeamState:
-    """Steps until every sentence is done, or only next_rows of them are still running,
-    growing the cache to each of `bounds` in turn (the first is its size already)."""
-    for i, bound in enumerate(bounds):
-      if i:
-        state = state._replace(cache=resize_cache(state.cache, bound))
-      state = stage(state, max_lengths=lengths, prefix=prefix, bound=bound, until=next_rows)
-    return state
+  def run(rows: tuple, until: jax.Array) -> tuple[tuple, jax.Array, jax.Array]:
+    state, inputs, alpha = rows
+    state = beam_stage(
+      state,
+      tokens_to_logits=tokens_to_logits,
+      reorder_cache=reorder_cache,
+      inputs=inputs,
+      rules=rules,
+      alpha=alpha,
+      stop=stop_rule,
+      bound=max_decode_len,
+      until=until,
+      eos_id=eos_id,
+      bos_id=bos_id,
+      diversity=diversity,
+    )
+    done = beam_done(state, inputs.limits, alpha, stop_rule)
+    return (state, inputs, alpha), state.step, done
 
-  sizes = _batch_sizes(batch_size) if early_stop and compact else [batch_size]
-  if len(sizes) == 1:
-    return beam_outputs(run(state, max_lengths, prefix, 0, bounds), alpha)
-  # Finished sentences leave the batch: each loop runs until at most the next size is left,
-  # then those rows are gathered (padded with finished ones, whose results are final).
-  state = run(state, max_lengths, prefix, sizes[1], bounds)  # then the cache has every position
-  sequences, scores = beam_outputs(state, alpha)
-  rows, lengths = jnp.arange(batch_size), max_lengths
-  for size, next_size in zip(sizes[1:], sizes[2:] + [0]):
-    done = beam_done(state, lengths, alpha, stop, final)
-    keep = jnp.argsort(done, stable=True)[:size]
-    state = _map_nonscalar(lambda x, keep=keep: x[keep], state)
-    rows, lengths = rows[keep], lengths[keep]
-    prefix = None if prefix is None else prefix[keep]
-    state = run(state, lengths, prefix, next_size)
-    row_sequences, row_scores = beam_outputs(state, alpha)
-    sequences, scores = sequences.at[rows].set(row_sequences), scores.at[rows].set(row_scores)
-  return sequences, scores
+  outputs = lambda rows: beam_outputs(rows[0], rows[2])
+  # alpha travels with the rows (a scalar: never taken), traced in every stage alike.
+  rows = (state, RowInputs(limits, prefix), jnp.asarray(alpha, jnp.float32))
+  return _once_or_staged(run, outputs, rows, max_decode_len, staged)
 
 
-def check_stop(stop: str, final: int | None, beam_size: int) -> None:
-  """Refuses a stopping rule other than STOP_RULES and a `final` outside 1..beam_size."""
-  if stop not in STOP_RULES:
-    raise ValueError(f"stop={stop!r}: must be one of {', '.join(STOP_RULES)}")
-  if final is not None and not 1 <= final <= beam_size:
-    raise ValueError(f"final={final}: must be between 1 and beam_size={beam_size}")
+def _once_or_staged(
+  run: Callable[[Any, Any], tuple[Any, jax.Array, jax.Array]],
+  outputs: Callable[[Any], tuple[jax.Array, jax.Array]],
+  rows: Any,
+  max_decode_len: int,
+  staged: bool,
+) -> tuple[jax.Array, jax.Array]:
+  """A search's stage `run(rows, until)` run once to the end, or from the host by
+  `run_in_stages` (halving the batch down to one row as rows finish; each stage jitted)."""
+  if not staged:
+    return outputs(run(rows, 0)[0])
+  take = jax.jit(lambda rows, keep: (_map_nonscalar(lambda x: x[keep], rows), outputs(rows)))
+  stages = Stages(
+    run=jax.jit(lambda rows, bound, until: run(rows, until), static_argnums=1),
+    take=take,
+    outputs=jax.jit(outputs),
+    resize=None,
+  )
+  size = jnp.shape(rows[1].limits)[0]
+  return run_in_stages(stages, rows, size, [max_decode_len], min_rows=1)
 
 
 def init_beam_state(
@@ -696,84 +636,56 @@ def init_beam_state(
   batch_size: int,
   beam_size: int,
   max_decode_len: int,
-  constraint_state: PyTree = None,
-) -> "_BeamState":
+  rule_state: PyTree = None,
+  groups: int = 1,
+) -> _BeamState:
   """The search state before the first step: BOS only, nothing finished; `cache` beam-aware;
-  `constraint_state` per sentence (leaves [batch, ...]), copied to every hypothesis."""
+  `rule_state` per sentence (leaves [batch, ...]), copied to every hypothesis."""
   empty_seqs = jnp.full((batch_size, beam_size, max_decode_len), PAD_ID, jnp.int32)
-  first_beam_only = jnp.where(jnp.arange(beam_size) == 0, 0.0, NEG_INF)
+  first_beam_only = first_of_each_group(beam_size, groups)
   return _BeamState(
     step=jnp.array(0, jnp.int32),
     live_seqs=empty_seqs,
-    # All beams start identical; only the first may expand or it would be found k times.
+    # All beams start identical; only the first (of each diversity group) may expand, or
+    # it would be found k times.
     live_log_probs=jnp.broadcast_to(first_beam_only, (batch_size, beam_size)),
     finished_seqs=empty_seqs,
     finished_scores=jnp.full((batch_size, beam_size), NEG_INF, jnp.float32),
     cache=cache,
-    constraint=None if constraint_state is None else add_beam_dim(constraint_state, beam_size),
+    rules=add_beam_dim(rule_state, beam_size),
   )
 
 
 def beam_stage(
-  state: "_BeamState",
+  state: _BeamState,
   *,
   tokens_to_logits: TokensToLogits,
   reorder_cache: Callable[[Cache, jax.Array], Cache],
-  max_lengths: jax.Array,
+  inputs: "RowInputs",
+  rules: Rules,
+  alpha: float | jax.Array,
+  stop: Stop,
   bound: int,
   until: int | jax.Array,
-  alpha: float | jax.Array = SearchConfig.alpha,
-  stop: str = SearchConfig.beam_stop,
-  final: int | None = None,
   eos_id: int = EOS_ID,
   bos_id: int = BOS_ID,
-  eos_only_at_limit: bool = False,
-  prefix: jax.Array | None = None,
-  early_stop: bool = True,
-  constraint: Any = None,
-) -> "_BeamState":
+  diversity: Diversity = PLAIN,
+) -> _BeamState:
   """Beam search steps in one `lax.while_loop`: until step == `bound` (the cache's length
-  in positions) or at most `until` sentences are not done (`beam_done` with
-  `stop` and `final`; without early_stop: until every sentence's limit). The unit that
-  `beam_search` chains (one per batch size and cache segment) and that `run_in_stages`
-  calls from the host. Arguments as `beam_search`'s, for the state's rows; the state holds
-  the constraint's state when `constraint` is given."""
+  in positions) or at most `until` sentences are not done (`beam_done`). The unit that
+  `beam_search` runs once and `run_in_stages` calls from the host."""
 
   def cond(state: _BeamState) -> jax.Array:
-    running = state.step < bound
-    if not early_stop:
-      return running & (state.step < jnp.max(max_lengths))
-    not_done = ~beam_done(state, max_lengths, alpha, stop, final)
-    return running & (jnp.sum(not_done) > until)
+    not_done = ~beam_done(state, inputs.limits, alpha, stop)
+    return (state.step < bound) & (jnp.sum(not_done) > until)
 
   def body(state: _BeamState) -> _BeamState:
+    done = beam_done(state, inputs.limits, alpha, stop)
     return _beam_step(
-      state,
-      tokens_to_logits,
-      reorder_cache,
-      max_lengths,
-      alpha,
-      eos_id,
-      bos_id,
-      eos_only_at_limit,
-      prefix,
-      done=beam_done(state, max_lengths, alpha, stop, final),
-      constraint=constraint,
+      state, tokens_to_logits, reorder_cache, inputs, alpha, rules, done, eos_id, bos_id, diversity
     )
 
   return lax.while_loop(cond, body, _materialized(state))
-
-
-def _batch_sizes(batch_size: int, factor: int = 4, smallest: int = 8) -> list[int]:
-  """Batch sizes the search steps through as sentences finish: batch, batch / 4, ... >= 8.
-
-  Each size compiles its own loop, so quartering keeps compile time down while most of the
-  work on finished rows is still dropped (docs/performance.md).
-  """
-  sizes = [batch_size]
-  while sizes[-1] // factor >= smallest:
-    sizes.append(sizes[-1] // factor)
-  return sizes
 
 
 def beam_outputs(state: _BeamState, alpha: float | jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -785,16 +697,188 @@ def beam_outputs(state: _BeamState, alpha: float | jax.Array) -> tuple[jax.Array
   return jnp.where((scores > NEG_INF)[..., None], sequences, PAD_ID), scores
 
 
-# --- greedy search ----------------------------------------------------------------------------
+# --- greedy search and sampling: one row per output -------------------------------------------
 
 
-class _GreedyState(NamedTuple):
+class RowInputs(NamedTuple):
+  """Each row's inputs to a search, leading dim rows (beam search: sentences)."""
+
+  limits: jax.Array  # int32 [rows]: output tokens allowed, EOS included (`prefix_limits`)
+  prefix: jax.Array | None = None  # int32 [rows, P]: forced first tokens, PAD after them
+  keys: jax.Array | None = None  # sampling: uint32 [rows, 2], each row's key (sample_keys)
+
+
+class _RowState(NamedTuple):
   step: jax.Array  # int32 scalar: tokens generated so far
-  seqs: jax.Array  # int32 [batch, max_decode_len]
-  log_probs: jax.Array  # float32 [batch]: sum of log-probs of the tokens chosen (EOS included)
-  finished: jax.Array  # bool [batch]
-  cache: Cache  # leaves [batch, ...]
-  constraint: PyTree = None  # a Constraint's state per row, leaves [batch, ...]
+  seqs: jax.Array  # int32 [rows, max_decode_len]
+  log_probs: jax.Array  # float32 [rows]: the model's log p of the tokens taken (EOS included)
+  finished: jax.Array  # bool [rows]
+  cache: Cache  # leaves [rows, ...]
+  rules: PyTree = None  # the rules' state per row, leaves [rows, ...]
+
+
+class Pick(Protocol):
+  """How a row search takes one token per row: (logits float32 [rows, vocab], mask bool
+  [rows, vocab] or None (`rules.token_mask`), step, inputs) -> (tokens int32 [rows], the
+  model's log-probabilities float32 [rows, vocab] or None when the pick does not compute
+  them)."""
+
+  def __call__(
+    self, logits: jax.Array, mask: jax.Array | None, step: jax.Array, inputs: RowInputs
+  ) -> tuple[jax.Array, jax.Array | None]: ...
+
+
+def greedy_pick(
+  logits: jax.Array, mask: jax.Array | None, step: jax.Array, inputs: RowInputs
+) -> tuple[jax.Array, None]:
+  """The most probable token the rules allow (chosen on the logits: log-softmax keeps their
+  order, so the [rows, vocab] log-probabilities are never written)."""
+  choosable = logits if mask is None else jnp.where(mask, logits, NEG_INF)
+  return argmax(choosable).astype(jnp.int32), None
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplePick:
+  """A token drawn from `sampling_log_probs` of the model's distribution over what the rules
+  allow, without PAD and BOS (fairseq's sampler masks PAD the same way); row r's token of
+  step t with fold_in(inputs.keys[r], t), so a row's draws do not depend on the rows beside
+  it or on the stage it is drawn in. The shaping is traced (jax arrays or floats)."""
+
+  temperature: Any = 1.0
+  topk: Any = 0
+  topp: Any = 1.0
+  bos_id: int = BOS_ID
+
+  def __call__(
+    self, logits: jax.Array, mask: jax.Array | None, step: jax.Array, inputs: RowInputs
+  ) -> tuple[jax.Array, jax.Array]:
+    log_probs = jax.nn.log_softmax(logits, axis=-1)
+    vocab = jnp.arange(log_probs.shape[-1])
+    allowed = (vocab != PAD_ID) & (vocab != self.bos_id)
+    if mask is not None:
+      allowed = allowed & mask
+    drawn_from = sampling_log_probs(
+      jnp.where(allowed, log_probs, NEG_INF), self.temperature, self.topk, self.topp
+    )
+    step_keys = jax.vmap(lambda k: jax.random.fold_in(k, step))(inputs.keys)
+    return draw_tokens(step_keys, drawn_from), log_probs
+
+
+def init_row_state(
+  cache: Cache, rows: int, max_decode_len: int, rule_state: PyTree = None
+) -> _RowState:
+  """A row search's state before the first step (`cache` and `rule_state` per row)."""
+  return _RowState(
+    step=jnp.array(0, jnp.int32),
+    seqs=jnp.full((rows, max_decode_len), PAD_ID, jnp.int32),
+    log_probs=jnp.zeros((rows,), jnp.float32),
+    finished=jnp.zeros((rows,), bool),
+    cache=cache,
+    rules=rule_state,
+  )
+
+
+def row_stage(
+  state: _RowState,
+  *,
+  tokens_to_logits: TokensToLogits,
+  inputs: RowInputs,
+  rules: Rules,
+  pick: Pick,
+  bound: int,
+  until: int | jax.Array,
+  eos_id: int = EOS_ID,
+  bos_id: int = BOS_ID,
+) -> _RowState:
+  """Greedy or sampling steps (`pick`) in one `lax.while_loop`, until step == `bound` (the
+  cache's length in positions) or at most `until` rows have not ended: the unit that
+  `greedy_search` and `sample_search` run once and `run_in_stages` calls from the host. The
+  rules restrict each pick (a row at its limit takes EOS); a row that has ended takes PAD.
+  The log-probability added is the model's, normalised over the whole vocabulary."""
+
+  def cond(state: _RowState) -> jax.Array:
+    return (state.step < bound) & (jnp.sum(~state.finished) > until)
+
+  def body(state: _RowState) -> _RowState:
+    ids = _last_tokens(state.seqs, state.step, bos_id)
+    logits, cache = tokens_to_logits(ids.reshape(-1, 1), state.cache)
+    logits = logits.astype(jnp.float32)
+    vocab = logits.shape[-1]
+    view = rules_lib.View(state.step, state.seqs, inputs.limits, inputs.prefix, vocab)
+    choice = rules.choice(view, state.rules)
+    token, log_probs = pick(logits, rules_lib.token_mask(choice, vocab, eos_id), state.step, inputs)
+    token = rules_lib.end_where_stopped(choice, token, eos_id)
+    if log_probs is None:
+      row_max = jnp.max(logits, axis=-1)
+      log_normalizer = jnp.log(jnp.sum(jnp.exp(logits - row_max[:, None]), axis=-1))
+      chosen = jnp.take_along_axis(logits, token[:, None], axis=-1)
+      token_log_prob = _log_probs_of(chosen, row_max, log_normalizer)[:, 0]
+    else:
+      token_log_prob = jnp.take_along_axis(log_probs, token[:, None], axis=-1)[:, 0]
+    token = jnp.where(state.finished, PAD_ID, token)
+    seqs = lax.dynamic_update_slice_in_dim(state.seqs, token[:, None], state.step, axis=1)
+    return _RowState(
+      step=state.step + 1,
+      seqs=seqs,
+      log_probs=state.log_probs + jnp.where(state.finished, 0.0, token_log_prob),
+      finished=state.finished | (token == eos_id),
+      cache=cache,
+      rules=rules.advance(state.rules, token),
+    )
+
+  return lax.while_loop(cond, body, _materialized(state))
+
+
+def _row_search(
+  tokens_to_logits: TokensToLogits,
+  cache: Cache,
+  pick: Pick,
+  *,
+  max_lengths: ArrayLike,
+  max_decode_len: int,
+  keys: jax.Array | None,
+  eos_id: int,
+  bos_id: int,
+  prefix: jax.Array | None,
+  constraint: Any,
+  sources: jax.Array | None,
+  eos_only_at_limit: bool,
+  no_repeat_ngram: int,
+  staged: bool,
+) -> tuple[jax.Array, jax.Array]:
+  """`row_stage` run once over every row, or staged (`_once_or_staged`): (sequences [rows,
+  max_decode_len], log-probs [rows])."""
+  limits = prefix_limits(_check_args(cache, max_lengths, max_decode_len), prefix, max_decode_len)
+  if constraint is not None and sources is None:
+    raise ValueError("a constraint needs the sources its state starts from")
+  rules = rules_lib.of_settings(
+    prefix=prefix is not None,
+    constraint=constraint,
+    eos_only_at_limit=eos_only_at_limit,
+    no_repeat_ngram=no_repeat_ngram,
+  )
+  state = init_row_state(
+    cache, limits.shape[0], max_decode_len, rules.init(sources, limits, prefix)
+  )
+
+  def run(rows: tuple, until: jax.Array) -> tuple[tuple, jax.Array, jax.Array]:
+    state, inputs = rows
+    state = row_stage(
+      state,
+      tokens_to_logits=tokens_to_logits,
+      inputs=inputs,
+      rules=rules,
+      pick=pick,
+      bound=max_decode_len,
+      until=until,
+      eos_id=eos_id,
+      bos_id=bos_id,
+    )
+    return (state, inputs), state.step, state.finished
+
+  outputs = lambda rows: (rows[0].seqs, rows[0].log_probs)
+  rows = (state, RowInputs(limits, prefix, keys))
+  return _once_or_staged(run, outputs, rows, max_decode_len, staged)
 
 
 def greedy_search(
@@ -807,117 +891,88 @@ def greedy_search(
   bos_id: int = BOS_ID,
   prefix: jax.Array | None = None,
   constraint: Any = None,
-  constraint_state: PyTree = None,
+  sources: jax.Array | None = None,
+  eos_only_at_limit: bool = False,
+  no_repeat_ngram: int = 0,
+  staged: bool = False,
 ) -> tuple[jax.Array, jax.Array]:
-  """Takes the most probable token at every step until EOS (or the forced EOS at the limit).
+  """Takes the most probable token the rules allow at every step until EOS (or the forced
+  EOS at the limit), as one program.
 
-  Args: as `beam_search`; `cache` leaves have leading dim batch; prefix int32 [batch, P]:
-    the tokens each row takes first (`force_prefix`; the log-probs count them);
-    constraint, constraint_state: the most probable token the constraint allows.
+  Args: as `beam_search`'s; `cache` leaves have leading dim batch.
 
   Returns:
     sequences int32 [batch, max_decode_len] (no BOS, EOS then PAD) and their log-probs
     float32 [batch]. Stops as soon as every sentence has ended.
   """
-  max_lengths = _check_args(cache, max_lengths, max_decode_len)
-  max_lengths = _prefix_limits(max_lengths, prefix, max_decode_len)
-  if (constraint is None) != (constraint_state is None):
-    raise ValueError("constraint and constraint_state go together")
-  state = init_greedy_state(cache, max_lengths.shape[0], max_decode_len, constraint_state)
-  final = greedy_stage(
-    state,
-    tokens_to_logits=tokens_to_logits,
+  return _row_search(
+    tokens_to_logits,
+    cache,
+    greedy_pick,
     max_lengths=max_lengths,
-    bound=max_decode_len,
-    until=0,
+    max_decode_len=max_decode_len,
+    keys=None,
     eos_id=eos_id,
     bos_id=bos_id,
     prefix=prefix,
     constraint=constraint,
-  )
-  return final.seqs, final.log_probs
-
-
-def _greedy_choice(
-  logits: jax.Array,
-  step: jax.Array,
-  max_lengths: jax.Array,
-  eos_id: int,
-  prefix: jax.Array | None,
-  constraint: Any,
-  state: "_GreedyState",
-) -> tuple[jax.Array, jax.Array]:
-  """(token int32 [rows], its log-probability [rows]) of one greedy step, from logits
-  float32 [rows, vocab]: the most probable token the prefix and constraint allow, EOS at
-  the limit. The [rows, vocab] log-probabilities are never written: the choice is made on
-  the logits (log-softmax keeps their order) and only the chosen token's log-probability
-  is computed, as jax.nn.log_softmax computes it."""
-  choosable = logits
-  if prefix is not None:
-    forced, forced_token = _prefix_tokens(prefix, step)
-    other = jnp.arange(logits.shape[-1]) != forced_token[:, None]
-    choosable = jnp.where(forced[:, None] & other, NEG_INF, choosable)
-  if constraint is not None:
-    choosable = jnp.where(constraint.allowed(state.constraint), choosable, NEG_INF)
-  token = argmax(choosable).astype(jnp.int32)
-  token = jnp.where(step + 1 >= max_lengths, eos_id, token)
-  row_max = jnp.max(logits, axis=-1)
-  log_normalizer = jnp.log(jnp.sum(jnp.exp(logits - row_max[:, None]), axis=-1))
-  chosen = jnp.take_along_axis(logits, token[:, None], axis=-1)
-  return token, _log_probs_of(chosen, row_max, log_normalizer)[:, 0]
-
-
-def init_greedy_state(
-  cache: Cache, batch_size: int, max_decode_len: int, constraint_state: PyTree = None
-) -> _GreedyState:
-  """Greedy search's state before the first step (`cache` and `constraint_state` per row)."""
-  return _GreedyState(
-    step=jnp.array(0, jnp.int32),
-    seqs=jnp.full((batch_size, max_decode_len), PAD_ID, jnp.int32),
-    log_probs=jnp.zeros((batch_size,), jnp.float32),
-    finished=jnp.zeros((batch_size,), bool),
-    cache=cache,
-    constraint=constraint_state,
+    sources=sources,
+    eos_only_at_limit=eos_only_at_limit,
+    no_repeat_ngram=no_repeat_ngram,
+    staged=staged,
   )
 
 
-def greedy_stage(
-  state: _GreedyState,
-  *,
+def sample_search(
   tokens_to_logits: TokensToLogits,
-  max_lengths: jax.Array,
-  bound: int,
-  until: int | jax.Array,
+  cache: Cache,
+  *,
+  max_lengths: ArrayLike,
+  max_decode_len: int,
+  keys: jax.Array,
+  temperature: float | jax.Array = 1.0,
+  topk: int | jax.Array = 0,
+  topp: float | jax.Array = 1.0,
   eos_id: int = EOS_ID,
   bos_id: int = BOS_ID,
   prefix: jax.Array | None = None,
   constraint: Any = None,
-) -> _GreedyState:
-  """Greedy steps in one `lax.while_loop`, until step == `bound` (the cache's length in
-  positions) or at most `until` rows have not ended: the unit that `greedy_search` runs
-  once and `run_in_stages` calls from the host. A row that has ended takes PAD."""
+  sources: jax.Array | None = None,
+  eos_only_at_limit: bool = False,
+  no_repeat_ngram: int = 0,
+  staged: bool = False,
+) -> tuple[jax.Array, jax.Array]:
+  """Draws every output token (`SamplePick`) until EOS, or the forced EOS at the limit
+  (ancestral sampling), as one program.
 
-  def cond(state: _GreedyState) -> jax.Array:
-    return (state.step < bound) & (jnp.sum(~state.finished) > until)
+  Args: as `greedy_search`, one row per sample (`cache` and `max_lengths` with leading dim
+    rows); keys: uint32 key data [rows, 2] (`sample_keys`); temperature, topk, topp: see
+    `sampling_log_probs` (may be traced).
 
-  def body(state: _GreedyState) -> _GreedyState:
-    ids = _last_tokens(state.seqs, state.step, bos_id)
-    logits, cache = tokens_to_logits(ids.reshape(-1, 1), state.cache)
-    token, token_log_prob = _greedy_choice(
-      logits.astype(jnp.float32), state.step, max_lengths, eos_id, prefix, constraint, state
-    )
-    token = jnp.where(state.finished, PAD_ID, token)
-    seqs = lax.dynamic_update_slice_in_dim(state.seqs, token[:, None], state.step, axis=1)
-    return _GreedyState(
-      step=state.step + 1,
-      seqs=seqs,
-      log_probs=state.log_probs + jnp.where(state.finished, 0.0, token_log_prob),
-      finished=state.finished | (token == eos_id),
-      cache=cache,
-      constraint=None if constraint is None else constraint.advance(state.constraint, token),
-    )
-
-  return lax.while_loop(cond, body, _materialized(state))
+  Returns:
+    sequences int32 [rows, max_decode_len] (no BOS, EOS then PAD) and their log-probs
+    float32 [rows] under the model itself (before temperature and truncation), so that
+    they rank and compare with beam search's.
+  """
+  rows = jnp.shape(max_lengths)[0]
+  if keys.shape != (rows, 2):
+    raise ValueError(f"keys of shape {keys.shape}: need one key per row, ({rows}, 2)")
+  return _row_search(
+    tokens_to_logits,
+    cache,
+    SamplePick(temperature, topk, topp, bos_id),
+    max_lengths=max_lengths,
+    max_decode_len=max_decode_len,
+    keys=keys,
+    eos_id=eos_id,
+    bos_id=bos_id,
+    prefix=prefix,
+    constraint=constraint,
+    sources=sources,
+    eos_only_at_limit=eos_only_at_limit,
+    no_repeat_ngram=no_repeat_ngram,
+    staged=staged,
+  )
 
 
 # --- running a search in stages from the host -------------------------------------------------
@@ -1102,128 +1157,6 @@ def sample_keys(seed: int | jax.Array, sentence_ids: ArrayLike, num_samples: int
 
   keys = jax.vmap(of_sentence)(jnp.asarray(sentence_ids))
   return keys.reshape(-1, keys.shape[-1])
-
-
-class _SampleState(NamedTuple):
-  step: jax.Array  # int32 scalar: tokens drawn so far
-  seqs: jax.Array  # int32 [rows, max_decode_len]
-  log_probs: jax.Array  # float32 [rows]: the model's log p of the tokens drawn (EOS included)
-  finished: jax.Array  # bool [rows]
-  cache: Cache  # leaves [rows, ...]
-
-
-def sample_search(
-  tokens_to_logits: TokensToLogits,
-  cache: Cache,
-  *,
-  max_lengths: ArrayLike,
-  max_decode_len: int,
-  keys: jax.Array,
-  temperature: float | jax.Array = 1.0,
-  topk: int | jax.Array = 0,
-  topp: float | jax.Array = 1.0,
-  eos_id: int = EOS_ID,
-  bos_id: int = BOS_ID,
-  prefix: jax.Array | None = None,
-) -> tuple[jax.Array, jax.Array]:
-  """Draws every output token from `sampling_log_probs` of the model's next-token
-  distribution without PAD and BOS (ancestral sampling) until EOS, or the forced EOS at the
-  limit.
-
-  Args: as `greedy_search`, one row per sample (`cache` and `max_lengths` with leading dim
-    rows); keys: uint32 key data [rows, 2] (`sample_keys`), the token of step t in row r
-    drawn with fold_in(keys[r], t); temperature, topk, topp: see `sampling_log_probs`
-    (may be traced); prefix int32 [rows, P]: the tokens each row takes first
-    (`force_prefix`: the only token with nonzero probability; the log-probs count them).
-
-  Returns:
-    sequences int32 [rows, max_decode_len] (no BOS, EOS then PAD) and their log-probs
-    float32 [rows] under the model itself (before temperature and truncation), so that
-    they rank and compare with beam search's.
-  """
-  max_lengths = _check_args(cache, max_lengths, max_decode_len)
-  max_lengths = _prefix_limits(max_lengths, prefix, max_decode_len)
-  rows = max_lengths.shape[0]
-  if keys.shape != (rows, 2):
-    raise ValueError(f"keys of shape {keys.shape}: need one key per row, ({rows}, 2)")
-  final = sample_stage(
-    init_sample_state(cache, rows, max_decode_len),
-    tokens_to_logits=tokens_to_logits,
-    max_lengths=max_lengths,
-    keys=keys,
-    bound=max_decode_len,
-    until=0,
-    temperature=temperature,
-    topk=topk,
-    topp=topp,
-    eos_id=eos_id,
-    bos_id=bos_id,
-    prefix=prefix,
-  )
-  return final.seqs, final.log_probs
-
-
-def init_sample_state(cache: Cache, rows: int, max_decode_len: int) -> _SampleState:
-  """Sampling's state before the first draw (`cache` leaves with leading dim rows)."""
-  return _SampleState(
-    step=jnp.array(0, jnp.int32),
-    seqs=jnp.full((rows, max_decode_len), PAD_ID, jnp.int32),
-    log_probs=jnp.zeros((rows,), jnp.float32),
-    finished=jnp.zeros((rows,), bool),
-    cache=cache,
-  )
-
-
-def sample_stage(
-  state: _SampleState,
-  *,
-  tokens_to_logits: TokensToLogits,
-  max_lengths: jax.Array,
-  keys: jax.Array,
-  bound: int,
-  until: int | jax.Array,
-  temperature: float | jax.Array = 1.0,
-  topk: int | jax.Array = 0,
-  topp: float | jax.Array = 1.0,
-  eos_id: int = EOS_ID,
-  bos_id: int = BOS_ID,
-  prefix: jax.Array | None = None,
-) -> _SampleState:
-  """Draws in one `lax.while_loop`, until step == `bound` (the cache's length in positions)
-  or at most `until` rows have not ended: the unit that `sample_search` runs once and
-  `run_in_stages` calls from the host (as `greedy_stage`). Row r's token of step t is drawn
-  with fold_in(keys[r], t), so a row's draws do not depend on the rows beside it or on the
-  stage it is drawn in. A row that has ended takes PAD."""
-
-  def cond(state: _SampleState) -> jax.Array:
-    return (state.step < bound) & (jnp.sum(~state.finished) > until)
-
-  def body(state: _SampleState) -> _SampleState:
-    ids = _last_tokens(state.seqs, state.step, bos_id)
-    log_probs, cache = _next_log_probs(
-      tokens_to_logits, ids, state.cache, state.step, max_lengths, eos_id
-    )
-    if prefix is not None:
-      log_probs = force_prefix(log_probs, state.step, prefix)
-    # PAD and BOS are never outputs (fairseq's sampler masks PAD the same way).
-    never = (jnp.arange(log_probs.shape[-1]) == PAD_ID) | (
-      jnp.arange(log_probs.shape[-1]) == bos_id
-    )
-    drawn_from = sampling_log_probs(jnp.where(never, NEG_INF, log_probs), temperature, topk, topp)
-    step_keys = jax.vmap(lambda k: jax.random.fold_in(k, state.step))(keys)
-    token = draw_tokens(step_keys, drawn_from)
-    token_log_prob = jnp.take_along_axis(log_probs, token[:, None], axis=-1)[:, 0]
-    token = jnp.where(state.finished, PAD_ID, token)
-    seqs = lax.dynamic_update_slice_in_dim(state.seqs, token[:, None], state.step, axis=1)
-    return _SampleState(
-      step=state.step + 1,
-      seqs=seqs,
-      log_probs=state.log_probs + jnp.where(state.finished, 0.0, token_log_prob),
-      finished=state.finished | (token == eos_id),
-      cache=cache,
-    )
-
-  return lax.while_loop(cond, body, _materialized(state))
 
 
 # --- ensembles --------------------------------------------------------------------------------

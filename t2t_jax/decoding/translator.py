@@ -5,605 +5,38 @@ for batching and put back in input order; padded shapes are rounded so that few 
 """
 
 import dataclasses
-import functools
-import os
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
-import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 from absl import logging
 from flax.typing import VariableDict
-from jax.typing import ArrayLike
 
-from t2t_jax import compilation
 from t2t_jax import data as data_lib
 from t2t_jax.data.tokenizer import Tokenizer
-from t2t_jax.decoding import constraints, search
+from t2t_jax.decoding import batching, search
+from t2t_jax.decoding import workdirs as workdirs_lib
+from t2t_jax.decoding.batching import source_buckets
 from t2t_jax.decoding.config import PAPER_SEARCH, SearchConfig
-from t2t_jax.model import (
-  Transformer,
-  TransformerConfig,
-  beam_search_cache,
-  map_self_attention_cache,
-)
+from t2t_jax.decoding.programs import search_batch
+from t2t_jax.decoding.workdirs import TranslateError, load_config, task_constraint
+from t2t_jax.model import Transformer, TransformerConfig
 from t2t_jax.run import checkpoint
-from t2t_jax.run.files import sha256_file
-from t2t_jax.run.workdir import Workdir, WorkdirFileError
 from t2t_jax.tokens import EOS_ID, PAD_ID
 
-
-class TranslateError(ValueError):
-  """A workdir, checkpoint choice or input file that cannot be used; names the path."""
-
-
-def load_config(workdir: str) -> ml_collections.ConfigDict:
-  """The resolved config t2t-train wrote to <workdir>/config.json; data fields added since
-  that version have their defaults (model and search fields get theirs when
-  TransformerConfig and SearchConfig are built from it)."""
-  try:
-    values = Workdir(workdir).config_values()
-  except WorkdirFileError as e:
-    raise TranslateError(str(e)) from None
-  if values is None:
-    raise TranslateError(f"{workdir}: no {Workdir.CONFIG} (not a t2t-train workdir?)")
-  config = ml_collections.ConfigDict(values)
-  if "data" in config:
-    config.data = data_lib.config.with_defaults(config.data)
-  return config
-
-
-def _load_tokenizer(config: ml_collections.ConfigDict, workdir: str) -> Tokenizer:
-  path = data_lib.vocab_path(config.data, workdir)
-  if not os.path.exists(str(path)):
-    raise TranslateError(f"{workdir}: vocabulary {path} is missing")
-  return data_lib.load_tokenizer(path)
-
-
-def _check_vocabulary(workdir: str, steps: Sequence[int], vocab: str | os.PathLike) -> None:
-  """Refuses a vocabulary other than the one the checkpoints were trained with."""
-  ckpts = checkpoint.Checkpoints(workdir)
-  have = sha256_file(str(vocab))
-  for step in steps:
-    saved = ckpts.fingerprint(step)
-    if saved is not None and saved["vocab_sha256"] != have:
-      raise TranslateError(
-        f"vocabulary {vocab} (sha256 {have}) is not the one checkpoint {ckpts.path(step)} "
-        f"was trained with (sha256 {saved['vocab_sha256']})"
-      )
-
-
-def source_buckets(max_len: int) -> list[int]:
-  """Padded source lengths of translate()'s batches: 16, 24, 32, 48, 64, 96, ... (powers of
-  two and 1.5 times them) up to max_len. A batch is padded by at most half, so the encoder
-  and cross-attention do little wasted work, while batches of nearby lengths share a shape
-  (and their compiled stages) as multiples of 8 did not."""
-  out = [16]
-  while out[-1] < max_len:
-    is_power_of_two = (out[-1] & (out[-1] - 1)) == 0
-    out.append(out[-1] * 3 // 2 if is_power_of_two else out[-1] * 4 // 3)
-  return [min(b, max_len) for b in out]
-
-
-def _round_up(n: int, multiple: int) -> int:
-  return -(-n // multiple) * multiple
-
-
-Members = tuple[Transformer, ...]
-
-
-def _as_members(
-  params: VariableDict | tuple[VariableDict, ...], model: Transformer | Members
-) -> tuple[tuple[VariableDict, ...], Members]:
-  """(params, models) as tuples: one member, or an ensemble's members."""
-  if isinstance(model, tuple):
-    return tuple(params), model
-  return (params,), (model,)
-
-
-def _param_shapes(model: Transformer) -> Any:
-  """The shapes and dtypes of `model`'s parameters, which a checkpoint must match: traced
-  from its init once per machine (kept by the compilation cache; the trace of a base-sized
-  model's init is most of a second of every start)."""
-
-  def trace() -> Any:
-    dummy = jnp.ones((1, 4), jnp.int32)
-    return jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), dummy, dummy))["params"]
-
-  return compilation.stored_shapes("Transformer params", model.config, trace)
-
-
-def _member_caches(
-  member_params: tuple[VariableDict, ...],
-  models: Members,
-  inputs: jax.Array,
-  max_decode_len: int,
-  repeats: int = 1,
-) -> tuple[VariableDict, ...]:
-  """Each member encodes the input once and builds its decoding cache (`init_cache`), with
-  every sentence's encoder output repeated `repeats` times (one row per sample)."""
-  caches = []
-  for member, params in zip(models, member_params):
-    encoded = member.apply({"params": params}, inputs, method=Transformer.encode)
-    member_inputs = inputs
-    if repeats > 1:
-      encoded, member_inputs = (jnp.repeat(x, repeats, axis=0) for x in (encoded, inputs))
-    _, state = member.apply(
-      {"params": params},
-      encoded,
-      member_inputs,
-      max_decode_len,
-      method=Transformer.init_cache,
-      mutable=["cache"],
-    )
-    caches.append(state["cache"])
-  return tuple(caches)
-
-
-def _combine(logits: list[jax.Array]) -> jax.Array:
-  """One member's logits, or an ensemble's next-token log-probabilities."""
-  return logits[0] if len(logits) == 1 else search.ensemble_log_probs(logits)
-
-
-def _row_model(
-  member_params: tuple[VariableDict, ...], models: Members, suppress_eos: bool
-) -> search.TokensToLogits:
-  """The per-row `tokens_to_logits` of greedy search and sampling over a tuple of member
-  caches; with suppress_eos EOS's logit is -1e9 (benchmarks: outputs run to their limit)."""
-
-  def tokens_to_logits(ids: jax.Array, caches: tuple) -> tuple[jax.Array, tuple]:
-    logits, new_caches = [], []
-    for member, params, cache in zip(models, member_params, caches):
-      member_logits, new = member.apply(
-        {"params": params, "cache": cache}, ids, method=Transformer.decode_step, mutable=["cache"]
-      )
-      logits.append(member_logits)
-      new_caches.append(new["cache"])
-    combined = _combine(logits)
-    if suppress_eos:
-      combined = jnp.where(jnp.arange(combined.shape[-1]) == EOS_ID, -1e9, combined)
-    return combined, tuple(new_caches)
-
-  return tokens_to_logits
-
-
-BeamCache = tuple[tuple[VariableDict, ...], search.BeamSlots]
-
-
-def _beam_model(
-  member_params: tuple[VariableDict, ...], models: Members
-) -> tuple[search.TokensToLogits, Any]:
-  """(tokens_to_logits, reorder_cache) of the beam-aware search: ids [batch, beam] through
-  `Transformer.decode_beam_step`, members' caches never moved, one `BeamSlots` table
-  reordered for all of them."""
-
-  def tokens_to_logits(ids: jax.Array, cache: BeamCache) -> tuple[jax.Array, BeamCache]:
-    model_caches, slots = cache
-    mask = slots.attention_mask()
-    logits, new_caches = [], []
-    for member, params, model_cache in zip(models, member_params, model_caches):
-      member_logits, new = member.apply(
-        {"params": params, "cache": model_cache},
-        ids,
-        mask,
-        method=Transformer.decode_beam_step,
-        mutable=["cache"],
-      )
-      logits.append(member_logits)
-      new_caches.append(new["cache"])
-    return _combine(logits), (tuple(new_caches), slots)
-
-  def reorder(cache: BeamCache, parents: jax.Array) -> BeamCache:
-    model_caches, slots = cache
-    return model_caches, slots.reorder(parents)
-
-  return tokens_to_logits, reorder
-
-
-def _resize_cache(cache: Any, length: int, beam_size: int) -> Any:
-  """A cache cut or zero-padded to `length` positions: beam search's (member caches with
-  beam_size slots per position, and the BeamSlots table) or greedy search's (member
-  caches, one slot per position)."""
-
-  def resize(caches: tuple, slots_per_position: int) -> tuple:
-    fn = lambda x: search.resize_positions(x, length * slots_per_position)
-    return tuple(map_self_attention_cache(c, fn) for c in caches)
-
-  if beam_size == 1:
-    return resize(cache, 1)
-  model_caches, slots = cache
-  return resize(model_caches, beam_size), slots.resize(length)
-
-
-def _beam_cache(caches: tuple[VariableDict, ...], beam_size: int, max_decode_len: int) -> BeamCache:
-  batch = jax.tree_util.tree_leaves(caches)[0].shape[0]
-  beam_caches = tuple(beam_search_cache(c, beam_size) for c in caches)
-  return beam_caches, search.BeamSlots.create(batch, beam_size, max_decode_len)
-
-
-class Draw(NamedTuple):
-  """The traced settings of sampling (`decode`'s draw): other values reuse the compilation."""
-
-  temperature: jax.Array  # float32 scalar
-  topk: jax.Array  # int32 scalar, 0: all tokens
-  topp: jax.Array  # float32 scalar, 1: all tokens
-  seed: jax.Array  # int32 scalar
-  sentence_ids: jax.Array  # int32 [batch]: each row's index in the input (search.sample_keys)
-
-  @classmethod
-  def of(cls, settings: SearchConfig, sentence_ids: ArrayLike) -> "Draw":
-    return cls(
-      temperature=jnp.float32(settings.sampling_temperature),
-      topk=jnp.int32(settings.sampling_topk),
-      topp=jnp.float32(settings.sampling_topp),
-      seed=jnp.int32(settings.sampling_seed),
-      sentence_ids=jnp.asarray(sentence_ids, jnp.int32),
-    )
-
-
-def decode(
-  params: VariableDict | tuple[VariableDict, ...],
-  inputs: jax.Array,
-  max_lengths: jax.Array,
-  alpha: float | jax.Array,
-  *,
-  model: Transformer | Members,
-  max_decode_len: int,
-  beam_size: int,
-  suppress_eos: bool = False,
-  stop: str = SearchConfig.beam_stop,
-  draw: Draw | None = None,
-  num_samples: int = 1,
-  prefix: jax.Array | None = None,
-  final: int | None = None,
-  constraint: Any = None,
-) -> tuple[jax.Array, jax.Array]:
-  """Encodes once, builds the cache, then beam search (beam_size > 1), greedy decoding, or
-  with `draw` sampling (`num_samples` per sentence, `search.sample_search`), as one
-  program (jit it whole); `search_batch` runs every search in stages instead
-  (`decode_in_stages`), with the same outputs.
-
-  Beam search runs the decoder on [batch, beam] ids (`Transformer.decode_beam_step`): the
-  hypotheses of a sentence share its encoder keys/values, and their self-attention entries
-  are written in place and read through `search.BeamSlots`, so no cache is copied per
-  hypothesis or gathered after a step.
-
-  An ensemble: `model` a tuple of Transformers and `params` the tuple of their parameters
-  (same vocabulary). Each member encodes the input and keeps its own cache; the search calls
-  one step function that runs every member and combines their next-token distributions
-  (`search.ensemble_log_probs`: the normalised mean of their log-probabilities). Beam search
-  reorders one `BeamSlots` table shared by all members.
-
-  suppress_eos (benchmarks only): EOS is never chosen before the length limit, so every
-  output has exactly its max length whatever the parameters (beam search: EOS extensions
-  are offered only at the limit, `eos_only_at_limit`; greedy: EOS's logit is set to -1e9).
-  stop, final: beam search's stopping rule (`search.beam_search`): "exact" or "heuristic",
-  and how many best hypotheses it makes final (None: all).
-  prefix: int32 [batch, P], each sentence's forced first output tokens, PAD after them
-  (the searches' `prefix`). constraint: a `decoding.constraints` constraint that beam and
-  greedy search obey (its state from the inputs and the limits).
-
-  Sampling repeats each sentence's encoder output num_samples times (the encoder runs once)
-  and draws every sample on its own row of the per-row cache.
-
-  Returns:
-    beam search: `search.beam_search`'s (sequences [batch, beam, max_decode_len], scores
-    [batch, beam]); greedy: (sequences [batch, 1, max_decode_len], log-probs [batch, 1]);
-    sampling: (sequences [batch, num_samples, max_decode_len], log-probs [batch,
-    num_samples]), ordered by length-normalised score, best first (ties: sample order).
-  """
-  member_params, models = _as_members(params, model)
-  repeats = num_samples if draw is not None else 1
-  caches = _member_caches(member_params, models, inputs, max_decode_len, repeats)
-  if draw is not None:
-    seqs, log_probs = search.sample_search(
-      _row_model(member_params, models, suppress_eos),
-      caches,
-      max_lengths=jnp.repeat(max_lengths, num_samples),
-      max_decode_len=max_decode_len,
-      keys=search.sample_keys(draw.seed, draw.sentence_ids, num_samples),
-      temperature=draw.temperature,
-      topk=draw.topk,
-      topp=draw.topp,
-      prefix=None if prefix is None else jnp.repeat(prefix, num_samples, axis=0),
-    )
-    seqs = seqs.reshape(-1, num_samples, max_decode_len)
-    return _samples_ranked(seqs, log_probs.reshape(-1, num_samples), alpha)
-
-  guide = dict(constraint=constraint, constraint_state=None)
-  if constraint is not None:
-    limits = search._prefix_limits(
-      jnp.clip(max_lengths.astype(jnp.int32), 1, max_decode_len), prefix, max_decode_len
-    )
-    guide["constraint_state"] = constraints.init_state(
-      constraint, inputs, max_lengths=limits, prefix=prefix
-    )
-  if beam_size == 1:
-    seqs, log_probs = search.greedy_search(
-      _row_model(member_params, models, suppress_eos),
-      caches,
-      max_lengths=max_lengths,
-      max_decode_len=max_decode_len,
-      prefix=prefix,
-      **guide,
-    )
-    return seqs[:, None], log_probs[:, None]
-
-  tokens_to_logits, reorder = _beam_model(member_params, models)
-  return search.beam_search(
-    tokens_to_logits,
-    _beam_cache(caches, beam_size, max_decode_len),
-    max_lengths=max_lengths,
-    max_decode_len=max_decode_len,
-    beam_size=beam_size,
-    alpha=alpha,
-    reorder_cache=reorder,
-    eos_only_at_limit=suppress_eos,
-    resize_cache=lambda cache, length: _resize_cache(cache, length, beam_size),
-    stop=stop,
-    prefix=prefix,
-    final=final,
-    **guide,
-  )
-
-
-# --- beam, greedy and sampling search in stages (search.run_in_stages) ------------------------
-
-
-class _Rows(NamedTuple):
-  """The rows of a staged search: the search state and each row's inputs."""
-
-  state: Any  # search._BeamState (beam_size > 1), _GreedyState or _SampleState
-  max_lengths: jax.Array  # int32 [rows], clipped, raised to fit each prefix
-  prefix: jax.Array | None  # int32 [rows, P]
-  keys: jax.Array | None = None  # sampling: uint32 [rows, 2], each row's key (sample_keys)
-
-
-class _Shaping(NamedTuple):
-  """Sampling's traced scalars (Draw without the per-sentence ids)."""
-
-  temperature: jax.Array
-  topk: jax.Array
-  topp: jax.Array
-
-
-@compilation.stored
-@functools.partial(
-  jax.jit,
-  static_argnames=("model", "max_decode_len", "beam_size", "first", "constraint", "num_samples"),
-)
-def _stage_start(
-  params: Any,
-  inputs: jax.Array,
-  max_lengths: jax.Array,
-  prefix: jax.Array | None,
-  draw: Draw | None = None,
-  *,
-  model: Transformer | Members,
-  max_decode_len: int,
-  beam_size: int,
-  first: int,
-  constraint: Any = None,
-  num_samples: int = 1,
-) -> _Rows:
-  """Encodes, builds the caches (`first` positions long) and the state before step 0.
-  Sampling (`draw`): one row per (sentence, sample), sentence-major, each with its key."""
-  member_params, models = _as_members(params, model)
-  repeats = num_samples if draw is not None else 1
-  caches = _member_caches(member_params, models, inputs, max_decode_len, repeats)
-  max_lengths = search._prefix_limits(
-    jnp.clip(max_lengths.astype(jnp.int32), 1, max_decode_len), prefix, max_decode_len
-  )
-  batch = inputs.shape[0]
-  if draw is not None:
-    if prefix is not None:
-      prefix = jnp.repeat(prefix, repeats, axis=0)
-    state = search.init_sample_state(caches, batch * repeats, max_decode_len)
-    if first < max_decode_len:
-      state = state._replace(cache=_resize_cache(state.cache, first, 1))
-    keys = search.sample_keys(draw.seed, draw.sentence_ids, repeats)
-    return _Rows(state, jnp.repeat(max_lengths, repeats), prefix, keys)
-  guided = None
-  if constraint is not None:
-    guided = constraints.init_state(constraint, inputs, max_lengths=max_lengths, prefix=prefix)
-  if beam_size == 1:
-    state = search.init_greedy_state(caches, batch, max_decode_len, guided)
-  else:
-    beam_cache = _beam_cache(caches, beam_size, max_decode_len)
-    state = search.init_beam_state(beam_cache, batch, beam_size, max_decode_len, guided)
-  if first < max_decode_len:
-    state = state._replace(cache=_resize_cache(state.cache, first, beam_size))
-  return _Rows(state, max_lengths, prefix)
-
-
-_STAGE_STATIC = ("model", "beam_size", "bound", "stop", "final", "suppress_eos", "constraint")
-
-
-@compilation.stored
-@functools.partial(jax.jit, static_argnames=_STAGE_STATIC, donate_argnames=("rows",))
-def _stage_run(
-  params: Any,
-  rows: _Rows,
-  alpha: jax.Array,
-  until: jax.Array,
-  shaping: _Shaping | None = None,
-  *,
-  model: Transformer | Members,
-  beam_size: int,
-  bound: int,
-  stop: str,
-  final: int | None,
-  suppress_eos: bool,
-  constraint: Any = None,
-) -> tuple[_Rows, jax.Array, jax.Array]:
-  """Search steps until step == bound or at most `until` rows are not done; (rows, step,
-  done [rows]), in one program so that a stage is one call."""
-  member_params, models = _as_members(params, model)
-  if shaping is not None:
-    state = search.sample_stage(
-      rows.state,
-      tokens_to_logits=_row_model(member_params, models, suppress_eos),
-      max_lengths=rows.max_lengths,
-      keys=rows.keys,
-      bound=bound,
-      until=until,
-      temperature=shaping.temperature,
-      topk=shaping.topk,
-      topp=shaping.topp,
-      prefix=rows.prefix,
-    )
-  elif beam_size == 1:
-    state = search.greedy_stage(
-      rows.state,
-      tokens_to_logits=_row_model(member_params, models, suppress_eos),
-      max_lengths=rows.max_lengths,
-      bound=bound,
-      until=until,
-      prefix=rows.prefix,
-      constraint=constraint,
-    )
-  else:
-    tokens_to_logits, reorder = _beam_model(member_params, models)
-    state = search.beam_stage(
-      rows.state,
-      tokens_to_logits=tokens_to_logits,
-      reorder_cache=reorder,
-      max_lengths=rows.max_lengths,
-      bound=bound,
-      until=until,
-      alpha=alpha,
-      stop=stop,
-      final=final,
-      eos_only_at_limit=suppress_eos,
-      prefix=rows.prefix,
-      constraint=constraint,
-    )
-    done = search.beam_done(state, rows.max_lengths, alpha, stop, final)
-    return rows._replace(state=state), state.step, done
-  return rows._replace(state=state), state.step, state.finished
-
-
-def _outputs(rows: _Rows, alpha: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """`decode`'s (sequences, scores) of every row."""
-  state = rows.state
-  if isinstance(state, (search._GreedyState, search._SampleState)):
-    return state.seqs[:, None], state.log_probs[:, None]
-  return search.beam_outputs(state, alpha)
-
-
-_stage_outputs = compilation.stored(jax.jit(_outputs))
-
-
-@compilation.stored
-@jax.jit
-def _stage_take(
-  rows: _Rows, keep: jax.Array, alpha: jax.Array
-) -> tuple[_Rows, tuple[jax.Array, jax.Array]]:
-  """(the rows `keep`, every row's outputs): results of the rows leaving the batch are
-  read in the same program that drops them."""
-  return search._map_nonscalar(lambda x: x[keep], rows), _outputs(rows, alpha)
-
-
-@compilation.stored
-@functools.partial(jax.jit, static_argnames=("length", "beam_size"))
-def _stage_resize(rows: _Rows, *, length: int, beam_size: int) -> _Rows:
-  state = rows.state
-  return rows._replace(state=state._replace(cache=_resize_cache(state.cache, length, beam_size)))
-
-
-# The smallest batch a staged search compacts to: below it a step costs about the same, and
-# every smaller size would compile stages of its own.
-MIN_ROWS = 8
-
-
-def decode_in_stages(
-  params: VariableDict | tuple[VariableDict, ...],
-  inputs: ArrayLike,
-  max_lengths: ArrayLike,
-  alpha: float,
-  *,
-  model: Transformer | Members,
-  max_decode_len: int,
-  beam_size: int,
-  suppress_eos: bool = False,
-  stop: str = SearchConfig.beam_stop,
-  prefix: ArrayLike | None = None,
-  final: int | None = None,
-  stats: search.StageStats | None = None,
-  constraint: Any = None,
-  draw: Draw | None = None,
-  num_samples: int = 1,
-) -> tuple[np.ndarray, np.ndarray]:
-  """`decode`'s beam, greedy and sampling search with `search.run_in_stages`: sentences
-  (samples) leave the batch (halving it) as they finish and the self-attention cache grows
-  with the output at every batch size. Same arguments and outputs as `decode` (numpy), the
-  same results; `stats` is added to (`search.StageStats`)."""
-  if beam_size > 1 and draw is None:
-    search.check_stop(stop, final, beam_size)
-  if draw is not None and constraint is not None:
-    raise ValueError("a constraint applies to beam and greedy search, not to sampling")
-  if draw is not None:
-    beam_size = 1  # one row per sample
-  bounds = search.segment_bounds(max_decode_len)
-  alpha = jnp.float32(alpha)
-  inputs = jnp.asarray(inputs, jnp.int32)
-  rows = _stage_start(
-    params,
-    inputs,
-    jnp.asarray(max_lengths, jnp.int32),
-    None if prefix is None else jnp.asarray(prefix, jnp.int32),
-    draw,
-    model=model,
-    max_decode_len=max_decode_len,
-    beam_size=beam_size,
-    first=bounds[0],
-    constraint=constraint,
-    num_samples=num_samples if draw is not None else 1,
-  )
-  shaping = None if draw is None else _Shaping(draw.temperature, draw.topk, draw.topp)
-  static = dict(stop=stop, final=final if beam_size > 1 else None)
-  stages = search.Stages(
-    run=lambda rows, bound, until: _stage_run(
-      params,
-      rows,
-      alpha,
-      jnp.int32(until),
-      shaping,
-      model=model,
-      beam_size=beam_size,
-      bound=bound,
-      suppress_eos=suppress_eos,
-      constraint=constraint,
-      **static,
-    ),
-    take=lambda rows, keep: _stage_take(rows, keep, alpha),
-    outputs=lambda rows: _stage_outputs(rows, alpha),
-    resize=lambda rows, length: _stage_resize(rows, length=length, beam_size=beam_size),
-  )
-  batch = inputs.shape[0]
-  if draw is None:
-    return search.run_in_stages(stages, rows, batch, bounds, min_rows=MIN_ROWS, stats=stats)
-  seqs, log_probs = search.run_in_stages(
-    stages, rows, batch * num_samples, bounds, min_rows=MIN_ROWS, stats=stats
-  )
-  ordered = _samples_ranked(
-    seqs.reshape(batch, num_samples, max_decode_len), log_probs.reshape(batch, num_samples), alpha
-  )
-  return tuple(np.asarray(x) for x in ordered)
-
-
-@compilation.stored
-@jax.jit
-def _samples_ranked(
-  seqs: jax.Array, log_probs: jax.Array, alpha: jax.Array
-) -> tuple[jax.Array, jax.Array]:
-  """Each sentence's samples (seqs [batch, num_samples, length], log_probs [batch,
-  num_samples]) ordered by length-normalised score, best first (ties: sample order)."""
-  lengths = jnp.sum(seqs != PAD_ID, axis=-1)
-  order = jnp.argsort(-(log_probs / search.length_penalty(lengths, alpha)), axis=1, stable=True)
-  return search.gather_beams(seqs, order), jnp.take_along_axis(log_probs, order, axis=1)
+# Names other modules and notebooks import from here.
+__all__ = [
+  "DecodeStats",
+  "Hypothesis",
+  "TranslateError",
+  "Translator",
+  "load_config",
+  "one_line",
+  "search_batch",
+  "source_buckets",
+  "task_constraint",
+]
 
 
 @dataclasses.dataclass
@@ -617,73 +50,6 @@ class DecodeStats(search.StageStats):
   sentences: int = 0
   rows: int = 0
   needed_row_steps: int = 0
-
-
-def search_batch(
-  params: VariableDict | tuple[VariableDict, ...],
-  inputs: ArrayLike,
-  max_lengths: ArrayLike,
-  *,
-  model: Transformer | Members,
-  max_decode_len: int,
-  search: SearchConfig = PAPER_SEARCH,
-  suppress_eos: bool = False,
-  nbest: bool = False,
-  sentence_ids: ArrayLike | None = None,
-  prefix: ArrayLike | None = None,
-  final: int | None = None,
-  stats: search.StageStats | None = None,
-  constraint: Any = None,
-) -> jax.Array | tuple[jax.Array, jax.Array]:
-  """Decodes one padded batch, the entry for code that holds a model and parameters but no
-  Translator (benchmarks, A/B timing). Beam, greedy and sampling search run in stages
-  (`decode_in_stages`).
-
-  final: how many of the best beam hypotheses must be exact when a sentence stops
-  (`search.beam_search`'s final); default 1 for the best output, all of them with nbest.
-  stats: a `search.StageStats` that the staged search adds to. constraint: a
-  `decoding.constraints` constraint for beam and greedy search (not sampling).
-
-  inputs: int32 [batch, source length] (PAD 0); max_lengths: int32 [batch], each output's
-  limit, EOS included. The search compiles once per model, shape, beam size, stop rule and
-  `suppress_eos` (see `decode`); alpha is traced, so other alphas reuse the compilation.
-  search.max_output_extra is the caller's business: it is already in `max_lengths`.
-
-  With search.sampling, row r's samples are keyed by sentence_ids[r] (default: r), its
-  index in the caller's input, so that a sentence's samples do not depend on its batch;
-  the temperature, top-k, top-p and seed are traced too.
-
-  An ensemble: `model` a tuple of Transformers and `params` the tuple of their parameters
-  (see `decode`). prefix: int32 [batch, P], the tokens each output starts with, PAD after
-  them (None or all-PAD rows: unconstrained).
-
-  Returns the best output per sentence, int32 [batch, max_decode_len]; with `nbest`, every
-  hypothesis kept: (sequences int32 [batch, beam, max_decode_len], scores float32 [batch,
-  beam]; beam search: length-normalised, greedy: raw log-probs; sampling: [batch,
-  num_samples, ...] with raw log-probs, best length-normalised score first).
-  """
-  draw = None
-  if search.sampling:
-    ids = np.arange(np.shape(inputs)[0]) if sentence_ids is None else sentence_ids
-    draw = Draw.of(search, ids)
-  seqs, scores = decode_in_stages(
-    params,
-    inputs,
-    max_lengths,
-    search.alpha,
-    model=model,
-    max_decode_len=max_decode_len,
-    beam_size=search.beam_size,
-    suppress_eos=suppress_eos,
-    stop=search.beam_stop,
-    prefix=prefix,
-    final=final if final is not None or nbest else 1,
-    stats=stats,
-    constraint=constraint,
-    draw=draw,
-    num_samples=search.num_samples if search.sampling else 1,
-  )
-  return (seqs, scores) if nbest else seqs[:, 0]
 
 
 _LINE_BREAKS = str.maketrans({"\n": " ", "\r": " ", "\t": " "})
@@ -735,39 +101,6 @@ def _hypotheses(
   return out
 
 
-def task_constraint(data_config: ml_collections.ConfigDict, tokenizer: Tokenizer) -> Any:
-  """The constraint of a task whose outputs have a grammar: for a source scored by trees
-  (parsing), well-formed trees over the source's words in the workdir's leaf form, no
-  deeper than config.data.tree_max_depth and with no longer runs of opening brackets than
-  tree_max_opens; None for translation."""
-  source = data_lib.sources.find(data_config.source)
-  if source is None or not source.scores_trees:
-    return None
-  pieces = [tokenizer.id_to_piece(i) for i in range(tokenizer.vocab_size)]
-  return constraints.TreeConstraint.for_symbols(
-    pieces,
-    data_config.get("tree_leaves", "xx"),
-    max_depth=data_config.get("tree_max_depth", 0) or 64,
-    max_opens=data_config.get("tree_max_opens", 0),
-  )
-
-
-class _MemberShape(NamedTuple):
-  vocab: str
-  vocab_sha256: str
-  vocab_size: int
-  max_len: int
-
-
-def _member_shape(workdir: str) -> _MemberShape:
-  """What an ensemble's members must share, from config.json and the vocabulary only."""
-  config = load_config(workdir)
-  tokenizer = _load_tokenizer(config, workdir)
-  vocab = str(data_lib.vocab_path(config.data, workdir))
-  model_cfg = TransformerConfig.from_dict(config.model.to_dict(), vocab_size=tokenizer.vocab_size)
-  return _MemberShape(vocab, sha256_file(vocab), model_cfg.vocab_size, model_cfg.max_len)
-
-
 def _name(translator: "Translator") -> str:
   return ",".join(translator.workdirs) or "a model"
 
@@ -776,12 +109,15 @@ class Translator:
   """A trained model with its vocabulary: `.translate(sentences)` and `.attention_weights`.
 
   `search` holds the decoding settings translate() uses unless told otherwise (from_workdir:
-  the workdir's config); max_output_extra= and beam_stop= override its fields.
-  compilation_cache: JAX's persistent compilation cache directory ('default': see
-  `t2t_jax.compilation`; None or 'off': none), set for the process unless it has one, so
-  that the searches compiled here are read back by later processes. `stats` sums what the
-  searches did (`DecodeStats`). constraint: the grammar beam and greedy search obey when
-  search.constrained (`task_constraint`; from_workdir sets the workdir's).
+  the workdir's config); max_output_extra= and beam_stop= override its fields. `stats` sums
+  what the searches did (`DecodeStats`). constraint: the grammar every search obeys when
+  search.constrained (`task_constraint`; from_workdir sets the workdir's). The other
+  keyword arguments are what from_workdir and ensemble know: the checkpoint steps, the
+  target language, the workdirs, an ensemble's members and their steps.
+
+  Building one changes nothing outside it: JAX's persistent compilation cache is the
+  caller's (t2t-translate turns it on; API and notebook users call
+  `t2t_jax.compilation.enable()` once, docs/translation.md).
   """
 
   def __init__(
@@ -793,23 +129,30 @@ class Translator:
     batch_tokens: int = 4096,
     beam_stop: str | None = None,
     search: SearchConfig = PAPER_SEARCH,
-    compilation_cache: str | None = "default",
     constraint: Any = None,
+    *,
+    checkpoint_steps: Sequence[int] = (),
+    target_lang: str = "de",
+    workdirs: Sequence[str] = (),
+    members: Sequence[tuple[Transformer, VariableDict]] = (),
+    member_steps: Sequence[Sequence[int]] = (),
   ) -> None:
-    compilation.enable(compilation_cache)
     self.search = search.override(max_output_extra=max_output_extra, beam_stop=beam_stop)
     # The grammar of the task's outputs (parsing workdirs: `constraints.TreeConstraint`,
-    # `task_constraint`), obeyed by beam and greedy search when search.constrained.
+    # `task_constraint`), obeyed by every search when search.constrained.
     self.constraint: Any = constraint
     self.model, self.params, self.tokenizer = model, params, tokenizer
     self.batch_tokens = batch_tokens
-    self.checkpoint_steps: list[int] = []
-    self.target_lang = "de"
+    self.checkpoint_steps: list[int] = list(checkpoint_steps)
+    self.target_lang = target_lang
     # An ensemble's (model, params) per member (`ensemble`); `model` and `params` are the
     # first member's, which sets max_len and the vocabulary.
-    self.members: tuple[tuple[Transformer, VariableDict], ...] = ((model, params),)
-    self.workdirs: list[str] = []
-    self.member_steps: list[list[int]] = []  # an ensemble's checkpoint steps per member
+    self.members: tuple[tuple[Transformer, VariableDict], ...] = tuple(members) or (
+      (model, params),
+    )
+    self.workdirs: list[str] = list(workdirs)
+    # an ensemble's checkpoint steps per member
+    self.member_steps: list[list[int]] = [list(m) for m in member_steps]
     self.stats = DecodeStats()  # summed over every batch translated; reassign to reset
 
   @classmethod
@@ -831,14 +174,18 @@ class Translator:
           )
     kwargs.setdefault("search", first.search)
     kwargs.setdefault("batch_tokens", first.batch_tokens)
-    out = cls(first.model, first.params, first.tokenizer, **kwargs)
-    out.members = tuple(m for t in translators for m in t.members)
-    out.checkpoint_steps = list(first.checkpoint_steps)
-    out.workdirs = [w for t in translators for w in t.workdirs]
-    out.member_steps = [list(t.checkpoint_steps) for t in translators]
-    out.target_lang = first.target_lang
-    out.constraint = first.constraint
-    return out
+    kwargs.setdefault("constraint", first.constraint)
+    return cls(
+      first.model,
+      first.params,
+      first.tokenizer,
+      checkpoint_steps=first.checkpoint_steps,
+      target_lang=first.target_lang,
+      workdirs=[w for t in translators for w in t.workdirs],
+      members=[m for t in translators for m in t.members],
+      member_steps=[t.checkpoint_steps for t in translators],
+      **kwargs,
+    )
 
   @classmethod
   def from_workdirs(
@@ -850,9 +197,9 @@ class Translator:
     vocabulary size and max_len: otherwise refused in one line naming both workdirs."""
     if len(workdirs) == 1:
       return cls.from_workdir(workdirs[0], checkpoint_spec, **kwargs)
-    first = _member_shape(workdirs[0])
+    first = workdirs_lib.member_shape(workdirs[0])
     for workdir in workdirs[1:]:
-      other = _member_shape(workdir)
+      other = workdirs_lib.member_shape(workdir)
       if other.vocab_sha256 != first.vocab_sha256:
         raise TranslateError(
           f"ensemble: vocabulary {other.vocab} (sha256 {other.vocab_sha256}) differs from "
@@ -867,7 +214,7 @@ class Translator:
     members = [cls.from_workdir(w, checkpoint_spec, **kwargs) for w in workdirs]
     return cls.ensemble(members, **kwargs)
 
-  def _decoder(self) -> tuple[Any, Any]:
+  def decoder(self) -> tuple[Any, Any]:
     """(params, model) as `search_batch` takes them: one model's, or tuples of the
     members'."""
     if len(self.members) == 1:
@@ -893,18 +240,23 @@ class Translator:
     Translator()."""
     config = load_config(workdir)
     checkpoint_spec = checkpoint.resolve_spec(workdir, checkpoint_spec)
-    tokenizer = _load_tokenizer(config, workdir)
+    tokenizer = workdirs_lib.load_tokenizer(config, workdir)
     model_cfg = TransformerConfig.from_dict(config.model.to_dict(), vocab_size=tokenizer.vocab_size)
     model = Transformer(model_cfg)
-    params, steps = checkpoint.load_params(workdir, checkpoint_spec, _param_shapes(model))
-    _check_vocabulary(workdir, steps, data_lib.vocab_path(config.data, workdir))
+    shapes = workdirs_lib.param_shapes(model)
+    params, steps = checkpoint.load_params(workdir, checkpoint_spec, shapes)
+    workdirs_lib.check_vocabulary(workdir, steps, data_lib.vocab_path(config.data, workdir))
     kwargs.setdefault("search", SearchConfig.from_config(config))
-    translator = cls(model, params, tokenizer, **kwargs)
-    translator.checkpoint_steps = steps
-    translator.workdirs = [workdir]
-    translator.target_lang = data_lib.target_language(config.data)
-    translator.constraint = task_constraint(config.data, tokenizer)
-    return translator
+    return cls(
+      model,
+      params,
+      tokenizer,
+      constraint=task_constraint(config.data, tokenizer),
+      checkpoint_steps=steps,
+      target_lang=data_lib.target_language(config.data),
+      workdirs=[workdir],
+      **kwargs,
+    )
 
   def _settings(
     self, beam_size: int | None, alpha: float | None, search: SearchConfig | None
@@ -913,7 +265,7 @@ class Translator:
     alpha given replacing its own."""
     return (search or self.search).override(beam_size=beam_size, alpha=alpha)
 
-  def _source_ids(self, sentences: Sequence[str], source_name: str = "input") -> list[list[int]]:
+  def source_ids(self, sentences: Sequence[str], source_name: str = "input") -> list[list[int]]:
     """Token ids + EOS per sentence; longer than the model's max_len: cut to it, with one
     warning for all of `source_name`."""
     max_len = self.model.config.max_len
@@ -966,10 +318,10 @@ class Translator:
     settings = self._settings(beam_size, alpha, search)
     self._check_nbest(nbest, settings)
     prefix_ids = self._prefix_ids(prefixes, len(sentences), prefix_name, source_name)
-    sources = self._source_ids(sentences, source_name)
+    sources = self.source_ids(sentences, source_name)
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     outputs: list = [None] * len(sources)
-    for batch in self._batches(order, sources):
+    for batch in batching.batches(order, sources, self.batch_tokens):
       batch_prefixes = None if prefix_ids is None else [prefix_ids[i] for i in batch]
       results = self._translate_batch(
         [sources[i] for i in batch], settings, nbest, ids=batch, prefixes=batch_prefixes
@@ -1047,23 +399,12 @@ class Translator:
 
   def buckets(self) -> list[int]:
     """Padded source lengths of streaming translation: 16, 32, 64, ... up to max_len."""
-    max_len, out = self.model.config.max_len, []
-    while not out or out[-1] < max_len:
-      out.append(min(16 << len(out), max_len))
-    return out
+    return batching.stream_buckets(self.model.config.max_len)
 
-  def _bucket_shape(
-    self, source_len: int, max_output_extra: int, buckets: Sequence[int] | None = None
-  ) -> tuple[int, int]:
-    """(padded source length, static output length) of a batch whose longest source has
-    `source_len` tokens: the smallest of `buckets` (default: `source_buckets`) at least
-    `source_len`, and the power of two (from 16) at least that + max_output_extra, both
-    within max_len. Batches of one bucket have one shape and share their compiled stages;
-    each output's own limit stays its source + extra."""
-    max_len = self.model.config.max_len  # both bucket lists end at it
-    bucket = next(b for b in (buckets or source_buckets(max_len)) if b >= source_len)
-    longest = search._power_of_two_at_least(max(bucket + max_output_extra, search.FIRST_SEGMENT))
-    return bucket, min(longest, max_len)
+  def _bucket_shape(self, source_len: int, max_output_extra: int) -> tuple[int, int]:
+    """`batching.bucket_shape` over the stream's buckets."""
+    max_len = self.model.config.max_len
+    return batching.bucket_shape(max_len, source_len, max_output_extra, self.buckets())
 
   def warm_up(
     self,
@@ -1075,7 +416,7 @@ class Translator:
     """Compiles the search for every bucket, so that translate_stream never compiles."""
     settings = self._settings(beam_size, alpha, search)
     for bucket in self.buckets():
-      shape = self._bucket_shape(bucket, settings.max_output_extra, self.buckets())
+      shape = self._bucket_shape(bucket, settings.max_output_extra)
       self._translate_batch([[EOS_ID]], settings, nbest, shape, ids=[0])
 
   def translate_stream(
@@ -1096,63 +437,9 @@ class Translator:
     settings = self._settings(beam_size, alpha, search)
     self._check_nbest(nbest, settings)
     for index, line in enumerate(lines):
-      source = self._source_ids([line])[0]
-      shape = self._bucket_shape(len(source), settings.max_output_extra, self.buckets())
+      source = self.source_ids([line])[0]
+      shape = self._bucket_shape(len(source), settings.max_output_extra)
       yield self._translate_batch([source], settings, nbest, shape, ids=[index])[0]
-
-  def _batches(self, order: Sequence[int], sources: Sequence[Sequence[int]]) -> Iterator[list[int]]:
-    """Consecutive runs of `order` within batch_tokens (rows x longest source). Every batch
-    but the last holds a power of two of sentences (the rest start the next batch), so that
-    `_padded_batch` adds no padding rows to it."""
-    start = 0
-    while start < len(order):
-      n, longest = 0, 0
-      while start + n < len(order):
-        longer = max(longest, len(sources[order[start + n]]))
-        if n and (n + 1) * longer > self.batch_tokens:
-          break
-        n, longest = n + 1, longer
-      if start + n < len(order):
-        n = 1 << (n.bit_length() - 1)
-      yield list(order[start : start + n])
-      start += n
-
-  def _padded_batch(
-    self,
-    sources: Sequence[Sequence[int]],
-    extra: int,
-    shape: tuple[int, int] | None,
-    prefixes: Sequence[Sequence[int]] | None = None,
-  ) -> tuple[np.ndarray, np.ndarray, int, np.ndarray | None]:
-    """(inputs, limits, max_decode_len, prefix) of one batch: rows rounded up to a power of
-    two, the source length to its bucket and the output length to the bucket's
-    (`_bucket_shape`: few distinct shapes, few compilations), unless `shape` fixes (source
-    length, max_decode_len). A limit is at least its prefix's length + 1, which may
-    lengthen max_decode_len to the next power of two; prefix: int32 [rows, P] PAD-padded,
-    or None when no sentence has one."""
-    max_len = self.model.config.max_len
-    src_len, max_decode_len = shape or self._bucket_shape(max(map(len, sources)), extra)
-    rows = 1 << (len(sources) - 1).bit_length()
-    inputs = np.full((rows, src_len), PAD_ID, np.int32)
-    for r, s in enumerate(sources):
-      inputs[r, : len(s)] = s
-    limits = np.array([len(s) + extra for s in sources] + [1] * (rows - len(sources)), np.int32)
-    prefix = None
-    if prefixes is not None and any(prefixes):
-      prefix = np.full((rows, _round_up(max(map(len, prefixes)), 8)), PAD_ID, np.int32)
-      for r, p in enumerate(prefixes):
-        prefix[r, : len(p)] = p
-        limits[r] = max(limits[r], len(p) + 1)
-    if limits.max() > max_len:
-      logging.warning(
-        "output length limited to the model's max_len=%d (source length + %d exceeds it)",
-        max_len,
-        extra,
-      )
-    limits = np.minimum(limits, max_len)
-    if shape is None and limits.max() > max_decode_len:  # a long prefix
-      max_decode_len = min(search._power_of_two_at_least(int(limits.max())), max_len)
-    return inputs, limits, max_decode_len, prefix
 
   def _translate_batch(
     self,
@@ -1166,12 +453,12 @@ class Translator:
     """Translates sentences (id lists) in one padded batch (`_padded_batch`); `ids` are
     their indices in the input, which key their samples when sampling; `prefixes` their
     forced first target tokens."""
-    inputs, limits, max_decode_len, prefix = self._padded_batch(
-      sources, settings.max_output_extra, shape, prefixes
+    inputs, limits, max_decode_len, prefix = batching.padded_batch(
+      self.model.config.max_len, sources, settings.max_output_extra, shape, prefixes
     )
     sentence_ids = np.zeros(inputs.shape[0], np.int32)
     sentence_ids[: len(sources)] = range(len(sources)) if ids is None else ids
-    params, model = self._decoder()
+    params, model = self.decoder()
     kw = dict(
       model=model,
       max_decode_len=max_decode_len,
@@ -1179,7 +466,7 @@ class Translator:
       sentence_ids=sentence_ids,
       prefix=prefix,
       stats=self.stats,
-      constraint=self.constraint if settings.constrained and not settings.sampling else None,
+      constraint=self.constraint if settings.constrained else None,
     )
     if nbest is None:
       seqs = np.asarray(search_batch(params, inputs, limits, **kw))
@@ -1209,7 +496,7 @@ class Translator:
     tgt], 'cross': [layers, heads, tgt, src]} as numpy, plus the 'source_tokens' and
     'target_tokens' (subword strings, EOS included) that label the axes.
     """
-    src = self._source_ids([source])[0]
+    src = self.source_ids([source])[0]
     tgt = list(self.tokenizer.encode(target)) + [EOS_ID]
     inputs, targets = jnp.array([src]), jnp.array([tgt])
     _, state = self.model.apply({"params": self.params}, inputs, targets, mutable=["intermediates"])

@@ -1,0 +1,105 @@
+"""How the Translator batches sentences: sorted by length, cut into batches of about
+batch_tokens, padded to few shapes (rows to powers of two, sources to length buckets, outputs
+to powers of two) so that few programs compile."""
+
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+from absl import logging
+
+from t2t_jax.decoding import search
+from t2t_jax.tokens import PAD_ID
+
+
+def source_buckets(max_len: int) -> list[int]:
+  """Padded source lengths of translate()'s batches: 16, 24, 32, 48, 64, 96, ... (powers of
+  two and 1.5 times them) up to max_len. A batch is padded by at most half, so the encoder
+  and cross-attention do little wasted work, while batches of nearby lengths share a shape
+  (and their compiled stages) as multiples of 8 did not."""
+  out = [16]
+  while out[-1] < max_len:
+    is_power_of_two = (out[-1] & (out[-1] - 1)) == 0
+    out.append(out[-1] * 3 // 2 if is_power_of_two else out[-1] * 4 // 3)
+  return [min(b, max_len) for b in out]
+
+
+def _round_up(n: int, multiple: int) -> int:
+  return -(-n // multiple) * multiple
+
+
+def stream_buckets(max_len: int) -> list[int]:
+  """Padded source lengths of streaming translation: 16, 32, 64, ... up to max_len."""
+  out: list[int] = []
+  while not out or out[-1] < max_len:
+    out.append(min(16 << len(out), max_len))
+  return out
+
+
+def bucket_shape(
+  max_len: int, source_len: int, max_output_extra: int, buckets: Sequence[int] | None = None
+) -> tuple[int, int]:
+  """(padded source length, static output length) of a batch whose longest source has
+  `source_len` tokens: the smallest of `buckets` (default: `source_buckets`) at least
+  `source_len`, and the power of two (from 16) at least that + max_output_extra, both
+  within max_len. Batches of one bucket have one shape and share their compiled stages;
+  each output's own limit stays its source + extra."""
+  bucket = next(b for b in (buckets or source_buckets(max_len)) if b >= source_len)
+  longest = search._power_of_two_at_least(max(bucket + max_output_extra, search.FIRST_SEGMENT))
+  return bucket, min(longest, max_len)
+
+
+def batches(
+  order: Sequence[int], sources: Sequence[Sequence[int]], batch_tokens: int
+) -> Iterator[list[int]]:
+  """Consecutive runs of `order` within batch_tokens (rows x longest source). Every batch
+  but the last holds a power of two of sentences (the rest start the next batch), so that
+  `padded_batch` adds no padding rows to it."""
+  start = 0
+  while start < len(order):
+    n, longest = 0, 0
+    while start + n < len(order):
+      longer = max(longest, len(sources[order[start + n]]))
+      if n and (n + 1) * longer > batch_tokens:
+        break
+      n, longest = n + 1, longer
+    if start + n < len(order):
+      n = 1 << (n.bit_length() - 1)
+    yield list(order[start : start + n])
+    start += n
+
+
+def padded_batch(
+  max_len: int,
+  sources: Sequence[Sequence[int]],
+  extra: int,
+  shape: tuple[int, int] | None,
+  prefixes: Sequence[Sequence[int]] | None = None,
+) -> tuple[np.ndarray, np.ndarray, int, np.ndarray | None]:
+  """(inputs, limits, max_decode_len, prefix) of one batch: rows rounded up to a power of
+  two, the source length to its bucket and the output length to the bucket's
+  (`bucket_shape`: few distinct shapes, few compilations), unless `shape` fixes (source
+  length, max_decode_len). A limit is at least its prefix's length + 1, which may
+  lengthen max_decode_len to the next power of two; prefix: int32 [rows, P] PAD-padded,
+  or None when no sentence has one."""
+  src_len, max_decode_len = shape or bucket_shape(max_len, max(map(len, sources)), extra)
+  rows = 1 << (len(sources) - 1).bit_length()
+  inputs = np.full((rows, src_len), PAD_ID, np.int32)
+  for r, s in enumerate(sources):
+    inputs[r, : len(s)] = s
+  limits = np.array([len(s) + extra for s in sources] + [1] * (rows - len(sources)), np.int32)
+  prefix = None
+  if prefixes is not None and any(prefixes):
+    prefix = np.full((rows, _round_up(max(map(len, prefixes)), 8)), PAD_ID, np.int32)
+    for r, p in enumerate(prefixes):
+      prefix[r, : len(p)] = p
+      limits[r] = max(limits[r], len(p) + 1)
+  if limits.max() > max_len:
+    logging.warning(
+      "output length limited to the model's max_len=%d (source length + %d exceeds it)",
+      max_len,
+      extra,
+    )
+  limits = np.minimum(limits, max_len)
+  if shape is None and limits.max() > max_decode_len:  # a long prefix
+    max_decode_len = min(search._power_of_two_at_least(int(limits.max())), max_len)
+  return inputs, limits, max_decode_len, prefix

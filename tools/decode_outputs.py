@@ -1,0 +1,71 @@
+"""Writes what one source tree of t2t_jax decodes for a file in every search mode, as JSON,
+so that two versions (a git worktree of an older commit, say, and this one) can be compared
+output for output, scores included:
+
+    python tools/decode_outputs.py TREE WORKDIR INPUT OUTPUT.json [--parsing | --quick]
+    cmp OLD.json NEW.json
+
+Modes: beam (4), greedy, the 4-best list with scores, seeded sampling (plain and with
+top-k/top-p, 3 samples each with scores), prefix-forced beam, greedy and 2-best (each
+sentence's prefix: the first two tokens of its greedy output), an ensemble of the model
+with itself and `translate_stream`. With --parsing only beam and greedy, which a parsing
+workdir decodes under its tree constraint; with --quick beam, greedy, the 4-best list and
+seeded sampling only. It also prints the programs the first beam pass
+compiled (persistent caches off).
+"""
+
+import json
+import os
+import sys
+
+
+def main(
+  tree: str, workdir: str, input_path: str, output: str, parsing: bool = False, quick: bool = False
+) -> None:
+  sys.path.insert(0, os.path.abspath(tree))
+  os.environ["T2T_COMPILATION_CACHE"] = "off"
+  import jax
+
+  jax.config.update("jax_compilation_cache_dir", "")
+  import t2t_jax
+
+  if not t2t_jax.__file__.startswith(os.path.abspath(tree)):
+    raise SystemExit(f"t2t_jax imported from {t2t_jax.__file__}, not from {tree}")
+  from t2t_jax.translate import Translator
+
+  compiles = [0]
+
+  def listen(event: str, duration: float, **kwargs: object) -> None:
+    if event == "/jax/core/compile/backend_compile_duration":
+      compiles[0] += 1
+
+  jax.monitoring.register_event_duration_secs_listener(listen)
+  with open(input_path, encoding="utf-8") as f:
+    lines = [line.rstrip("\n") for line in f]
+  tr = Translator.from_workdir(workdir)
+  hyps = lambda found: [[[h.text, repr(h.score), repr(h.log_prob)] for h in s] for s in found]
+  out = {"beam": tr.translate(lines, beam_size=4)}
+  out["first_pass_programs"] = compiles[0]
+  out["greedy"] = tr.translate(lines, beam_size=1)
+  if not parsing:
+    out["nbest"] = hyps(tr.translate(lines, beam_size=4, nbest=4))
+    out["greedy_scores"] = hyps(tr.translate(lines, beam_size=1, nbest=1))
+    out["sample"] = hyps(tr.sample(lines, num_samples=3, seed=7, nbest=3))
+  if not parsing and not quick:
+    out["sample_cut"] = hyps(tr.sample(lines, num_samples=3, seed=3, topk=5, topp=0.9, nbest=3))
+    prefixes = [" ".join(g.split()[:2]) for g in out["greedy"]]
+    out["prefix_beam"] = tr.translate(lines, beam_size=4, prefixes=prefixes)
+    out["prefix_greedy"] = tr.translate(lines, beam_size=1, prefixes=prefixes)
+    out["prefix_nbest"] = hyps(tr.translate(lines, beam_size=4, nbest=2, prefixes=prefixes))
+    pair = Translator.from_workdirs([workdir, workdir])
+    out["ensemble"] = hyps(pair.translate(lines[:40], beam_size=4, nbest=2))
+    out["stream"] = list(tr.translate_stream(lines[:20], beam_size=4))
+  with open(output, "w", encoding="utf-8") as f:
+    json.dump({k: v for k, v in out.items() if k != "first_pass_programs"}, f, indent=0)
+  print(json.dumps({"tree": tree, "first_pass_programs": out["first_pass_programs"]}))
+
+
+if __name__ == "__main__":
+  if len(sys.argv) not in (5, 6):
+    raise SystemExit(__doc__)
+  main(*sys.argv[1:5], parsing=sys.argv[5:] == ["--parsing"], quick=sys.argv[5:] == ["--quick"])
