@@ -100,7 +100,9 @@ def decode_utf8(raw: bytes, what: str) -> str:
   try:
     return raw.decode("utf-8")
   except UnicodeDecodeError as e:
-    raise ApiError(400, f"Invalid request: {what} is not UTF-8 ({e.reason} at byte {e.start})")
+    raise ApiError(
+      400, f"Invalid request: {what} is not UTF-8 ({e.reason} at byte {e.start})"
+    ) from None
 
 
 def json_fields(body: bytes) -> dict[str, Any]:
@@ -262,6 +264,43 @@ def unique_alternatives(best: str, others: Sequence[str]) -> list[str]:
     if text != best and text not in out:
       out.append(text)
   return out
+
+
+def lines_to_translate(texts: Sequence[str]) -> list[str]:
+  """The lines of `texts` that go to the model, in order (blank lines do not)."""
+  return [line for text in texts for line in split_lines(text) if translatable(line)]
+
+
+def put_back(
+  texts: Sequence[str], results: Sequence[Any], alternatives: int = 0
+) -> tuple[list[str], list[list[str]]]:
+  """(translation per text, alternatives per text) from the results of
+  `lines_to_translate(texts)`, in order: each text keeps its line count, its blank lines
+  come back empty. results: strings, or with alternatives lists of hypotheses (.text)."""
+  if len(results) != len(lines_to_translate(texts)):
+    raise ValueError(f"{len(results)} results for {len(lines_to_translate(texts))} lines")
+  it = iter(results)
+  best, alts = [], []
+  for text in texts:
+    found = [next(it) if translatable(line) else None for line in split_lines(text)]
+    one, others = assemble(found, alternatives)
+    best.append(one)
+    alts.append(others)
+  return best, alts
+
+
+def assemble(found: list[Any], alternatives: int) -> tuple[str, list[str]]:
+  """A text's translation from its lines' results (None: a blank line, answered empty) and
+  its alternatives: the k-th uses each line's k-th hypothesis (its best when it has fewer)."""
+  if not alternatives:
+    return join_lines([r or "" for r in found]), []
+
+  def pick(hyps: Any, k: int) -> str:
+    return "" if hyps is None else hyps[min(k, len(hyps) - 1)].text
+
+  best = join_lines([pick(h, 0) for h in found])
+  others = [join_lines([pick(h, k) for h in found]) for k in range(1, alternatives + 1)]
+  return best, unique_alternatives(best, others)
 
 
 def translate_answer(

@@ -26,7 +26,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from t2t_jax.serve import api
-from t2t_jax.serve.batching import Batcher, QueueFull
+from t2t_jax.serve.batching import Batcher, QueueFullError
 
 log = logging.getLogger("t2t_jax.serve")
 
@@ -62,7 +62,7 @@ class ServerSettings:
     return 6 * chars + 65536
 
 
-class ClientGone(Exception):
+class ClientGoneError(Exception):
   """The client disconnected before its answer was ready."""
 
 
@@ -124,7 +124,7 @@ class Server:
       return waiter.result()
     waiter.cancel()  # also cancels the queued work, unless it is running already
     if gone in done:
-      raise ClientGone()
+      raise ClientGoneError()
     raise api.ApiError(
       503, f"translation timed out after {self.settings.request_timeout_s:g}s; try again"
     )
@@ -132,7 +132,7 @@ class Server:
   def submit(self, submit: Callable[[], Future]) -> Future:
     try:
       return submit()
-    except QueueFull as e:
+    except QueueFullError as e:
       raise api.ApiError(503, f"the server is busy ({e}); try again shortly") from None
 
 
@@ -199,7 +199,7 @@ def _handled(fn: Callable) -> Callable:
       response = await fn(request)
     except api.ApiError as e:
       response = _error(e.status, e.message)
-    except ClientGone:
+    except ClientGoneError:
       response = Response(status_code=499)
     server: Server = request.app.state.server
     if server.metrics is not None:
@@ -217,31 +217,10 @@ async def translate(request: Request) -> Response:
   api.check_key(fields.get("api_key"), server.settings.keys)
   req = api.parse_translate(fields, from_json, server.model.pair, server.limits)
   nbest = req.alternatives + 1 if req.alternatives else 0
-  per_text = [api.split_lines(text) for text in req.texts]
-  todo = [line for lines in per_text for line in lines if api.translatable(line)]
+  todo = api.lines_to_translate(req.texts)
   future = server.submit(lambda: server.batcher.submit(todo, nbest))
-  results = iter(await server.run(request, future))
-  best, alternatives = [], []
-  for lines in per_text:
-    found = [next(results) if api.translatable(line) else None for line in lines]
-    text, alts = _assemble(found, req.alternatives)
-    best.append(text)
-    alternatives.append(alts)
+  best, alternatives = api.put_back(req.texts, await server.run(request, future), req.alternatives)
   return JSONResponse(api.translate_answer(req, best, alternatives, server.model.pair))
-
-
-def _assemble(found: list[Any], alternatives: int) -> tuple[str, list[str]]:
-  """A text's translation from its lines' results (None: a blank line, answered empty) and
-  its alternatives: the k-th uses each line's k-th hypothesis (its best when it has fewer)."""
-  if not alternatives:
-    return api.join_lines([r or "" for r in found]), []
-
-  def pick(hyps: Any, k: int) -> str:
-    return "" if hyps is None else hyps[min(k, len(hyps) - 1)].text
-
-  best = api.join_lines([pick(h, 0) for h in found])
-  others = [api.join_lines([pick(h, k) for h in found]) for k in range(1, alternatives + 1)]
-  return best, api.unique_alternatives(best, others)
 
 
 async def page_translate(request: Request) -> Response:

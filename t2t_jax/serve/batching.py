@@ -24,7 +24,7 @@ from typing import Any
 TranslateFn = Callable[[list[str], int], list[Any]]
 
 
-class QueueFull(Exception):
+class QueueFullError(Exception):
   """The queue holds max_queue_lines lines already: the request is refused (503)."""
 
 
@@ -123,9 +123,9 @@ class Batcher:
   def _put(self, job: "_Job | _Call") -> Future:
     with self._cond:
       if self._stopping:
-        raise QueueFull("the server is shutting down")
+        raise QueueFullError("the server is shutting down")
       if self._queued_lines + len(job.lines) > self.max_queue_lines and self._queue:
-        raise QueueFull(
+        raise QueueFullError(
           f"the queue holds {self._queued_lines} lines (at most {self.max_queue_lines})"
         )
       self._queue.append(job)

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from t2t_jax.serve.api import Pair
-from t2t_jax.translate import Translator, TranslateError, load_config
+from t2t_jax.translate import TranslateError, Translator, load_config
 
 __all__ = ["Hypothesis", "Model", "ModelError"]
 
