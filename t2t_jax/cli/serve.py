@@ -15,10 +15,6 @@ It binds 127.0.0.1 unless --host says otherwise: it has no TLS and, without --ap
 access control (docs/serving.md, security).
 """
 
-import logging
-import os
-import signal
-import sys
 from collections.abc import Sequence
 
 from absl import flags
@@ -96,8 +92,6 @@ def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     _fail(f"unexpected arguments {argv[1:]}")
   try:
-    import uvicorn
-
     from t2t_jax.serve import api, app, worker
   except ImportError as e:
     _fail(f"{e.name} is missing: pip install 't2t_jax[serve]'")
@@ -129,57 +123,12 @@ def main(argv: Sequence[str]) -> None:
   except worker.ModelError as e:
     _fail(str(e))
   server = app.Server(model, settings)
-  server.on_failure = _stop_on_failure
-  _serve(uvicorn, app.create_app(server), server)
-
-
-def _stop_on_failure(message: str) -> None:
-  """A model that cannot load ends the process: a server that can never be ready is no use."""
-  print(f"t2t-serve: the model could not be loaded: {message}", file=sys.stderr, flush=True)
-  os.kill(os.getpid(), signal.SIGTERM)
-
-
-def _serve(uvicorn: object, asgi: object, server: object) -> None:
-  config = uvicorn.Config(
-    asgi,
-    host=FLAGS.host,
-    port=FLAGS.port,
-    log_level="warning",
-    timeout_graceful_shutdown=FLAGS.request_timeout,
-    lifespan="on",
-  )
-  print(
-    f"t2t-serve: listening on http://{FLAGS.host}:{FLAGS.port} (ready once the model is "
-    "loaded and compiled: GET /ready)",
-    file=sys.stderr,
-    flush=True,
-  )
-  watcher = _ReadyMessage(server)
-  watcher.start()
-  uvicorn.Server(config).run()
-  if server.failed is not None:
-    raise SystemExit(1)
-
-
-class _ReadyMessage:
-  """Prints one line when the model is ready (scripts wait for it or poll /ready)."""
-
-  def __init__(self, server: object) -> None:
-    self.server = server
-
-  def start(self) -> None:
-    import threading
-
-    threading.Thread(target=self._wait, daemon=True).start()
-
-  def _wait(self) -> None:
-    self.server.ready.wait()
-    pair = self.server.model.pair
-    print(f"t2t-serve: ready ({pair.source} -> {pair.target})", file=sys.stderr, flush=True)
+  code = app.serve_forever(server, FLAGS.host, FLAGS.port, FLAGS.request_timeout)
+  if code:
+    raise SystemExit(code)
 
 
 def run() -> None:
-  logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
   common.run(main, __doc__)
 
 

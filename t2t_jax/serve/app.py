@@ -13,6 +13,8 @@ import contextlib
 import dataclasses
 import importlib.resources
 import logging
+import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -420,3 +422,52 @@ class _Metrics:
   def response(self) -> Response:
     body = self.prom.generate_latest(self.registry)
     return Response(body, media_type=self.prom.CONTENT_TYPE_LATEST)
+
+
+def serve_forever(server: Server, host: str, port: int, graceful_timeout_s: float) -> int:
+  """Serves until SIGTERM or SIGINT, then stops accepting, answers what is in flight and
+  returns 0; 1 when the model could not be loaded (the failure ends the server)."""
+  import uvicorn
+
+  class _Uvicorn(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Any:
+      # uvicorn's own re-raises the signal after shutting down (exit status 130 or -15);
+      # a clean stop exits 0.
+      wanted = (signal.SIGINT, signal.SIGTERM)
+      old = {sig: signal.signal(sig, self.handle_exit) for sig in wanted}
+      try:
+        yield
+      finally:
+        for sig, handler in old.items():
+          signal.signal(sig, handler)
+
+  config = uvicorn.Config(
+    create_app(server),
+    host=host,
+    port=port,
+    log_level="warning",
+    timeout_graceful_shutdown=graceful_timeout_s,
+    lifespan="on",
+  )
+  runner = _Uvicorn(config)
+
+  def failed(message: str) -> None:
+    print(f"t2t-serve: the model could not be loaded: {message}", file=sys.stderr, flush=True)
+    runner.should_exit = True
+
+  def announce() -> None:
+    server.ready.wait()
+    pair = server.model.pair
+    print(f"t2t-serve: ready ({pair.source} -> {pair.target})", file=sys.stderr, flush=True)
+
+  server.on_failure = failed
+  threading.Thread(target=announce, daemon=True).start()
+  print(
+    f"t2t-serve: listening on http://{host}:{port} (ready once the model is loaded and "
+    "compiled: GET /ready)",
+    file=sys.stderr,
+    flush=True,
+  )
+  runner.run()
+  return 1 if server.failed is not None else 0

@@ -124,6 +124,8 @@ class Batcher:
     with self._cond:
       if self._stopping:
         raise QueueFullError("the server is shutting down")
+      if self._queued_lines + len(job.lines) > self.max_queue_lines:
+        self._purge()
       if self._queued_lines + len(job.lines) > self.max_queue_lines and self._queue:
         raise QueueFullError(
           f"the queue holds {self._queued_lines} lines (at most {self.max_queue_lines})"
@@ -132,6 +134,13 @@ class Batcher:
       self._queued_lines += len(job.lines)
       self._cond.notify_all()
     return job.future
+
+  def _purge(self) -> None:
+    """Drops the cancelled jobs (clients gone, timed out) from the queue."""
+    kept = [job for job in self._queue if not job.future.cancelled()]
+    self.stats.dropped += len(self._queue) - len(kept)
+    self._queue = collections.deque(kept)
+    self._queued_lines = sum(len(job.lines) for job in kept)
 
   def _take(self) -> list:
     """The next batch: the oldest job and those that arrive within its window and fit
