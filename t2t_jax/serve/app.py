@@ -83,6 +83,7 @@ class Server:
     )
     self.ready = threading.Event()
     self.failed: str | None = None
+    self.waiting = 0  # requests awaiting the model
     self.limits = settings.limits
     self.metrics = _Metrics(self) if settings.metrics else None
     self.on_failure: Callable[[str], None] = lambda message: None
@@ -116,12 +117,14 @@ class Server:
     the client disconnects or the request's time runs out."""
     waiter = asyncio.wrap_future(future)
     gone = asyncio.ensure_future(_disconnected(request))
+    self.waiting += 1
     try:
       done, _ = await asyncio.wait(
         {waiter, gone}, timeout=self.settings.request_timeout_s, return_when="FIRST_COMPLETED"
       )
     finally:
       gone.cancel()
+      self.waiting -= 1
     if waiter in done:
       return waiter.result()
     waiter.cancel()  # also cancels the queued work, unless it is running already
@@ -406,6 +409,10 @@ class _Metrics:
       "t2t_serve_queue_lines", "lines waiting for the model", registry=self.registry
     )
     depth.set_function(lambda: server.batcher.depth)
+    waiting = prom.Gauge(
+      "t2t_serve_waiting_requests", "requests awaiting the model", registry=self.registry
+    )
+    waiting.set_function(lambda: server.waiting)
     stats = server.batcher.stats
     for name, doc, get in (
       ("t2t_serve_batches", "batches run", lambda: stats.batches),
