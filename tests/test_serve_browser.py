@@ -32,17 +32,17 @@ def page():
   )
   pytest.importorskip("uvicorn")
   executable = chromium_path()
-  with ss.in_process(ss.FakeModel(), frontend_timeout_ms=200) as port:
-    with sync_api.sync_playwright() as p:
-      try:
-        browser = p.chromium.launch(executable_path=executable)
-      except sync_api.Error as e:
-        pytest.skip(f"{executable} does not start under playwright: {str(e).splitlines()[0]}")
-      tab = browser.new_page()
-      tab.goto(f"http://127.0.0.1:{port}/")
-      tab.wait_for_selector("#pair:not(:empty)")
-      yield tab
-      browser.close()
+  server = ss.in_process(ss.FakeModel(), frontend_timeout_ms=200)
+  with server as port, sync_api.sync_playwright() as p:
+    try:
+      browser = p.chromium.launch(executable_path=executable)
+    except sync_api.Error as e:
+      pytest.skip(f"{executable} does not start under playwright: {str(e).splitlines()[0]}")
+    tab = browser.new_page()
+    tab.goto(f"http://127.0.0.1:{port}/")
+    tab.wait_for_selector("#pair:not(:empty)")
+    yield tab
+    browser.close()
 
 
 def test_typing_and_pressing_translate_shows_translation_and_heat_map(page):
