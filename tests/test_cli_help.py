@@ -27,6 +27,10 @@ EXPECTED = {
     "t2t-score --workdir=DIR[,DIR...] --source=FILE --target=FILE",
     ["--source", "--target", "--per_token", "--checkpoint"],
   ),
+  "t2t-serve": (
+    "t2t-serve --workdir=DIR[,DIR...] [--host=127.0.0.1] [--port=5000]",
+    ["--workdir", "--host", "--port", "--char_limit", "--api_keys", "--batch_window_ms"],
+  ),
 }
 
 

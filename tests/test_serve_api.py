@@ -324,3 +324,20 @@ def test_a_model_error_is_the_answer_of_its_batch_only():
     batcher.submit(["bad"]).result(5)
   assert batcher.submit(["good"]).result(5) == ["good"]
   batcher.stop()
+
+
+def test_only_the_worker_calls_decoding_and_the_pure_modules_need_no_server_library():
+  import ast
+  import pathlib
+
+  import t2t_jax.serve
+
+  root = pathlib.Path(t2t_jax.serve.__file__).parent
+  for path in sorted(root.glob("*.py")):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    modules = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    modules += [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module]
+    model_side = [m for m in modules if m.startswith(("t2t_jax.translate", "t2t_jax.decoding"))]
+    assert not model_side or path.name == "worker.py", (path.name, model_side)
+    server_side = [m for m in modules if m.split(".")[0] in ("starlette", "uvicorn")]
+    assert not server_side or path.name == "app.py", (path.name, server_side)
