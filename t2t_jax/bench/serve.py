@@ -181,7 +181,7 @@ def measure_serve(
     single.wait_ready()
     for server in (batched, single):  # compile the batch shapes the runs will meet
       for c in clients:
-        load_run(server, sentences, c, min(requests, 4 * c), pair)
+        load_run(server, sentences, c, min(requests, 8 * c), pair)
     result["rss_mib_before"] = batched.rss_mib()
     result["load"] = [load_run(batched, sentences, c, requests, pair) for c in clients]
     result["unbatched"] = [load_run(single, sentences, c, requests, pair) for c in clients]
