@@ -287,3 +287,16 @@ def test_timeout_and_full_queue_answer_503_json():
     assert late.status == 503 and "timed out after 0.5s" in late.json["error"]
     model.gate.set()
     still_serving(port)
+
+
+def test_the_load_benchmark_counts_what_the_server_did():
+  pytest.importorskip("uvicorn")
+  from t2t_jax.bench import serve as bench
+
+  model = FakeModel(delay=0.02)
+  with ss.in_process(model, metrics=True, window_s=0.01) as port:
+    row = bench.load_run(port, ["ab cd", "ef"], clients=8, requests=40, pair=("en", "de"))
+  assert row["clients"] == 8 and row["requests"] == 40
+  assert sum(map(len, model.calls)) == 40  # every request reached the model once
+  assert 1 < row["requests_per_batch"] <= 8  # 8 clients in a closed loop share batches
+  assert 0 < row["p50_ms"] <= row["p95_ms"]

@@ -86,13 +86,18 @@ class _ServerProcess:
     return kib / 1024
 
   def metric(self, name: str) -> float:
-    with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=30) as r:
-      text = r.read().decode()
-    return float(re.search(rf"^{name} (\S+)$", text, re.M).group(1))
+    return metric(self.port, name)
 
   def stop(self) -> None:
     self.proc.terminate()
     self.proc.wait(120)
+
+
+def metric(port: int, name: str) -> float:
+  """One value of a t2t-serve's /metrics (--metrics)."""
+  with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
+    text = r.read().decode()
+  return float(re.search(rf"^{name} (\S+)$", text, re.M).group(1))
 
 
 def _one_request(port: int, body: bytes) -> float:
@@ -110,20 +115,20 @@ def _one_request(port: int, body: bytes) -> float:
 
 
 def load_run(
-  server: _ServerProcess, sentences: Sequence[str], clients: int, requests: int, pair: tuple
+  port: int, sentences: Sequence[str], clients: int, requests: int, pair: tuple
 ) -> dict[str, float]:
   """`requests` one-sentence requests from `clients` threads in a closed loop."""
   bodies = [
     json.dumps(dict(q=sentences[i % len(sentences)], source=pair[0], target=pair[1])).encode()
     for i in range(requests)
   ]
-  batches, batched = server.metric("t2t_serve_batches"), server.metric("t2t_serve_batched_requests")
+  batches, batched = metric(port, "t2t_serve_batches"), metric(port, "t2t_serve_batched_requests")
   started = time.perf_counter()
   with concurrent.futures.ThreadPoolExecutor(clients) as pool:
-    latencies = sorted(pool.map(lambda b: _one_request(server.port, b), bodies))
+    latencies = sorted(pool.map(lambda b: _one_request(port, b), bodies))
   wall = time.perf_counter() - started
-  batches = server.metric("t2t_serve_batches") - batches
-  batched = server.metric("t2t_serve_batched_requests") - batched
+  batches = metric(port, "t2t_serve_batches") - batches
+  batched = metric(port, "t2t_serve_batched_requests") - batched
   return dict(
     clients=clients,
     requests=requests,
@@ -181,14 +186,14 @@ def measure_serve(
     single.wait_ready()
     for server in (batched, single):  # compile the batch shapes the runs will meet
       for c in clients:
-        load_run(server, sentences, c, min(requests, 8 * c), pair)
+        load_run(server.port, sentences, c, min(requests, 8 * c), pair)
     result["rss_mib_before"] = batched.rss_mib()
-    result["load"] = [load_run(batched, sentences, c, requests, pair) for c in clients]
-    result["unbatched"] = [load_run(single, sentences, c, requests, pair) for c in clients]
+    result["load"] = [load_run(batched.port, sentences, c, requests, pair) for c in clients]
+    result["unbatched"] = [load_run(single.port, sentences, c, requests, pair) for c in clients]
     gains = []
     for _ in range(repeats):
-      a = load_run(batched, sentences, 16, requests, pair)["requests_per_s"]
-      b = load_run(single, sentences, 16, requests, pair)["requests_per_s"]
+      a = load_run(batched.port, sentences, 16, requests, pair)["requests_per_s"]
+      b = load_run(single.port, sentences, 16, requests, pair)["requests_per_s"]
       gains.append(a / b)
     result["batching_gain_16"] = gains
     result["rss_mib_after"] = batched.rss_mib()
