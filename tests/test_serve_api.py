@@ -99,7 +99,13 @@ def test_urlencoded_refuses_bytes_that_are_not_utf8(raw):
 
 @pytest.mark.parametrize(
   "body, message",
-  [(b"{", "Invalid JSON format"), (b"[1]", "an object"), (b'"q"', "an object"), (b"\xff", "UTF-8")],
+  [
+    (b"{", "Invalid JSON format"),
+    (b"[1]", "an object"),
+    (b'"q"', "an object"),
+    (b"\xff", "UTF-8"),
+    (b"[" * 100000 + b"]" * 100000, "Invalid JSON format"),
+  ],
 )
 def test_json_fields_refuse_what_is_not_one_object(body, message):
   with pytest.raises(api.ApiError, match=message):

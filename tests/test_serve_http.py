@@ -300,3 +300,12 @@ def test_the_load_benchmark_counts_what_the_server_did():
   assert sum(map(len, model.calls)) == 40  # every request reached the model once
   assert 1 < row["requests_per_batch"] <= 8  # 8 clients in a closed loop share batches
   assert 0 < row["p50_ms"] <= row["p95_ms"]
+
+
+def test_a_client_gone_in_the_middle_of_its_body_is_no_error(port, caplog):
+  head = b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+  with socket.create_connection(("127.0.0.1", port)) as s:
+    s.sendall(head + b'Content-Length: 1000\r\n\r\n{"q": "half')
+    time.sleep(0.2)
+  still_serving(port)
+  assert not [r for r in caplog.records if r.name == "t2t_jax.serve"]  # no internal error

@@ -112,6 +112,8 @@ def json_fields(body: bytes) -> dict[str, Any]:
     value = json.loads(text)
   except ValueError as e:
     raise ApiError(400, f"Invalid JSON format: {e}") from None
+  except RecursionError:
+    raise ApiError(400, "Invalid JSON format: nested too deeply") from None
   if not isinstance(value, dict):
     raise ApiError(400, f"Invalid JSON format: an object was expected, not {type(value).__name__}")
   return value

@@ -23,7 +23,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
@@ -157,11 +157,14 @@ async def read_fields(request: Request, limit: int) -> tuple[dict[str, Any], boo
   if length.isdigit() and int(length) > limit:
     raise api.ApiError(413, f"Invalid request: the body has {length} bytes (at most {limit})")
   chunks, size = [], 0
-  async for chunk in request.stream():
-    size += len(chunk)
-    if size > limit:
-      raise api.ApiError(413, f"Invalid request: the body is over {limit} bytes")
-    chunks.append(chunk)
+  try:
+    async for chunk in request.stream():
+      size += len(chunk)
+      if size > limit:
+        raise api.ApiError(413, f"Invalid request: the body is over {limit} bytes")
+      chunks.append(chunk)
+  except ClientDisconnect:
+    raise ClientGoneError() from None
   body = b"".join(chunks)
   content_type = request.headers.get("content-type", "")
   if api.is_json(content_type):
