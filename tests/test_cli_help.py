@@ -31,6 +31,10 @@ EXPECTED = {
     "t2t-compare --reference=REF BASELINE SYSTEM [SYSTEM ...]",
     ["--reference", "--paired", "--samples", "--lang"],
   ),
+  "t2t-serve": (
+    "t2t-serve --workdir=DIR[,DIR...] [--host=127.0.0.1] [--port=5000]",
+    ["--workdir", "--host", "--port", "--char_limit", "--api_keys", "--batch_window_ms"],
+  ),
 }
 
 

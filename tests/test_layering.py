@@ -29,6 +29,8 @@ READERS = (
   "cli/translate.py",
   "cli/export.py",
   "cli/average.py",
+  "serve",
+  "cli/serve.py",
 )
 TRAINING = "t2t_jax.training"
 
@@ -67,7 +69,8 @@ LOADED = """
 import importlib, json, pkgutil, sys
 import t2t_jax
 roots = ["t2t_jax.decoding", "t2t_jax.evaluation", "t2t_jax.export", "t2t_jax.viz",
-         "t2t_jax.run", "t2t_jax.translate", "t2t_jax.schedule", "t2t_jax.cli.translate"]
+         "t2t_jax.run", "t2t_jax.translate", "t2t_jax.schedule", "t2t_jax.cli.translate",
+         "t2t_jax.serve", "t2t_jax.cli.serve"]
 skipped = []
 for root in roots:
   package = importlib.import_module(root)

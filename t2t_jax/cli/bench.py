@@ -11,7 +11,10 @@ Prints a table and, with --json, writes every figure:
             generated tokens/s on real sentences (multi30k or newstest2014 from
             ../shared/data when present, else synthetic), with a trained --workdir or random
             parameters;
-  pipeline  the input pipeline's pairs/s and tokens/s.
+  pipeline  the input pipeline's pairs/s and tokens/s;
+  serve     t2t-serve under load (--workdir): requests/s and p50/p95 latency for
+            --serve_clients concurrent clients, batched and unbatched, the batching gain at
+            16 clients, against the model called directly (t2t_jax.bench.serve; JSON `serve`).
 
 With --vs=peers, train times the same model and batch in t2t_jax, torch.nn.Transformer, a
 plain flax.linen Transformer and Hugging Face's MarianMTModel, interleaved
@@ -114,6 +117,8 @@ flags.DEFINE_boolean(
   "text with an empty and then a filled compilation cache, and CTranslate2 load + translate",
 )
 flags.DEFINE_integer("pipeline_batches", 200, "batches drawn from the input pipeline")
+flags.DEFINE_list("serve_clients", ["1", "4", "16", "64"], "--parts=serve: concurrent clients")
+flags.DEFINE_integer("serve_requests", 256, "--parts=serve: one-sentence requests per row")
 flags.DEFINE_string("json", None, "write the results here as JSON")
 flags.DEFINE_string(
   "profile",
@@ -160,12 +165,15 @@ def _train_part(
 
 
 REAL_TEXT_FLAGS = ("decode_input", "decode_reference", "decode_batch_tokens", "checkpoint", "cold")
+SERVE_FLAGS = ("decode_input", "checkpoint")  # also --parts=serve's
 
 
 def _real_text() -> bool:
   """Whether this run is the real-text comparison; its flags given elsewhere are refused."""
   real = "decode" in FLAGS.parts and FLAGS.vs == "ctranslate2" and bool(FLAGS.workdir)
   for name in REAL_TEXT_FLAGS:
+    if name in SERVE_FLAGS and "serve" in FLAGS.parts:
+      continue
     if FLAGS[name].present and not real:
       raise SystemExit(
         f"t2t-bench: --{name} is for the real-text comparison: add --parts=decode "
@@ -234,6 +242,29 @@ def _decode_part(config: ml_collections.ConfigDict, vocab: int, results: dict) -
   )
 
 
+def _serve_part(results: dict) -> None:
+  """t2t-serve under load (bench.serve); the compilation cache is this command's choice."""
+  from t2t_jax import compilation
+  from t2t_jax.bench import serve
+
+  if not FLAGS.workdir:
+    raise SystemExit("t2t-bench: --parts=serve needs --workdir (a trained workdir)")
+  try:
+    clients = [int(c) for c in FLAGS.serve_clients]
+  except ValueError:
+    raise SystemExit(f"t2t-bench: --serve_clients={FLAGS.serve_clients}: integers") from None
+  compilation.enable("default")
+  results["serve"] = serve.measure_serve(
+    FLAGS.workdir,
+    clients,
+    FLAGS.serve_requests,
+    checkpoint=FLAGS.checkpoint,
+    beam_size=FLAGS.beam_size,
+    input_path=FLAGS.decode_input,
+  )
+  print(serve.table(results["serve"]))
+
+
 def main(argv: Sequence[str]) -> None:
   del argv
   common.quiet_library_logs()
@@ -254,6 +285,8 @@ def main(argv: Sequence[str]) -> None:
     _decode_part(config, vocab, results)
   if "pipeline" in FLAGS.parts:
     results["pipeline"] = pipeline.measure_pipeline(config, FLAGS.pipeline_batches)
+  if "serve" in FLAGS.parts:
+    _serve_part(results)
   print(report.table(results))
   if FLAGS.json:
     with open(FLAGS.json, "w", encoding="utf-8") as f:

@@ -1,0 +1,136 @@
+"""t2t-serve: a trained workdir behind LibreTranslate's HTTP API, with a page at `/`.
+
+    t2t-serve --workdir=DIR[,DIR...] [--host=127.0.0.1] [--port=5000]
+              [--checkpoint=auto|latest|average:N|best[:N]|STEP|selected]
+              [--beam_size=N] [--alpha=A] [--char_limit=5000] [--batch_limit=128]
+              [--alternatives_limit=3] [--batch_window_ms=5] [--api_keys=FILE] [--metrics]
+
+POST /translate takes q (a string or a list), source, target, format, alternatives and
+api_key as JSON, a form body or query parameters, and answers {"translatedText": ...};
+GET /languages lists the model's pair; GET / is the page (translation, n-best, attention
+heat map). /health answers at once; /ready, /languages and /translate answer 503 until the
+model is loaded and compiled. Concurrent requests arriving within --batch_window_ms are
+translated together. SIGTERM or SIGINT: stop accepting, answer what is in flight, exit 0.
+It binds 127.0.0.1 unless --host says otherwise: it has no TLS and, without --api_keys, no
+access control (docs/serving.md, security).
+"""
+
+from collections.abc import Sequence
+
+from absl import flags
+
+from t2t_jax.cli import common
+
+flags.DEFINE_string(
+  "workdir", None, "a t2t-train workdir; several, comma-separated: their ensemble"
+)
+flags.DEFINE_string("host", "127.0.0.1", "address to bind (0.0.0.0: every interface)")
+flags.DEFINE_integer("port", 5000, "TCP port")
+flags.DEFINE_string(
+  "checkpoint", "auto", "the parameters, as t2t-translate's --checkpoint ('auto', 'latest', ...)"
+)
+flags.DEFINE_integer("beam_size", None, "beam width (default: the workdir's config.beam_size)")
+flags.DEFINE_float("alpha", None, "length penalty exponent (default: the workdir's config.alpha)")
+flags.DEFINE_integer(
+  "char_limit", 5000, "characters per request, all texts of a list together (-1: no limit)"
+)
+flags.DEFINE_integer("batch_limit", 128, "texts in one list q (-1: no limit)")
+flags.DEFINE_integer(
+  "alternatives_limit", 3, "n-best alternatives per request (at most beam size - 1; -1: that)"
+)
+flags.DEFINE_integer(
+  "batch_window_ms", 5, "how long the oldest queued request waits for others to batch with"
+)
+flags.DEFINE_integer(
+  "max_batch_chars", 32768, "a batch's padded size: rows x longest line, in characters"
+)
+flags.DEFINE_integer("max_queue_lines", 4096, "lines waiting at most; beyond: 503")
+flags.DEFINE_float("request_timeout", 60.0, "seconds a request may wait for its answer: 503")
+flags.DEFINE_integer("batch_tokens", 4096, "source tokens per decoding batch")
+flags.DEFINE_string(
+  "api_keys", None, "a file of API keys, one a line: every request then needs one of them"
+)
+flags.DEFINE_boolean("metrics", False, "Prometheus metrics at /metrics (needs prometheus_client)")
+flags.DEFINE_string("compilation_cache", "default", common.COMPILATION_CACHE_HELP)
+FLAGS = flags.FLAGS
+
+
+def _fail(message: str) -> None:
+  raise SystemExit(f"t2t-serve: {message}")
+
+
+def _keys(path: str | None) -> frozenset[str] | None:
+  from t2t_jax.serve import api
+
+  if not path:
+    return None
+  try:
+    with open(path, encoding="utf-8") as f:
+      return api.read_keys(f.read().splitlines(), path)
+  except (OSError, UnicodeDecodeError) as e:
+    _fail(f"--api_keys={path}: cannot read ({getattr(e, 'strerror', None) or e})")
+  except ValueError as e:
+    _fail(str(e))
+
+
+def _check_flags() -> None:
+  if not FLAGS.workdir:
+    _fail("--workdir is required")
+  if FLAGS.beam_size is not None and FLAGS.beam_size < 1:
+    _fail(f"--beam_size={FLAGS.beam_size} must be >= 1 (1: greedy)")
+  for name in ("char_limit", "batch_limit", "alternatives_limit"):
+    if FLAGS[name].value < -1:
+      _fail(f"--{name}={FLAGS[name].value} must be >= 0 (-1: no limit)")
+  for name in ("batch_window_ms", "max_batch_chars", "max_queue_lines", "batch_tokens"):
+    if FLAGS[name].value < (0 if name == "batch_window_ms" else 1):
+      _fail(f"--{name}={FLAGS[name].value} is too small")
+  if not 0 < FLAGS.port < 65536:
+    _fail(f"--port={FLAGS.port} must be in 1..65535")
+
+
+def main(argv: Sequence[str]) -> None:
+  if len(argv) > 1:
+    _fail(f"unexpected arguments {argv[1:]}")
+  try:
+    from t2t_jax.serve import api, app, worker
+  except ImportError as e:
+    _fail(f"{e.name} is missing: pip install 't2t_jax[serve]'")
+  common.quiet_library_logs()
+  _check_flags()
+  common.use_compilation_cache(FLAGS)
+  settings = app.ServerSettings(
+    limits=api.Limits(
+      char_limit=FLAGS.char_limit,
+      batch_limit=FLAGS.batch_limit,
+      alternatives_limit=FLAGS.alternatives_limit,
+    ),
+    keys=_keys(FLAGS.api_keys),
+    request_timeout_s=FLAGS.request_timeout,
+    window_s=FLAGS.batch_window_ms / 1000,
+    max_batch_chars=FLAGS.max_batch_chars,
+    max_queue_lines=FLAGS.max_queue_lines,
+    metrics=FLAGS.metrics,
+  )
+  model_settings = worker.ModelSettings(
+    workdirs=worker.workdir_list(FLAGS.workdir),
+    checkpoint=FLAGS.checkpoint,
+    beam_size=FLAGS.beam_size,
+    alpha=FLAGS.alpha,
+    batch_tokens=FLAGS.batch_tokens,
+  )
+  try:
+    model = worker.Model(model_settings)
+  except worker.ModelError as e:
+    _fail(str(e))
+  server = app.Server(model, settings)
+  code = app.serve_forever(server, FLAGS.host, FLAGS.port, FLAGS.request_timeout)
+  if code:
+    raise SystemExit(code)
+
+
+def run() -> None:
+  common.run(main, __doc__)
+
+
+if __name__ == "__main__":
+  run()

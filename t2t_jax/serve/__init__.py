@@ -1,0 +1,11 @@
+"""t2t-serve: a trained model behind LibreTranslate's HTTP API, with a page showing the
+translation and its attention (docs/serving.md).
+
+api       the request fields, checks and answers as pure functions
+batching  the bounded queue and the one thread that batches concurrent requests
+worker    the model (the only module here that calls t2t_jax's decoding)
+app       the Starlette app: routes, CORS, errors, readiness, metrics
+static/   the page (HTML, script, style), served by the app, nothing fetched from elsewhere
+
+Needs the `serve` extra (pip install 't2t_jax[serve]'); the core install does not.
+"""

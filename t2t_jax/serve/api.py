@@ -1,0 +1,320 @@
+"""LibreTranslate's request fields as pure functions: body and query parsing, the checks and
+their messages, line splitting, the answer's shape. No HTTP library and no model here, so
+that every rule is testable on its own (tests/test_serve_api.py).
+
+Field handling follows LibreTranslate's libretranslate/app.py: a JSON body (Content-Type
+application/json or +json) gives every field and must be an object; otherwise the fields are
+the query string's and the form body's, the query's first (werkzeug's `request.values`),
+first value of a repeated name wins; `q`, `source` and `target` are required and non-empty;
+`format` is 'text' (LibreTranslate's 'html' is refused here: the model translates text);
+`alternatives` is an integer, negative read as 0, capped; form bodies have their line ends
+normalised to LF.
+"""
+
+import dataclasses
+import hmac
+import json
+import urllib.parse
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+# English names of the codes a model's config may carry; others are shown as the code.
+LANGUAGE_NAMES = {
+  "ar": "Arabic",
+  "cs": "Czech",
+  "de": "German",
+  "en": "English",
+  "es": "Spanish",
+  "fi": "Finnish",
+  "fr": "French",
+  "hi": "Hindi",
+  "it": "Italian",
+  "ja": "Japanese",
+  "ro": "Romanian",
+  "ru": "Russian",
+  "tr": "Turkish",
+  "zh": "Chinese",
+}
+
+
+class ApiError(Exception):
+  """A request answered with `status` and {"error": message}."""
+
+  def __init__(self, status: int, message: str) -> None:
+    super().__init__(message)
+    self.status = status
+    self.message = message
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+  """What one request may ask for (-1: no limit), LibreTranslate's names. Every default is
+  finite: an unbounded `alternatives` or text size lets one request hold the model."""
+
+  char_limit: int = 5000  # characters in all of a request's texts together
+  batch_limit: int = 128  # texts in a list `q`
+  alternatives_limit: int = 3  # n-best alternatives (also at most the beam size - 1)
+  attention_lines: int = 16  # lines of one page request that get an attention map
+
+
+@dataclasses.dataclass(frozen=True)
+class Pair:
+  """The model's one language pair."""
+
+  source: str
+  target: str
+
+  def languages(self) -> list[dict[str, Any]]:
+    """GET /languages: each language with the codes it translates to."""
+    out = [dict(code=self.source, name=language_name(self.source), targets=[self.target])]
+    if self.target != self.source:
+      out.append(dict(code=self.target, name=language_name(self.target), targets=[]))
+    return out
+
+
+def language_name(code: str) -> str:
+  return LANGUAGE_NAMES.get(code, code)
+
+
+@dataclasses.dataclass(frozen=True)
+class TranslateRequest:
+  """A checked POST /translate: `texts` are the texts of `q` (one when q was a string)."""
+
+  texts: tuple[str, ...]
+  is_list: bool
+  alternatives: int
+  detect: bool  # source 'auto': the answer says which language was assumed
+
+
+def is_json(content_type: str) -> bool:
+  """Whether a Content-Type is JSON as Flask's `request.is_json` reads it."""
+  mime = content_type.split(";", 1)[0].strip().lower()
+  return mime == "application/json" or (mime.startswith("application/") and mime.endswith("+json"))
+
+
+def is_form(content_type: str) -> bool:
+  return content_type.split(";", 1)[0].strip().lower() == "application/x-www-form-urlencoded"
+
+
+def decode_utf8(raw: bytes, what: str) -> str:
+  try:
+    return raw.decode("utf-8")
+  except UnicodeDecodeError as e:
+    raise ApiError(
+      400, f"Invalid request: {what} is not UTF-8 ({e.reason} at byte {e.start})"
+    ) from None
+
+
+def json_fields(body: bytes) -> dict[str, Any]:
+  """The fields of a JSON body, which must be one object."""
+  text = decode_utf8(body, "the JSON body")
+  try:
+    value = json.loads(text)
+  except ValueError as e:
+    raise ApiError(400, f"Invalid JSON format: {e}") from None
+  except RecursionError:
+    raise ApiError(400, "Invalid JSON format: nested too deeply") from None
+  if not isinstance(value, dict):
+    raise ApiError(400, f"Invalid JSON format: an object was expected, not {type(value).__name__}")
+  return value
+
+
+def urlencoded_fields(raw: bytes, what: str) -> dict[str, str]:
+  """name -> first value of a query string or form body; bytes that are not UTF-8 (after
+  percent-decoding) are refused naming `what`."""
+  text = decode_utf8(raw, what)
+  try:
+    pairs = urllib.parse.parse_qsl(text, keep_blank_values=True, errors="strict")
+  except UnicodeDecodeError as e:
+    raise ApiError(400, f"Invalid request: {what} is not UTF-8 ({e.reason})") from None
+  out: dict[str, str] = {}
+  for name, value in pairs:
+    out.setdefault(name, value)
+  return out
+
+
+def merged_values(*sources: Mapping[str, str]) -> dict[str, str]:
+  """werkzeug's `request.values`: the first source holding a name gives its value."""
+  out: dict[str, str] = {}
+  for source in sources:
+    for name, value in source.items():
+      out.setdefault(name, value)
+  return out
+
+
+def normalise_line_ends(text: str) -> str:
+  """LibreTranslate's form-body rule: CRLF and CR become LF (RFC 2046 4.1.1), so that the
+  character limit counts the same text however the client sent it."""
+  return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def alternatives_count(value: Any, limit: int) -> int:
+  """`alternatives` as LibreTranslate reads it: int(), negative as 0, at most `limit`."""
+  if isinstance(value, bool) or isinstance(value, float) and not value.is_integer():
+    raise ApiError(400, "Invalid request: alternatives parameter is not a number")
+  try:
+    count = max(0, int(value))
+  except (TypeError, ValueError):
+    raise ApiError(400, "Invalid request: alternatives parameter is not a number") from None
+  if limit != -1 and count > limit:
+    raise ApiError(400, f"Invalid request: alternatives parameter must be <= {limit}")
+  return count
+
+
+def texts_of(q: Any, limits: Limits) -> tuple[tuple[str, ...], bool]:
+  """(texts, is_list) of `q`: a non-empty string, or a non-empty list of strings within
+  batch_limit; all of them within char_limit characters together."""
+  if q is None or q == "" or q == []:
+    raise ApiError(400, "Invalid request: missing q parameter")
+  is_list = isinstance(q, list)
+  texts = q if is_list else [q]
+  if not all(isinstance(t, str) for t in texts):
+    raise ApiError(400, "Invalid request: q must be a string or a list of strings")
+  if is_list and limits.batch_limit != -1 and len(texts) > limits.batch_limit:
+    raise ApiError(
+      400,
+      f"Invalid request: request ({len(texts)}) exceeds text limit ({limits.batch_limit})",
+    )
+  chars = sum(map(len, texts))
+  if limits.char_limit != -1 and chars > limits.char_limit:
+    raise ApiError(
+      400, f"Invalid request: request ({chars}) exceeds text limit ({limits.char_limit})"
+    )
+  return tuple(texts), is_list
+
+
+def check_languages(source: Any, target: Any, pair: Pair) -> bool:
+  """Refuses a language other than the model's pair; True for source 'auto'
+  (one source language: nothing to detect, the answer names it)."""
+  for name, value in (("source", source), ("target", target)):
+    if not isinstance(value, str):
+      raise ApiError(400, f"Invalid request: {name} must be a language code")
+  if source not in (pair.source, "auto"):
+    raise ApiError(
+      400, f"{source} is not supported (this server translates {pair.source} to {pair.target})"
+    )
+  if target != pair.target:
+    raise ApiError(
+      400, f"{target} is not supported (this server translates {pair.source} to {pair.target})"
+    )
+  return source == "auto"
+
+
+def parse_translate(
+  fields: Mapping[str, Any], from_json: bool, pair: Pair, limits: Limits
+) -> TranslateRequest:
+  """A POST /translate's fields checked in LibreTranslate's order (q, source, target,
+  alternatives, limits, languages, format)."""
+  q = fields.get("q")
+  if not q:
+    raise ApiError(400, "Invalid request: missing q parameter")
+  for name in ("source", "target"):
+    if not fields.get(name):
+      raise ApiError(400, f"Invalid request: missing {name} parameter")
+  alternatives = alternatives_count(fields.get("alternatives", 0), limits.alternatives_limit)
+  if not from_json and isinstance(q, str):
+    q = normalise_line_ends(q)
+  texts, is_list = texts_of(q, limits)
+  detect = check_languages(fields.get("source"), fields.get("target"), pair)
+  text_format = fields.get("format") or "text"
+  if text_format != "text":
+    raise ApiError(400, f"{text_format} format is not supported (this server translates text)")
+  return TranslateRequest(texts, is_list, alternatives, detect)
+
+
+def read_keys(lines: Sequence[str], name: str) -> frozenset[str]:
+  """The API keys of a keys file: one a line, blank lines and '#' comments skipped."""
+  keys = frozenset(k.strip() for k in lines if k.strip() and not k.strip().startswith("#"))
+  if not keys:
+    raise ValueError(f"--api_keys={name}: no key in the file (one key a line)")
+  return keys
+
+
+def check_key(given: Any, keys: frozenset[str] | None) -> None:
+  """Without a keys file keys are ignored; with one, every request needs a listed key
+  (compared in constant time)."""
+  if keys is None:
+    return
+  if not given:
+    raise ApiError(403, "Invalid request: missing api_key parameter (this server requires a key)")
+  if not isinstance(given, str) or not any(
+    hmac.compare_digest(given.encode(), k.encode()) for k in keys
+  ):
+    raise ApiError(403, "Invalid API key")
+
+
+def split_lines(text: str) -> list[str]:
+  """A text's lines, translated one by one: join_lines(split_lines(t)) == t's line count,
+  an empty (or blank) line is never sent to the model and comes back empty."""
+  return text.split("\n")
+
+
+def join_lines(lines: Sequence[str]) -> str:
+  return "\n".join(lines)
+
+
+def translatable(line: str) -> bool:
+  """Whether a line goes to the model (a blank line is answered by an empty one)."""
+  return bool(line.strip())
+
+
+def unique_alternatives(best: str, others: Sequence[str]) -> list[str]:
+  """LibreTranslate's filter_unique: the alternatives in order, each once, the translation
+  itself left out."""
+  out: list[str] = []
+  for text in others:
+    if text != best and text not in out:
+      out.append(text)
+  return out
+
+
+def lines_to_translate(texts: Sequence[str]) -> list[str]:
+  """The lines of `texts` that go to the model, in order (blank lines do not)."""
+  return [line for text in texts for line in split_lines(text) if translatable(line)]
+
+
+def put_back(
+  texts: Sequence[str], results: Sequence[Any], alternatives: int = 0
+) -> tuple[list[str], list[list[str]]]:
+  """(translation per text, alternatives per text) from the results of
+  `lines_to_translate(texts)`, in order: each text keeps its line count, its blank lines
+  come back empty. results: strings, or with alternatives lists of hypotheses (.text)."""
+  if len(results) != len(lines_to_translate(texts)):
+    raise ValueError(f"{len(results)} results for {len(lines_to_translate(texts))} lines")
+  it = iter(results)
+  best, alts = [], []
+  for text in texts:
+    found = [next(it) if translatable(line) else None for line in split_lines(text)]
+    one, others = assemble(found, alternatives)
+    best.append(one)
+    alts.append(others)
+  return best, alts
+
+
+def assemble(found: list[Any], alternatives: int) -> tuple[str, list[str]]:
+  """A text's translation from its lines' results (None: a blank line, answered empty) and
+  its alternatives: the k-th uses each line's k-th hypothesis (its best when it has fewer)."""
+  if not alternatives:
+    return join_lines([r or "" for r in found]), []
+
+  def pick(hyps: Any, k: int) -> str:
+    return "" if hyps is None else hyps[min(k, len(hyps) - 1)].text
+
+  best = join_lines([pick(h, 0) for h in found])
+  others = [join_lines([pick(h, k) for h in found]) for k in range(1, alternatives + 1)]
+  return best, unique_alternatives(best, others)
+
+
+def translate_answer(
+  request: TranslateRequest, best: Sequence[str], alternatives: Sequence[Sequence[str]], pair: Pair
+) -> dict[str, Any]:
+  """The JSON of a POST /translate: translatedText (a string or a list, as q was), with
+  `alternatives` when asked for, and detectedLanguage for source 'auto'."""
+  answer: dict[str, Any] = {"translatedText": list(best) if request.is_list else best[0]}
+  if request.detect:
+    detected = {"confidence": 100.0, "language": pair.source}
+    answer["detectedLanguage"] = [detected] * len(best) if request.is_list else detected
+  if request.alternatives:
+    alts = [list(a) for a in alternatives]
+    answer["alternatives"] = alts if request.is_list else alts[0]
+  return answer

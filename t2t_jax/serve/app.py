@@ -1,0 +1,483 @@
+"""The HTTP side of t2t-serve: a Starlette (ASGI) app speaking LibreTranslate's API, the
+page at `/` and its JSON endpoint, over one model thread (serve.batching).
+
+Handlers parse and check at the edge (serve.api), queue lines for the batching thread and
+await the answer without blocking the event loop; a request whose client goes away or whose
+time runs out is dropped from the queue. The model loads and compiles in the model thread
+after the server listens: /health answers at once, /ready, /languages and /translate say
+503 until the model is ready.
+"""
+
+import asyncio
+import contextlib
+import dataclasses
+import importlib.resources
+import logging
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from t2t_jax.serve import api
+from t2t_jax.serve.batching import Batcher, QueueFullError
+
+log = logging.getLogger("t2t_jax.serve")
+
+# LibreTranslate's CORS headers, on every answer: browser tools call the API directly.
+CORS_HEADERS = {
+  "Access-Control-Allow-Origin": "*",
+  "Access-Control-Allow-Headers": "Authorization, Content-Type",
+  "Access-Control-Expose-Headers": "Authorization",
+  "Access-Control-Allow-Methods": "GET, POST",
+  "Access-Control-Allow-Credentials": "true",
+  "Access-Control-Max-Age": str(60 * 60 * 24 * 20),
+}
+STATIC_FILES = {"page.js": "text/javascript", "page.css": "text/css", "index.html": "text/html"}
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerSettings:
+  """The HTTP side's choices (t2t-serve's flags)."""
+
+  limits: api.Limits = api.Limits()
+  keys: frozenset[str] | None = None  # None: keys are ignored
+  request_timeout_s: float = 60.0
+  window_s: float = 0.005
+  max_batch_chars: int = 32768
+  max_queue_lines: int = 4096
+  frontend_timeout_ms: int = 500  # the page's debounce, as LibreTranslate's frontendTimeout
+  metrics: bool = False
+
+  @property
+  def max_body_bytes(self) -> int:
+    """Room for char_limit characters of 4 UTF-8 bytes, JSON escapes and the other fields."""
+    chars = self.limits.char_limit if self.limits.char_limit != -1 else 1 << 20
+    return 6 * chars + 65536
+
+
+class ClientGoneError(Exception):
+  """The client disconnected before its answer was ready."""
+
+
+class Server:
+  """The app's state: the model (an object with load(), pair, beam_size, translate(lines,
+  nbest) and attention(source, target)), its batching thread and readiness."""
+
+  def __init__(self, model: Any, settings: ServerSettings = ServerSettings()) -> None:
+    self.model = model
+    self.settings = settings
+    self.batcher = Batcher(
+      model.translate,
+      window_s=settings.window_s,
+      max_batch_chars=settings.max_batch_chars,
+      max_queue_lines=settings.max_queue_lines,
+    )
+    self.ready = threading.Event()
+    self.failed: str | None = None
+    self.waiting = 0  # requests awaiting the model
+    self.limits = settings.limits
+    self.metrics = _Metrics(self) if settings.metrics else None
+    self.on_failure: Callable[[str], None] = lambda message: None
+
+  def start(self) -> None:
+    """Starts the model thread; its first work is loading and compiling the model."""
+    self.batcher.start()
+    self.batcher.call(self.model.load).add_done_callback(self._loaded)
+
+  def stop(self) -> None:
+    self.batcher.stop()
+
+  def _loaded(self, future: Future) -> None:
+    if future.exception() is not None:
+      self.failed = str(future.exception())
+      self.on_failure(self.failed)
+      return
+    cap = self.model.beam_size - 1
+    if self.limits.alternatives_limit == -1 or self.limits.alternatives_limit > cap:
+      self.limits = dataclasses.replace(self.limits, alternatives_limit=cap)
+    self.ready.set()
+
+  def check_ready(self) -> None:
+    if self.failed is not None:
+      raise api.ApiError(503, f"the model could not be loaded: {self.failed}")
+    if not self.ready.is_set():
+      raise api.ApiError(503, "the model is loading; try again shortly")
+
+  async def run(self, request: Request, future: Future) -> Any:
+    """The future's result, awaited without blocking the loop; dropped from the queue when
+    the client disconnects or the request's time runs out."""
+    waiter = asyncio.wrap_future(future)
+    gone = asyncio.ensure_future(_disconnected(request))
+    self.waiting += 1
+    try:
+      done, _ = await asyncio.wait(
+        {waiter, gone}, timeout=self.settings.request_timeout_s, return_when="FIRST_COMPLETED"
+      )
+    finally:
+      gone.cancel()
+      self.waiting -= 1
+    if waiter in done:
+      return waiter.result()
+    waiter.cancel()  # also cancels the queued work, unless it is running already
+    if gone in done:
+      raise ClientGoneError()
+    raise api.ApiError(
+      503, f"translation timed out after {self.settings.request_timeout_s:g}s; try again"
+    )
+
+  def submit(self, submit: Callable[[], Future]) -> Future:
+    try:
+      return submit()
+    except QueueFullError as e:
+      raise api.ApiError(503, f"the server is busy ({e}); try again shortly") from None
+
+
+async def _disconnected(request: Request) -> None:
+  """Returns when the client has gone (the body is read already: the next message is the
+  disconnect)."""
+  while True:
+    message = await request.receive()
+    if message["type"] == "http.disconnect":
+      return
+
+
+async def read_fields(request: Request, limit: int) -> tuple[dict[str, Any], bool]:
+  """(fields, from_json) of a request as LibreTranslate reads them: a JSON body's object, or
+  the query string's fields with a form body's after them."""
+  length = request.headers.get("content-length", "")
+  if length.isdigit() and int(length) > limit:
+    raise api.ApiError(413, f"Invalid request: the body has {length} bytes (at most {limit})")
+  chunks, size = [], 0
+  try:
+    async for chunk in request.stream():
+      size += len(chunk)
+      if size > limit:
+        raise api.ApiError(413, f"Invalid request: the body is over {limit} bytes")
+      chunks.append(chunk)
+  except ClientDisconnect:
+    raise ClientGoneError() from None
+  body = b"".join(chunks)
+  content_type = request.headers.get("content-type", "")
+  if api.is_json(content_type):
+    return api.json_fields(body), True
+  query = api.urlencoded_fields(request.scope.get("query_string", b""), "the query string")
+  if api.is_form(content_type):
+    return api.merged_values(query, api.urlencoded_fields(body, "the form body")), False
+  if content_type.lower().startswith("multipart/form-data"):
+    return api.merged_values(query, await _multipart(request, body)), False
+  return query, False
+
+
+async def _multipart(request: Request, body: bytes) -> dict[str, str]:
+  sent = False
+
+  async def replay() -> dict:
+    nonlocal sent
+    if sent:
+      return {"type": "http.disconnect"}
+    sent = True
+    return {"type": "http.request", "body": body, "more_body": False}
+
+  try:
+    form = await Request(request.scope, replay).form()
+  except Exception as e:  # python-multipart's parse errors have no common base
+    raise api.ApiError(400, f"Invalid request: the multipart body cannot be read ({e})") from None
+  return {name: value for name, value in form.multi_items() if isinstance(value, str)}
+
+
+def _error(status: int, message: str) -> JSONResponse:
+  return JSONResponse({"error": message}, status_code=status)
+
+
+def _handled(fn: Callable) -> Callable:
+  """An endpoint whose ApiError is its JSON answer and whose gone client ends it quietly."""
+
+  async def endpoint(request: Request) -> Response:
+    started = time.monotonic()
+    try:
+      response = await fn(request)
+    except api.ApiError as e:
+      response = _error(e.status, e.message)
+    except ClientGoneError:
+      response = Response(status_code=499)
+    server: Server = request.app.state.server
+    if server.metrics is not None:
+      server.metrics.observe(fn.__name__, response.status_code, time.monotonic() - started)
+    return response
+
+  return endpoint
+
+
+async def translate(request: Request) -> Response:
+  """POST /translate: LibreTranslate's."""
+  server: Server = request.app.state.server
+  server.check_ready()
+  fields, from_json = await read_fields(request, server.settings.max_body_bytes)
+  api.check_key(fields.get("api_key"), server.settings.keys)
+  req = api.parse_translate(fields, from_json, server.model.pair, server.limits)
+  nbest = req.alternatives + 1 if req.alternatives else 0
+  todo = api.lines_to_translate(req.texts)
+  future = server.submit(lambda: server.batcher.submit(todo, nbest))
+  best, alternatives = api.put_back(req.texts, await server.run(request, future), req.alternatives)
+  return JSONResponse(api.translate_answer(req, best, alternatives, server.model.pair))
+
+
+async def page_translate(request: Request) -> Response:
+  """POST /api/translate, the page's: per line its translation, n-best with scores, and
+  the encoder-decoder attention of the translation shown (docs/serving.md)."""
+  server: Server = request.app.state.server
+  server.check_ready()
+  fields, _ = await read_fields(request, server.settings.max_body_bytes)
+  api.check_key(fields.get("api_key"), server.settings.keys)
+  q = fields.get("q")
+  if not isinstance(q, str):
+    raise api.ApiError(400, "Invalid request: q must be a string")
+  texts, _ = api.texts_of(q, server.limits)
+  nbest = api.alternatives_count(fields.get("alternatives", 0), server.limits.alternatives_limit)
+  lines = api.split_lines(texts[0])
+  todo = [line for line in lines if api.translatable(line)]
+  want_attention = fields.get("attention", True) is not False
+  if want_attention and len(todo) > server.limits.attention_lines:
+    raise api.ApiError(
+      400,
+      f"Invalid request: attention for {len(todo)} lines (at most "
+      f"{server.limits.attention_lines}); send attention=false or fewer lines",
+    )
+  found = await server.run(request, server.submit(lambda: server.batcher.submit(todo, nbest + 1)))
+  attention = [None] * len(todo)
+  if want_attention and todo:
+    pairs = [(line, hyps[0].text) for line, hyps in zip(todo, found)]
+    job = lambda: [server.model.attention(s, t) for s, t in pairs]
+    attention = await server.run(request, server.submit(lambda: server.batcher.call(job)))
+  answers, it = [], iter(zip(found, attention))
+  for line in lines:
+    hyps, att = next(it) if api.translatable(line) else ([], None)
+    answers.append(
+      dict(
+        source=line,
+        translation=hyps[0].text if hyps else "",
+        nbest=[dict(text=h.text, score=h.score, log_prob=h.log_prob) for h in hyps],
+        attention=att,
+      )
+    )
+  return JSONResponse({"lines": answers})
+
+
+async def languages(request: Request) -> Response:
+  server: Server = request.app.state.server
+  server.check_ready()
+  return JSONResponse(server.model.pair.languages())
+
+
+async def frontend_settings(request: Request) -> Response:
+  """LibreTranslate's /frontend/settings (what its page and some clients read first)."""
+  server: Server = request.app.state.server
+  pair = server.model.pair
+  keys = server.settings.keys is not None
+  return JSONResponse(
+    dict(
+      charLimit=server.limits.char_limit,
+      frontendTimeout=server.settings.frontend_timeout_ms,
+      apiKeys=keys,
+      keyRequired=keys,
+      suggestions=False,
+      filesTranslation=False,
+      supportedFilesFormat=[],
+      alternativesLimit=server.limits.alternatives_limit if server.ready.is_set() else 0,
+      attentionLines=server.limits.attention_lines,
+      language=dict(
+        source=dict(code=pair.source, name=api.language_name(pair.source)),
+        target=dict(code=pair.target, name=api.language_name(pair.target)),
+      ),
+    )
+  )
+
+
+async def health(request: Request) -> Response:
+  """Liveness: answers as soon as the process serves HTTP, model loaded or not."""
+  server: Server = request.app.state.server
+  return JSONResponse(dict(status="ok", ready=server.ready.is_set()))
+
+
+async def ready(request: Request) -> Response:
+  server: Server = request.app.state.server
+  server.check_ready()
+  return JSONResponse(dict(ready=True))
+
+
+async def metrics(request: Request) -> Response:
+  server: Server = request.app.state.server
+  if server.metrics is None:
+    raise api.ApiError(404, "metrics are off (t2t-serve --metrics)")
+  return server.metrics.response()
+
+
+async def static(request: Request) -> Response:
+  name = request.path_params.get("name", "index.html")
+  if name not in STATIC_FILES:
+    raise api.ApiError(404, f"Not Found: /static/{name}")
+  data = importlib.resources.files("t2t_jax.serve").joinpath("static", name).read_bytes()
+  return Response(data, media_type=STATIC_FILES[name], headers={"Cache-Control": "no-cache"})
+
+
+class _Cors:
+  """ASGI middleware: LibreTranslate's CORS headers on every answer; OPTIONS (a browser's
+  preflight) answered 204 at once."""
+
+  def __init__(self, app: Any) -> None:
+    self.app = app
+
+  async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    if scope["type"] != "http":
+      return await self.app(scope, receive, send)
+    extra = [(k.lower().encode(), v.encode()) for k, v in CORS_HEADERS.items()]
+    if scope["method"] == "OPTIONS":
+      await send({"type": "http.response.start", "status": 204, "headers": extra})
+      return await send({"type": "http.response.body", "body": b""})
+
+    async def with_headers(message: dict) -> None:
+      if message["type"] == "http.response.start":
+        message = dict(message, headers=list(message.get("headers", [])) + extra)
+      await send(message)
+
+    await self.app(scope, receive, with_headers)
+
+
+async def _http_error(request: Request, e: Exception) -> Response:
+  assert isinstance(e, HTTPException)
+  return _error(e.status_code, f"{e.detail}: {request.method} {request.url.path}")
+
+
+async def _internal_error(request: Request, e: Exception) -> Response:
+  log.exception("t2t-serve: %s %s failed", request.method, request.url.path)
+  return _error(500, f"internal error: {type(e).__name__}: {e}")
+
+
+def create_app(server: Server) -> Starlette:
+  """The ASGI app over `server` (started by the app's lifespan, stopped after the last
+  request in flight has its answer)."""
+  routes = [
+    Route("/", _handled(static), methods=["GET"]),
+    Route("/static/{name}", _handled(static), methods=["GET"]),
+    Route("/translate", _handled(translate), methods=["POST"]),
+    Route("/languages", _handled(languages), methods=["GET"]),
+    Route("/frontend/settings", _handled(frontend_settings), methods=["GET"]),
+    Route("/api/translate", _handled(page_translate), methods=["POST"]),
+    Route("/health", _handled(health), methods=["GET"]),
+    Route("/ready", _handled(ready), methods=["GET"]),
+    Route("/metrics", _handled(metrics), methods=["GET"]),
+  ]
+
+  @contextlib.asynccontextmanager
+  async def lifespan(app: Starlette) -> Any:
+    server.start()
+    yield
+    await asyncio.get_running_loop().run_in_executor(None, server.stop)
+
+  app = Starlette(
+    routes=routes,
+    lifespan=lifespan,
+    exception_handlers={HTTPException: _http_error, Exception: _internal_error},
+  )
+  app.state.server = server
+  app.add_middleware(_Cors)
+  return app
+
+
+class _Metrics:
+  """Prometheus metrics in the app's own registry (none of the process's global state):
+  queue depth, batch sizes, request latency by path and status."""
+
+  def __init__(self, server: Server) -> None:
+    import prometheus_client as prom
+
+    self.prom = prom
+    self.registry = prom.CollectorRegistry()
+    self.latency = prom.Histogram(
+      "t2t_serve_request_seconds",
+      "request latency",
+      ["endpoint", "status"],
+      registry=self.registry,
+    )
+    depth = prom.Gauge(
+      "t2t_serve_queue_lines", "lines waiting for the model", registry=self.registry
+    )
+    depth.set_function(lambda: server.batcher.depth)
+    waiting = prom.Gauge(
+      "t2t_serve_waiting_requests", "requests awaiting the model", registry=self.registry
+    )
+    waiting.set_function(lambda: server.waiting)
+    stats = server.batcher.stats
+    for name, doc, get in (
+      ("t2t_serve_batches", "batches run", lambda: stats.batches),
+      ("t2t_serve_batched_lines", "lines translated", lambda: stats.lines),
+      ("t2t_serve_batched_requests", "requests in batches", lambda: stats.requests),
+      ("t2t_serve_dropped_requests", "queued requests dropped", lambda: stats.dropped),
+      ("t2t_serve_last_batch_lines", "lines of the last batch", lambda: stats.last_batch_lines),
+    ):
+      prom.Gauge(name, doc, registry=self.registry).set_function(get)
+
+  def observe(self, endpoint: str, status: int, seconds: float) -> None:
+    self.latency.labels(endpoint, str(status)).observe(seconds)
+
+  def response(self) -> Response:
+    body = self.prom.generate_latest(self.registry)
+    return Response(body, media_type=self.prom.CONTENT_TYPE_LATEST)
+
+
+def serve_forever(server: Server, host: str, port: int, graceful_timeout_s: float) -> int:
+  """Serves until SIGTERM or SIGINT, then stops accepting, answers what is in flight and
+  returns 0; 1 when the model could not be loaded (the failure ends the server)."""
+  import uvicorn
+
+  class _Uvicorn(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Any:
+      # uvicorn's own re-raises the signal after shutting down (exit status 130 or -15);
+      # a clean stop exits 0.
+      wanted = (signal.SIGINT, signal.SIGTERM)
+      old = {sig: signal.signal(sig, self.handle_exit) for sig in wanted}
+      try:
+        yield
+      finally:
+        for sig, handler in old.items():
+          signal.signal(sig, handler)
+
+  config = uvicorn.Config(
+    create_app(server),
+    host=host,
+    port=port,
+    log_level="warning",
+    timeout_graceful_shutdown=graceful_timeout_s,
+    lifespan="on",
+  )
+  runner = _Uvicorn(config)
+
+  def failed(message: str) -> None:
+    print(f"t2t-serve: the model could not be loaded: {message}", file=sys.stderr, flush=True)
+    runner.should_exit = True
+
+  def announce() -> None:
+    server.ready.wait()
+    pair = server.model.pair
+    print(f"t2t-serve: ready ({pair.source} -> {pair.target})", file=sys.stderr, flush=True)
+
+  server.on_failure = failed
+  threading.Thread(target=announce, daemon=True).start()
+  print(
+    f"t2t-serve: listening on http://{host}:{port} (ready once the model is loaded and "
+    "compiled: GET /ready)",
+    file=sys.stderr,
+    flush=True,
+  )
+  runner.run()
+  return 1 if server.failed is not None else 0

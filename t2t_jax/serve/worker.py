@@ -1,0 +1,94 @@
+"""The served model: the one module of the server that calls t2t_jax's decoding.
+
+`Model` loads a workdir (or an ensemble) through the public Translator, compiles the search
+before the server says it is ready, and answers in plain Python values (strings, floats,
+nested lists) so that the HTTP side never touches arrays. Every call runs in the batching
+thread (serve.batching), one at a time.
+"""
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from t2t_jax.serve.api import Pair
+from t2t_jax.translate import TranslateError, Translator, load_config
+
+__all__ = ["Hypothesis", "Model", "ModelError"]
+
+# The model's errors (an unreadable workdir, a checkpoint that does not fit) as the server
+# reports them at start.
+ModelError = TranslateError
+
+
+@dataclasses.dataclass(frozen=True)
+class Hypothesis:
+  """One entry of an n-best list: score is log p / lp, beam search's ranking number."""
+
+  text: str
+  score: float
+  log_prob: float
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSettings:
+  """What t2t-serve's flags choose about the model (None: the workdir's config)."""
+
+  workdirs: tuple[str, ...]
+  checkpoint: str = "auto"
+  beam_size: int | None = None
+  alpha: float | None = None
+  batch_tokens: int = 4096
+
+
+class Model:
+  """A Translator behind the server: `load()` once, then translate/attention."""
+
+  def __init__(self, settings: ModelSettings) -> None:
+    self.settings = settings
+    self._translator: Any = None
+    config = load_config(settings.workdirs[0])
+    self.pair = Pair(source=config.data.source_lang or "en", target="")
+
+  def load(self) -> None:
+    """Reads the checkpoint(s) and compiles the search for every source bucket. The
+    process-wide compilation cache is the command's choice: none is switched on here."""
+    s = self.settings
+    translator = Translator.from_workdirs(
+      list(s.workdirs), s.checkpoint, batch_tokens=s.batch_tokens
+    )
+    translator.warm_up(beam_size=s.beam_size, alpha=s.alpha)
+    self.pair = Pair(source=self.pair.source, target=translator.target_lang)
+    self._translator = translator
+
+  @property
+  def beam_size(self) -> int:
+    """The beam of every request: the flag's, else the workdir's config."""
+    return self.settings.beam_size or self._translator.search.beam_size
+
+  def translate(self, lines: list[str], nbest: int = 0) -> list[Any]:
+    """One string per line, or with nbest a list of `Hypothesis` per line, best first."""
+    s = self.settings
+    if not nbest:
+      return list(self._translator.translate(lines, beam_size=s.beam_size, alpha=s.alpha))
+    found = self._translator.translate(lines, beam_size=s.beam_size, alpha=s.alpha, nbest=nbest)
+    return [[Hypothesis(h.text, float(h.score), float(h.log_prob)) for h in hyps] for hyps in found]
+
+  def attention(self, source: str, target: str) -> dict[str, Any]:
+    """The encoder-decoder attention of `target` (teacher-forced) on `source`: 'cross'
+    [layers][heads][target pieces][source pieces] rounded to 4 decimals, with the pieces
+    (EOS included) that label its axes."""
+    found = self._translator.attention_weights(source, target)
+    cross = np.round(np.asarray(found["cross"], np.float64), 4)
+    return dict(
+      source_tokens=list(found["source_tokens"]),
+      target_tokens=list(found["target_tokens"]),
+      cross=cross.tolist(),
+    )
+
+
+def workdir_list(flag: str | Sequence[str]) -> tuple[str, ...]:
+  """--workdir's comma-separated workdirs (several: an ensemble)."""
+  items = flag.split(",") if isinstance(flag, str) else list(flag)
+  return tuple(w for w in items if w)

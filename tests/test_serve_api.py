@@ -1,0 +1,349 @@
+"""t2t-serve's request handling and batching as pure functions (no HTTP, no model): the
+fields as LibreTranslate reads them, the line split and put-back, the key check, and the
+batching thread driven by a stand-in translate function.
+
+Each rule is checked against an independent statement of it (a per-line loop, urllib's
+own encoder, a set of keys) on generated inputs.
+"""
+
+import threading
+import time
+import urllib.parse
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from t2t_jax.serve import api
+from t2t_jax.serve.batching import Batcher, QueueFullError, padded_cost, split_results
+
+PAIR = api.Pair("en", "de")
+LIMITS = api.Limits(char_limit=100, batch_limit=4, alternatives_limit=3)
+
+lines_text = st.text(alphabet=st.sampled_from("ab \n\t"), max_size=30)
+
+
+def per_line(text: str, f) -> str:
+  """The reference: every line by itself, a blank line answered by an empty one."""
+  return "\n".join(f(line) if line.strip() else "" for line in text.split("\n"))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(lines_text, min_size=1, max_size=5))
+def test_put_back_keeps_each_texts_lines_and_blank_lines(texts):
+  f = lambda line: line.upper().replace(" ", "_") + "!"
+  results = [f(line) for line in api.lines_to_translate(texts)]
+  best, alternatives = api.put_back(texts, results)
+  assert best == [per_line(t, f) for t in texts]
+  assert [b.count("\n") for b in best] == [t.count("\n") for t in texts]
+  assert alternatives == [[] for _ in texts]
+
+
+@settings(max_examples=100, deadline=None)
+@given(lines_text)
+def test_split_and_join_are_inverse(text):
+  assert api.join_lines(api.split_lines(text)) == text
+  assert len(api.split_lines(text)) == text.count("\n") + 1
+
+
+class Hyp:
+  def __init__(self, text):
+    self.text = text
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(lines_text, min_size=1, max_size=3), st.integers(1, 3))
+def test_alternatives_take_each_lines_kth_hypothesis(texts, k):
+  # Line i's hypotheses: "i:0", "i:1", ... (as many as its length allows, at least one).
+  lines = api.lines_to_translate(texts)
+  results = [[Hyp(f"{i}:{r}") for r in range(1 + len(line) % 3)] for i, line in enumerate(lines)]
+  best, alternatives = api.put_back(texts, results, k)
+  counter = iter(range(len(lines)))
+  for text, one, alts in zip(texts, best, alternatives):
+    ids = [None if not line.strip() else next(counter) for line in text.split("\n")]
+    hyp = lambda i, r: "" if i is None else results[i][min(r, len(results[i]) - 1)].text
+    assert one == "\n".join(hyp(i, 0) for i in ids)
+    expected = []
+    for r in range(1, k + 1):
+      alt = "\n".join(hyp(i, r) for i in ids)
+      if alt != one and alt not in expected:
+        expected.append(alt)
+    assert alts == expected
+
+
+def test_put_back_refuses_a_wrong_count():
+  with pytest.raises(ValueError, match="2 results for 1 lines"):
+    api.put_back(["a\n\n"], ["x", "y"])
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.dictionaries(st.sampled_from(["q", "source", "api_key", "x"]), st.text(max_size=8)))
+def test_urlencoded_fields_read_what_urllib_encodes(fields):
+  assert api.urlencoded_fields(urllib.parse.urlencode(fields).encode(), "body") == fields
+
+
+def test_urlencoded_first_value_wins_and_query_comes_before_form():
+  assert api.urlencoded_fields(b"q=a&q=b&x=", "body") == {"q": "a", "x": ""}
+  assert api.merged_values({"q": "query"}, {"q": "form", "source": "en"}) == {
+    "q": "query",
+    "source": "en",
+  }
+
+
+@pytest.mark.parametrize("raw", [b"q=%ff%fe", b"q=\xff"])
+def test_urlencoded_refuses_bytes_that_are_not_utf8(raw):
+  with pytest.raises(api.ApiError, match="not UTF-8") as e:
+    api.urlencoded_fields(raw, "the form body")
+  assert e.value.status == 400
+
+
+@pytest.mark.parametrize(
+  "body, message",
+  [
+    (b"{", "Invalid JSON format"),
+    (b"[1]", "an object"),
+    (b'"q"', "an object"),
+    (b"\xff", "UTF-8"),
+    (b"[" * 100000 + b"]" * 100000, "Invalid JSON format"),
+  ],
+)
+def test_json_fields_refuse_what_is_not_one_object(body, message):
+  with pytest.raises(api.ApiError, match=message):
+    api.json_fields(body)
+
+
+def test_json_content_types_as_flask_reads_them():
+  assert api.is_json("application/json; charset=utf-8")
+  assert api.is_json("application/merge-patch+json")
+  assert not api.is_json("text/plain")
+  assert api.is_form("application/x-www-form-urlencoded; charset=utf-8")
+
+
+def fields(**kw):
+  return dict(dict(q="a b", source="en", target="de"), **kw)
+
+
+def test_a_string_q_is_one_text_and_a_list_stays_a_list():
+  one = api.parse_translate(fields(), True, PAIR, LIMITS)
+  many = api.parse_translate(fields(q=["a", "", "b"]), True, PAIR, LIMITS)
+  assert (one.texts, one.is_list) == (("a b",), False)
+  assert (many.texts, many.is_list) == (("a", "", "b"), True)
+  answer = api.translate_answer(one, ["x"], [[]], PAIR)
+  assert answer == {"translatedText": "x"}
+  answer = api.translate_answer(many, ["x", "", "y"], [[], [], []], PAIR)
+  assert answer == {"translatedText": ["x", "", "y"]}
+
+
+@pytest.mark.parametrize(
+  "given, status, message",
+  [
+    (dict(q=None), 400, "missing q parameter"),
+    (dict(q=""), 400, "missing q parameter"),
+    (dict(q=[]), 400, "missing q parameter"),
+    (dict(q=3), 400, "q must be a string or a list of strings"),
+    (dict(q=["a", 3]), 400, "q must be a string or a list of strings"),
+    (dict(source=""), 400, "missing source parameter"),
+    (dict(target=None), 400, "missing target parameter"),
+    (dict(source="fr"), 400, "fr is not supported"),
+    (dict(target="fr"), 400, "fr is not supported"),
+    (dict(target=["de"]), 400, "target must be a language code"),
+    (dict(format="html"), 400, "html format is not supported"),
+    (dict(alternatives="many"), 400, "alternatives parameter is not a number"),
+    (dict(alternatives=4), 400, "alternatives parameter must be <= 3"),
+    (dict(alternatives=10000), 400, "alternatives parameter must be <= 3"),
+    (dict(q="x" * 101), 400, r"request \(101\) exceeds text limit \(100\)"),
+    (dict(q=["x" * 60, "y" * 41]), 400, r"request \(101\) exceeds text limit \(100\)"),
+    (dict(q=["a"] * 5), 400, r"request \(5\) exceeds text limit \(4\)"),
+  ],
+)
+def test_refusals_name_the_field(given, status, message):
+  with pytest.raises(api.ApiError, match=message) as e:
+    api.parse_translate(fields(**given), True, PAIR, LIMITS)
+  assert e.value.status == status
+
+
+def test_libretranslate_defaults_and_readings():
+  req = api.parse_translate(fields(alternatives="-2", format=""), False, PAIR, LIMITS)
+  assert req.alternatives == 0
+  assert api.parse_translate(fields(alternatives="2"), False, PAIR, LIMITS).alternatives == 2
+  assert api.parse_translate(fields(q="x" * 100), True, PAIR, LIMITS).texts == ("x" * 100,)
+  no_limit = api.Limits(char_limit=-1, batch_limit=-1, alternatives_limit=-1)
+  assert api.parse_translate(fields(q=["x"] * 999, alternatives=50), True, PAIR, no_limit)
+  auto = api.parse_translate(fields(source="auto"), True, PAIR, LIMITS)
+  assert api.translate_answer(auto, ["x"], [[]], PAIR)["detectedLanguage"]["language"] == "en"
+
+
+def test_form_bodies_have_their_line_ends_normalised_and_json_bodies_not():
+  assert api.parse_translate(fields(q="a\r\nb\rc"), False, PAIR, LIMITS).texts == ("a\nb\nc",)
+  assert api.parse_translate(fields(q="a\r\nb"), True, PAIR, LIMITS).texts == ("a\r\nb",)
+
+
+def test_alternatives_appear_only_when_asked_for():
+  req = api.parse_translate(fields(alternatives=2), True, PAIR, LIMITS)
+  answer = api.translate_answer(req, ["x"], [["y", "z"]], PAIR)
+  assert answer == {"translatedText": "x", "alternatives": ["y", "z"]}
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+  st.sets(st.text(alphabet="abc123", min_size=1, max_size=6), min_size=1, max_size=4),
+  st.text(alphabet="abc123", max_size=6),
+)
+def test_key_check_accepts_exactly_the_listed_keys(keys, given_key):
+  keys = frozenset(keys)
+  api.check_key(given_key, None)  # no keys file: keys are ignored
+  if given_key in keys:
+    api.check_key(given_key, keys)
+    return
+  with pytest.raises(api.ApiError) as e:
+    api.check_key(given_key, keys)
+  assert e.value.status == 403
+  assert ("missing api_key" if not given_key else "Invalid API key") in e.value.message
+
+
+def test_keys_file_lines():
+  assert api.read_keys(["# operators", "", " k1 ", "k2"], "f") == {"k1", "k2"}
+  with pytest.raises(ValueError, match="--api_keys=f: no key"):
+    api.read_keys(["# none"], "f")
+
+
+def test_languages_list_the_pair():
+  assert PAIR.languages() == [
+    {"code": "en", "name": "English", "targets": ["de"]},
+    {"code": "de", "name": "German", "targets": []},
+  ]
+
+
+# --- batching -------------------------------------------------------------------------------
+
+
+def test_split_results_and_padded_cost():
+  assert split_results(list("abcdef"), [2, 0, 3, 1]) == [["a", "b"], [], ["c", "d", "e"], ["f"]]
+  with pytest.raises(ValueError):
+    split_results(list("abc"), [1, 1])
+  assert padded_cost(["ab", "abcd", ""]) == 12
+
+
+class Recorder:
+  """A stand-in model: each line's answer is a function of the line alone; calls recorded."""
+
+  def __init__(self, delay: float = 0.0) -> None:
+    self.calls: list[list[str]] = []
+    self.delay = delay
+
+  def __call__(self, lines: list[str], nbest: int) -> list:
+    self.calls.append(list(lines))
+    time.sleep(self.delay)
+    if nbest:
+      return [[f"{line}/{r}" for r in range(nbest)] for line in lines]
+    return [line[::-1] for line in lines]
+
+
+def test_concurrent_requests_share_a_batch_and_each_gets_its_own_answer():
+  model = Recorder(delay=0.05)
+  batcher = Batcher(model, window_s=0.05)
+  batcher.start()
+  try:
+    requests = [[f"r{i} line{j}" for j in range(i % 3 + 1)] for i in range(12)]
+    futures = [batcher.submit(lines) for lines in requests]
+    futures.append(batcher.submit(["r12 line0"], nbest=2))
+    for lines, future in zip(requests, futures):
+      assert future.result(5) == [line[::-1] for line in lines]
+    assert futures[-1].result(5) == [["r12 line0/0", "r12 line0/1"]]
+  finally:
+    batcher.stop()
+  assert len(model.calls) < len(futures)  # batched: fewer model calls than requests
+  assert batcher.stats.requests == len(futures)
+
+
+def test_concurrent_threads_get_their_own_answers():
+  batcher = Batcher(Recorder(), window_s=0.01)
+  batcher.start()
+  errors = []
+
+  def client(i: int) -> None:
+    for k in range(20):
+      lines = [f"{i}-{k}-{j}" for j in range((i + k) % 4)]
+      if batcher.submit(lines).result(5) != [line[::-1] for line in lines]:
+        errors.append((i, k))
+
+  threads = [threading.Thread(target=client, args=(i,)) for i in range(8)]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join()
+  batcher.stop()
+  assert not errors
+
+
+def test_a_cancelled_request_is_dropped_from_the_queue():
+  model = Recorder(delay=0.2)
+  batcher = Batcher(model, window_s=0.0)
+  batcher.start()
+  try:
+    first = batcher.submit(["busy"])
+    time.sleep(0.05)  # the model is translating "busy"
+    gone = batcher.submit(["never"])
+    assert gone.cancel()
+    assert batcher.submit(["after"]).result(5) == ["retfa"]
+    assert first.result(5) == ["ysub"]
+  finally:
+    batcher.stop()
+  assert ["never"] not in model.calls and batcher.stats.dropped == 1
+
+
+def test_a_full_queue_refuses_and_stop_finishes_what_is_queued():
+  model = Recorder(delay=0.2)
+  batcher = Batcher(model, window_s=0.0, max_queue_lines=3)
+  batcher.start()
+  first = batcher.submit(["a"])
+  time.sleep(0.05)
+  queued = batcher.submit(["b", "c", "d"])
+  with pytest.raises(QueueFullError, match="at most 3"):
+    batcher.submit(["e"])
+  batcher.stop()
+  assert first.result(0) == ["a"] and queued.result(0) == ["b", "c", "d"]
+  with pytest.raises(QueueFullError, match="shutting down"):
+    batcher.submit(["f"])
+
+
+def test_a_batch_respects_its_padded_size_cap():
+  model = Recorder()
+  batcher = Batcher(model, window_s=0.05, max_batch_chars=40)
+  futures = [batcher.submit(["x" * 10]) for _ in range(6)]
+  batcher.start()
+  for f in futures:
+    f.result(5)
+  batcher.stop()
+  assert [len(c) for c in model.calls] == [4, 2]
+
+
+def test_a_model_error_is_the_answer_of_its_batch_only():
+  def model(lines, nbest):
+    if "bad" in lines:
+      raise RuntimeError("broken")
+    return lines
+
+  batcher = Batcher(model, window_s=0.0)
+  batcher.start()
+  with pytest.raises(RuntimeError, match="broken"):
+    batcher.submit(["bad"]).result(5)
+  assert batcher.submit(["good"]).result(5) == ["good"]
+  batcher.stop()
+
+
+def test_only_the_worker_calls_decoding_and_the_pure_modules_need_no_server_library():
+  import ast
+  import pathlib
+
+  import t2t_jax.serve
+
+  root = pathlib.Path(t2t_jax.serve.__file__).parent
+  for path in sorted(root.glob("*.py")):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    modules = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    modules += [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module]
+    model_side = [m for m in modules if m.startswith(("t2t_jax.translate", "t2t_jax.decoding"))]
+    assert not model_side or path.name == "worker.py", (path.name, model_side)
+    server_side = [m for m in modules if m.split(".")[0] in ("starlette", "uvicorn")]
+    assert not server_side or path.name == "app.py", (path.name, server_side)

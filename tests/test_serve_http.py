@@ -1,0 +1,311 @@
+"""t2t-serve's HTTP side over a stand-in model (tests/serve_support.FakeModel), the app on
+uvicorn in a thread: LibreTranslate's bodies (JSON, form, multipart, query), the answers'
+shape, every refusal as JSON with its status, CORS, readiness, keys, a client that
+disconnects, time-outs and a full queue, each followed by a correct translation.
+
+The real model behind the real command: tests/test_serve.py.
+"""
+
+import socket
+import threading
+import time
+import urllib.parse
+
+import pytest
+
+from tests import serve_support as ss
+from tests.serve_support import FakeModel, call, translate
+
+
+@pytest.fixture(scope="module")
+def port():
+  pytest.importorskip("starlette")
+  pytest.importorskip("uvicorn")
+  with ss.in_process(FakeModel(), limits=_limits(), metrics=True) as port:
+    yield port
+
+
+def _limits(**kw):
+  from t2t_jax.serve.api import Limits
+
+  return Limits(**dict(dict(char_limit=2000, batch_limit=8, alternatives_limit=3), **kw))
+
+
+def still_serving(port: int) -> None:
+  answer = translate(port, q="still serving")
+  assert (answer.status, answer.json) == (200, {"translatedText": "gnivres llits"})
+
+
+def test_json_form_multipart_and_query_bodies_give_one_answer(port):
+  expected = {"translatedText": "dlrow olleh"}
+  fields = dict(q="hello world", source="en", target="de")
+  assert translate(port, q="hello world").json == expected
+  form = urllib.parse.urlencode(fields)
+  assert (
+    call(port, "POST", "/translate", form, "application/x-www-form-urlencoded").json == expected
+  )
+  assert call(port, "POST", "/translate?" + form).json == expected
+  boundary = "xYzZY"
+  parts = "".join(
+    f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'
+    for k, v in fields.items()
+  )
+  multipart = f"{parts}--{boundary}--\r\n"
+  answer = call(port, "POST", "/translate", multipart, f"multipart/form-data; boundary={boundary}")
+  assert answer.json == expected
+  # The query's fields come first, as werkzeug's request.values gives them.
+  both = call(port, "POST", "/translate?q=from+query", form, "application/x-www-form-urlencoded")
+  assert both.json == {"translatedText": "yreuq morf"}
+
+
+def test_list_q_is_answered_by_a_list_with_its_blank_lines_kept(port):
+  q = ["one two", "", "a\n\nb c\n", "  "]
+  answer = translate(port, q=q)
+  assert answer.status == 200
+  assert answer.json == {"translatedText": ["owt eno", "", "a\n\nc b\n", ""]}
+
+
+def test_alternatives_as_libretranslate_answers_them(port):
+  one = translate(port, q="ab cd", alternatives=2).json
+  assert one == {"translatedText": "dc ba", "alternatives": ["dc ba ~1", "dc ba ~2"]}
+  many = translate(port, q=["ab", "x\ny"], alternatives="1").json
+  assert many == {"translatedText": ["ba", "x\ny"], "alternatives": [["ba ~1"], ["x ~1\ny ~1"]]}
+
+
+def test_languages_settings_health_and_page(port):
+  assert call(port, "GET", "/languages").json[0] == {
+    "code": "en",
+    "name": "English",
+    "targets": ["de"],
+  }
+  settings = call(port, "GET", "/frontend/settings").json
+  assert settings["charLimit"] == 2000 and settings["language"]["target"]["code"] == "de"
+  assert call(port, "GET", "/health").json == {"status": "ok", "ready": True}
+  page = call(port, "GET", "/")
+  assert page.status == 200 and b'<script src="/static/page.js">' in page.body
+  assert b"http" not in page.body.replace(b"http-equiv", b"")  # nothing fetched from elsewhere
+  assert call(port, "GET", "/static/page.js").headers["content-type"].startswith("text/javascript")
+
+
+BAD_INPUT = [
+  # name, (body, content type) or a path, status, message
+  ("not JSON", ("{'q': 1", "application/json"), 400, "Invalid JSON format"),
+  ("JSON not an object", ("[1, 2]", "application/json"), 400, "an object was expected"),
+  ("JSON bytes not UTF-8", (b'{"q": "\xff"}', "application/json"), 400, "not UTF-8"),
+  (
+    "form bytes not UTF-8",
+    (b"q=%ff&source=en&target=de", "application/x-www-form-urlencoded"),
+    400,
+    "not UTF-8",
+  ),
+  (
+    "missing q",
+    ('{"source": "en", "target": "de"}', "application/json"),
+    400,
+    "missing q parameter",
+  ),
+  (
+    "empty q",
+    ('{"q": "", "source": "en", "target": "de"}', "application/json"),
+    400,
+    "missing q parameter",
+  ),
+  (
+    "unknown source",
+    ('{"q": "a", "source": "xx", "target": "de"}', "application/json"),
+    400,
+    "xx is not supported",
+  ),
+  (
+    "unknown target",
+    ('{"q": "a", "source": "en", "target": "xx"}', "application/json"),
+    400,
+    "xx is not supported",
+  ),
+  (
+    "html format",
+    ('{"q": "a", "source": "en", "target": "de", "format": "html"}', "application/json"),
+    400,
+    "html format",
+  ),
+  (
+    "alternatives=10000",
+    ('{"q": "a", "source": "en", "target": "de", "alternatives": 10000}', "application/json"),
+    400,
+    "must be <= 3",
+  ),
+  (
+    "over the character limit",
+    ('{"q": "%s", "source": "en", "target": "de"}' % ("x" * 2001), "application/json"),
+    400,
+    "exceeds text limit (2000)",
+  ),
+  (
+    "list over the batch limit",
+    (
+      '{"q": ["a","a","a","a","a","a","a","a","a"], "source": "en", "target": "de"}',
+      "application/json",
+    ),
+    400,
+    "exceeds text limit (8)",
+  ),
+  (
+    "body over the byte limit",
+    ("q=" + "x" * 80000, "application/x-www-form-urlencoded"),
+    413,
+    "bytes",
+  ),
+  ("unknown path", "/nowhere", 404, "Not Found"),
+]
+
+
+@pytest.mark.parametrize("name, sent, status, message", BAD_INPUT, ids=[b[0] for b in BAD_INPUT])
+def test_bad_input_is_a_json_4xx_and_the_server_goes_on(port, name, sent, status, message):
+  if isinstance(sent, str):
+    answer = call(port, "GET", sent)
+  else:
+    answer = call(port, "POST", "/translate", sent[0], sent[1])
+  assert answer.status == status, answer.body
+  assert message in answer.json["error"]
+  assert answer.headers["access-control-allow-origin"] == "*"
+  still_serving(port)
+
+
+def test_hundreds_of_lines_in_one_request(port):
+  lines = [f"l{i}" if i % 7 else "" for i in range(400)]
+  answer = translate(port, q="\n".join(lines))
+  assert answer.status == 200
+  assert answer.json["translatedText"].split("\n") == [FakeModel.answer(line) for line in lines]
+
+
+def test_cors_headers_and_preflight(port):
+  preflight = call(port, "OPTIONS", "/translate", headers={"Origin": "https://x.example"})
+  assert preflight.status == 204
+  assert preflight.headers["access-control-allow-methods"] == "GET, POST"
+  assert "Content-Type" in preflight.headers["access-control-allow-headers"]
+  for answer in (call(port, "GET", "/languages"), translate(port, q="")):
+    assert answer.headers["access-control-allow-origin"] == "*"
+
+
+def test_wrong_method_is_json(port):
+  answer = call(port, "GET", "/translate")
+  assert answer.status == 405 and "Method Not Allowed" in answer.json["error"]
+
+
+def test_page_endpoint_gives_pieces_nbest_and_attention(port):
+  answer = call(port, "POST", "/api/translate", dict(q="ab cd\n\nef", alternatives=1))
+  lines = answer.json["lines"]
+  assert [line["translation"] for line in lines] == ["dc ba", "", "fe"]
+  assert lines[0]["nbest"][1] == {"text": "dc ba ~1", "score": -0.5, "log_prob": -1.0}
+  att = lines[0]["attention"]
+  assert att["source_tokens"] == ["ab", "cd", "</s>"] and att["target_tokens"] == [
+    "dc",
+    "ba",
+    "</s>",
+  ]
+  assert lines[1]["attention"] is None
+  assert call(port, "POST", "/api/translate", dict(q=["x"])).status == 400
+
+
+def test_metrics(port):
+  translate(port, q="counted")
+  text = call(port, "GET", "/metrics").body.decode()
+  assert "t2t_serve_queue_lines" in text and "t2t_serve_batches" in text
+  assert 't2t_serve_request_seconds_count{endpoint="translate",status="200"}' in text
+
+
+def test_keys_required_when_a_keys_file_is_given():
+  pytest.importorskip("uvicorn")
+  with ss.in_process(FakeModel(), keys=frozenset({"k1", "k2"})) as port:
+    assert translate(port, q="a").status == 403
+    assert "missing api_key" in translate(port, q="a").json["error"]
+    assert translate(port, q="a", api_key="k3").json == {"error": "Invalid API key"}
+    assert translate(port, q="ab", api_key="k2").json == {"translatedText": "ba"}
+    form = "q=ab&source=en&target=de&api_key=k1"
+    assert call(port, "POST", "/translate", form, "application/x-www-form-urlencoded").status == 200
+    assert call(port, "POST", "/translate?" + form).status == 200
+    assert call(port, "POST", "/api/translate", dict(q="ab")).status == 403
+    assert call(port, "GET", "/frontend/settings").json["keyRequired"] is True
+
+
+def test_not_ready_until_loaded_but_alive():
+  pytest.importorskip("uvicorn")
+  model = FakeModel(loaded=False)
+  with ss.in_process(model) as port:
+    assert call(port, "GET", "/health").json == {"status": "ok", "ready": False}
+    for answer in (
+      call(port, "GET", "/languages"),
+      translate(port, q="a"),
+      call(port, "GET", "/ready"),
+    ):
+      assert answer.status == 503 and "loading" in answer.json["error"]
+    model.release.set()
+    ss.wait_for(port, "/ready", timeout=10)
+    assert translate(port, q="ab").json == {"translatedText": "ba"}
+
+
+def _send_and_drop(port: int, body: bytes) -> None:
+  raw = (
+    b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+  )
+  with socket.create_connection(("127.0.0.1", port)) as s:
+    s.sendall(raw)
+    time.sleep(0.2)
+
+
+def test_a_disconnected_clients_queued_work_is_dropped():
+  pytest.importorskip("uvicorn")
+  model = FakeModel(delay=1.0)
+  with ss.in_process(model, window_s=0.0) as port:
+    busy = threading.Thread(target=translate, args=(port,), kwargs=dict(q="busy"))
+    busy.start()
+    time.sleep(0.3)  # the model is translating "busy"
+    _send_and_drop(port, b'{"q": "gone away", "source": "en", "target": "de"}')
+    busy.join()
+    assert translate(port, q="after").json == {"translatedText": "retfa"}
+  assert ["gone away"] not in model.calls
+
+
+def test_timeout_and_full_queue_answer_503_json():
+  pytest.importorskip("uvicorn")
+  model = FakeModel()
+  with ss.in_process(model, window_s=0.0, request_timeout_s=0.5, max_queue_lines=2) as port:
+    model.gate.clear()
+    held = threading.Thread(target=translate, args=(port,), kwargs=dict(q="held"))
+    held.start()
+    while not model.calls:
+      time.sleep(0.01)
+    queued = threading.Thread(target=translate, args=(port,), kwargs=dict(q="a\nb"))
+    queued.start()
+    time.sleep(0.2)
+    full = translate(port, q="c")
+    assert full.status == 503 and "the queue holds 2 lines" in full.json["error"]
+    held.join()
+    queued.join()
+    late = translate(port, q="late")
+    assert late.status == 503 and "timed out after 0.5s" in late.json["error"]
+    model.gate.set()
+    still_serving(port)
+
+
+def test_the_load_benchmark_counts_what_the_server_did():
+  pytest.importorskip("uvicorn")
+  from t2t_jax.bench import serve as bench
+
+  model = FakeModel(delay=0.02)
+  with ss.in_process(model, metrics=True, window_s=0.01) as port:
+    row = bench.load_run(port, ["ab cd", "ef"], clients=8, requests=40, pair=("en", "de"))
+  assert row["clients"] == 8 and row["requests"] == 40
+  assert sum(map(len, model.calls)) == 40  # every request reached the model once
+  assert 1 < row["requests_per_batch"] <= 8  # 8 clients in a closed loop share batches
+  assert 0 < row["p50_ms"] <= row["p95_ms"]
+
+
+def test_a_client_gone_in_the_middle_of_its_body_is_no_error(port, caplog):
+  head = b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+  with socket.create_connection(("127.0.0.1", port)) as s:
+    s.sendall(head + b'Content-Length: 1000\r\n\r\n{"q": "half')
+    time.sleep(0.2)
+  still_serving(port)
+  assert not [r for r in caplog.records if r.name == "t2t_jax.serve"]  # no internal error
