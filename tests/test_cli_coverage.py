@@ -255,7 +255,7 @@ def test_translate_checkpoint_step(trained, tmp_path, run_translate):
   with pytest.raises(SystemExit) as exit_info:
     run_translate(f"--workdir={workdir}", f"--input={src}", "--checkpoint=7")
   assert str(exit_info.value.code) == (
-    "t2t-translate: --checkpoint=7: not 'latest', 'average:N', 'best', 'best:N' or one of "
+    "t2t-translate: --checkpoint=7: not 'latest', 'average:N', 'best', 'best:N', 'ema' or one of "
     f"the steps [1, 2, 3] in {workdir}/checkpoints"
   )
 

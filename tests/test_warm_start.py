@@ -183,7 +183,10 @@ def test_another_vocabulary_in_the_child_is_refused_naming_both_files(parent, tm
   "suffix, message",
   [
     (":foo", r"SPEC 'foo' is not one of latest, average:N, STEP, selected"),
-    (":99", r":99: not 'latest', 'average:N', 'best', 'best:N' or one of the steps \[1, 2, 3\]"),
+    (
+      ":99",
+      r":99: not 'latest', 'average:N', 'best', 'best:N', 'ema' or one of the steps \[1, 2, 3\]",
+    ),
     (":average:9", r"holds 3 checkpoint\(s\) \[1, 2, 3\], fewer than 9"),
     (":average:0", r"N of average:N must be a positive integer"),
     (":selected", r"selected.json does not exist"),

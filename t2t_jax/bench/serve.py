@@ -26,27 +26,27 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from t2t_jax.bench import inputs
 
 
 def sentences_for(workdir: str, n: int, input_path: str | None = None) -> tuple[list[str], str]:
-  """(n source sentences, where from): --decode_input, else for a synthetic task random
-  symbol sequences of its lengths, else multi30k test2016 / newstest2014 from the shared
-  data."""
+  """(n source sentences, where from): --decode_input, else the workdir's own test split
+  (any source: a synthetic task generates its own), else multi30k test2016 / newstest2014 from
+  the shared data."""
+  from t2t_jax.data import DataError, sources
   from t2t_jax.translate import load_config
 
   if input_path:
     with open(input_path, encoding="utf-8") as f:
       return [line.rstrip("\n") for line in f if line.strip()][:n], input_path
   data = load_config(workdir).data
-  if data.source == "synthetic":
-    rng = np.random.default_rng(0)
-    lengths = rng.integers(data.synthetic_min_len, data.synthetic_max_len + 1, n)
-    symbols = data.synthetic_num_symbols
-    lines = [" ".join(map(str, rng.integers(0, symbols, k))) for k in lengths]
-    return lines, f"synthetic {data.task} task"
+  try:
+    test = sources.open_splits(data, workdir)["test"]
+  except (DataError, OSError):  # its corpus is not on this machine: the shared data below
+    test = None
+  if test is not None and len(test):
+    pairs = test.read(list(range(min(n, len(test)))))
+    return [src for src, _ in pairs], f"{data.source} test split of {workdir}"
   found, name = inputs.real_sentences(n)
   if found is None:
     raise SystemExit("t2t-bench: no sentences for --parts=serve: give --decode_input=FILE")

@@ -183,21 +183,21 @@ def texts_of(q: Any, limits: Limits) -> tuple[tuple[str, ...], bool]:
   return tuple(texts), is_list
 
 
-def check_languages(source: Any, target: Any, pair: Pair) -> bool:
-  """Refuses a language other than the model's pair; True for source 'auto'
+def check_languages(language: Any, target: Any, pair: Pair) -> bool:
+  """Refuses a language other than the model's pair; True for the source language 'auto'
   (one source language: nothing to detect, the answer names it)."""
-  for name, value in (("source", source), ("target", target)):
+  for name, value in (("source", language), ("target", target)):
     if not isinstance(value, str):
       raise ApiError(400, f"Invalid request: {name} must be a language code")
-  if source not in (pair.source, "auto"):
+  if language not in (pair.source, "auto"):
     raise ApiError(
-      400, f"{source} is not supported (this server translates {pair.source} to {pair.target})"
+      400, f"{language} is not supported (this server translates {pair.source} to {pair.target})"
     )
   if target != pair.target:
     raise ApiError(
       400, f"{target} is not supported (this server translates {pair.source} to {pair.target})"
     )
-  return source == "auto"
+  return language == "auto"
 
 
 def parse_translate(
