@@ -53,10 +53,7 @@ def expected(workdir):
   """The Translator's own translations and 3-best of SENTENCES (beam 4)."""
   from t2t_jax.translate import Translator
 
-  translator = Translator.from_workdir(
-    workdir,
-    "latest",
-  )
+  translator = Translator.from_workdir(workdir, "latest")
   best = translator.translate(SENTENCES, beam_size=4)
   nbest = translator.translate(SENTENCES, beam_size=4, nbest=3)
   return best, nbest
