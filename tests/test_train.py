@@ -364,14 +364,14 @@ def _cli(*args, **kw):
 def test_cli_bad_experiment_and_override(tmp_path):
   proc = _cli("--experiment=nope", f"--workdir={tmp_path}")
   out, _ = proc.communicate(timeout=120)
-  assert proc.returncode == 1, out
+  assert proc.returncode == 2, out  # a wrong command line
   assert "--experiment=nope: unknown experiment; available:" in out and "tiny" in out
   proc = _cli("--experiment=tiny", f"--workdir={tmp_path}", "--config.model.d_modle=8")
   out, _ = proc.communicate(timeout=120)
-  assert proc.returncode == 1 and "d_modle" in out, out
+  assert proc.returncode == 2 and "d_modle" in out, out
   proc = _cli("--experiment=tiny", f"--workdir={tmp_path}", "--config.num_train_steps=abc")
   out, _ = proc.communicate(timeout=120)
-  assert proc.returncode == 1 and "num_train_steps" in out, out
+  assert proc.returncode == 2 and "num_train_steps" in out, out
   assert os.listdir(tmp_path) == []  # refused before touching the workdir
 
 

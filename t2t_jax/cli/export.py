@@ -6,8 +6,8 @@
 
 --checkpoint chooses the parameters as t2t-translate does ('auto': the checkpoint t2t-train
 selected on dev when there is one, else the latest); --beam_size and --alpha (the defaults
-written to generation_config.json) default to the workdir's experiment. Needs the `export` extra:
-pip install 't2t_jax[export]'. See docs/export.md for using the output.
+written to generation_config.json) default to the workdir's experiment. Needs the `export` extra
+(in the t2t_jax checkout: pip install -e '.[export]'). See docs/export.md for using the output.
 """
 
 import types
@@ -52,9 +52,15 @@ FLAGS = flags.FLAGS
 
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments {argv[1:]}")
+    raise app.UsageError(
+      f"unexpected arguments {argv[1:]}: flags are written --name=value (t2t-export --help)"
+    )
   if not FLAGS.workdir or not FLAGS.output:
-    raise app.UsageError("--workdir and --output are required")
+    raise app.UsageError(
+      "--workdir and --output are required: the trained workdir and a new directory, e.g. "
+      "--workdir=workdirs/NAME --output=exported/NAME"
+    )
+  common.check_checkpoint_flag("t2t-export", FLAGS.checkpoint)
   if FLAGS.format != "ctranslate2" and FLAGS.quantization != "float32":
     raise app.UsageError(f"--quantization={FLAGS.quantization} is for --format=ctranslate2")
   for name in ("beam_size", "alpha"):  # a CTranslate2 model stores no decoding defaults
@@ -88,7 +94,8 @@ def _writer(fmt: str) -> types.ModuleType:
       __import__(package)
     except ImportError:
       raise export.ExportError(
-        f"--format={fmt} needs the '{package}' package: pip install 't2t_jax[export]'"
+        f"--format={fmt} needs the '{package}' package: in the t2t_jax checkout, "
+        "pip install -e '.[export]'"
       ) from None
   if fmt == "ctranslate2":
     from t2t_jax.export import to_ctranslate2
