@@ -337,8 +337,7 @@ def run_bench(monkeypatch, capsys):
     argv = ["t2t-bench", "--experiment=tiny", *args]
     capsys.readouterr()
     try:
-      bench.FLAGS(argv)
-      bench.main(argv)
+      bench.main(bench.FLAGS(argv))  # main gets what flag parsing leaves, as from app.run
     finally:
       bench.FLAGS.unparse_flags()
     return capsys.readouterr().out
