@@ -17,7 +17,8 @@ from absl import app, flags
 
 from t2t_jax import export
 from t2t_jax.cli import common
-from t2t_jax.decoding.translator import TranslateError
+from t2t_jax.decoding.translator import TranslateError, load_config
+from t2t_jax.run import checkpoint
 from t2t_jax.run.checkpoint import CheckpointSpecError
 
 FORMATS = ("ctranslate2", "huggingface")
@@ -71,6 +72,10 @@ def main(argv: Sequence[str]) -> None:
       )
   common.quiet_library_logs()
   try:
+    # The workdir and the checkpoint choice first: a mistyped path is named before a
+    # missing package is.
+    load_config(FLAGS.workdir)
+    checkpoint.resolve_spec(FLAGS.workdir, FLAGS.checkpoint)
     writer = _writer(FLAGS.format)
     if FLAGS.format == "ctranslate2":
       writer.check_quantization(FLAGS.quantization)

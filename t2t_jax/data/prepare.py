@@ -118,7 +118,11 @@ def check_inputs(c: ml_collections.ConfigDict, workdir: str) -> None:
   raised before anything is written. The files are read only while there is no store to
   open: a prepared store's files were checked when it was written, and it names them."""
   source = sources.validate(c)
-  if not c.prepared_store or store_lib.read_manifest(store_lib.store_path(c, workdir)) is None:
+  try:
+    prepared = c.prepared_store and store_lib.read_manifest(store_lib.store_path(c, workdir))
+  except DataError:  # unreadable (a file in a directory's place): reported where it is opened
+    prepared = None
+  if not prepared:
     source.check_inputs(c)
 
 
