@@ -226,7 +226,7 @@ def test_readme_own_data_command_runs_on_a_tiny_corpus(tmp_path):
   assert command[0] == "t2t-train"
   tiny = [
     "--config.num_train_steps=4",
-    "--config.data.vocab_size=120",
+    "--config.data.vocab_size=320",
     "--config.model.d_model=32",
     "--config.model.d_ff=64",
     "--config.model.num_layers=1",
