@@ -3,7 +3,7 @@
     t2t-train --experiment=tiny --workdir=/tmp/tiny
 
 Synthetic task generated in-package (no download): reverse a sequence of 4-12 symbols.
-Expected: >= 99% exact-match translations of the test split after 3,000 steps (about three
+Expected: >= 99% exact-match translations of the test split after 3,000 steps (about two
 minutes on two CPU cores; README, Set up and Results).
 """
 

@@ -28,8 +28,7 @@ def bench_main(monkeypatch):
   def run(*args):
     argv = ["t2t-bench", "--experiment=tiny", *args]
     try:
-      bench.FLAGS(argv)
-      bench.main(argv)
+      bench.main(bench.FLAGS(argv))  # main gets what flag parsing leaves, as from app.run
     finally:
       bench.FLAGS.unparse_flags()
 
@@ -136,9 +135,9 @@ def comparison(text_files, tmp_path_factory):
     if "config" not in bench.FLAGS:
       common.define_config_flag("t2t-bench")
     printed = io.StringIO()
-    bench.FLAGS(argv)
+    remaining = bench.FLAGS(argv)
     with contextlib.redirect_stdout(printed):
-      bench.main(argv)
+      bench.main(remaining)
   finally:
     bench.FLAGS.unparse_flags()
     sys.argv = saved

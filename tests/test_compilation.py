@@ -87,8 +87,11 @@ def _traces(run, prefix: str = "") -> list[str]:
   monitoring.register_event_duration_secs_listener(listen)
   try:
     run()
-  finally:
-    monitoring.unregister_event_duration_listener(listen)
+  finally:  # the name jax gave it before 0.9
+    if hasattr(monitoring, "unregister_event_duration_listener"):
+      monitoring.unregister_event_duration_listener(listen)
+    else:
+      monitoring._unregister_event_duration_listener_by_callback(listen)
   return traced
 
 

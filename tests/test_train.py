@@ -374,7 +374,7 @@ def test_cli_bad_experiment_and_override(tmp_path):
     ],
   ]
   out = support.forked_commands(cases, str(workdir), str(tmp_path))  # one interpreter
-  assert all(out[name]["status"] == 1 for name, *_ in cases), out
+  assert all(out[name]["status"] == 2 for name, *_ in cases), out  # a wrong command line
   assert "--experiment=nope: unknown experiment; available:" in out["nope"]["stderr"]
   assert "tiny" in out["nope"]["stderr"]
   assert "d_modle" in out["field"]["stderr"] and "num_train_steps" in out["value"]["stderr"]

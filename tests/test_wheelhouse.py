@@ -145,8 +145,8 @@ def test_freeze_file_pins_and_stubs(tmp_path, capsys):
   have = _write(
     tmp_path / "have.txt",
     "# wheelhouse-target python_version=3.10 platform=manylinux_2_31_x86_64 implementation=cp\n"
-    "jax==0.4.35\n"
-    "jaxlib==0.4.35.dev20241010+cuda12  # the image's own build\n"
+    "jax==0.9.1\n"
+    "jaxlib==0.9.1.dev20241010+cuda12  # the image's own build\n"
     "flax==0.10.2\n"
     "optax==0.2.4\n"
     "numpy @ file:///croot/numpy-1.26.4.whl\n"
@@ -160,7 +160,7 @@ def test_freeze_file_pins_and_stubs(tmp_path, capsys):
     python_version="3.10", platform="manylinux_2_31_x86_64", implementation="cp"
   )
   assert found["numpy"].version is None and "mytool" in found
-  assert found["jaxlib"].version == "0.4.35.dev20241010+cuda12"
+  assert found["jaxlib"].version == "0.9.1.dev20241010+cuda12"
   stubs = tmp_path / "stubs"
   stubs.mkdir()
   assert wh.main(["constraints", "--have", str(have), "--stubs", str(stubs)]) == 0
@@ -169,24 +169,24 @@ def test_freeze_file_pins_and_stubs(tmp_path, capsys):
   # old and so to be upgraded, nor pip, the build tools, versionless lines or the project.
   assert out.out.splitlines() == [
     "flax==0.10.2",
-    "jax==0.4.35",
-    "jaxlib==0.4.35.dev20241010+cuda12",
+    "jax==0.9.1",
+    "jaxlib==0.9.1.dev20241010+cuda12",
   ]
   assert "the target lacks optax>=0.2.5 (have 0.2.4)" in out.err
-  assert "the target lacks grain>=0.2.2 (missing)" in out.err
+  assert "the target lacks grain>=0.2.16 (missing)" in out.err
   assert sorted(os.listdir(stubs)) == [
     "flax-0.10.2-py3-none-any.whl",
-    "jax-0.4.35-py3-none-any.whl",
-    "jaxlib-0.4.35.dev20241010+cuda12-py3-none-any.whl",
+    "jax-0.9.1-py3-none-any.whl",
+    "jaxlib-0.9.1.dev20241010+cuda12-py3-none-any.whl",
   ]
-  with zipfile.ZipFile(stubs / "jaxlib-0.4.35.dev20241010+cuda12-py3-none-any.whl") as z:
-    metadata = z.read("jaxlib-0.4.35.dev20241010+cuda12.dist-info/METADATA").decode()
-  assert "Name: jaxlib\nVersion: 0.4.35.dev20241010+cuda12\n" in metadata
+  with zipfile.ZipFile(stubs / "jaxlib-0.9.1.dev20241010+cuda12-py3-none-any.whl") as z:
+    metadata = z.read("jaxlib-0.9.1.dev20241010+cuda12.dist-info/METADATA").decode()
+  assert "Name: jaxlib\nVersion: 0.9.1.dev20241010+cuda12\n" in metadata
 
 
 def test_pip_takes_a_stub_as_the_installed_package(tmp_path):
   """The target's own build, which no index holds, resolves from its metadata-only wheel."""
-  wh.stub_wheel(str(tmp_path), "jaxlib", "0.4.35.dev20241010+cuda12")
+  wh.stub_wheel(str(tmp_path), "jaxlib", "0.9.1.dev20241010+cuda12")
   report = tmp_path / "report.json"
   result = subprocess.run(
     [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-index"]
@@ -198,7 +198,7 @@ def test_pip_takes_a_stub_as_the_installed_package(tmp_path):
   )
   assert result.returncode == 0, result.stderr
   (item,) = json.loads(report.read_text())["install"]
-  assert item["metadata"]["version"] == "0.4.35.dev20241010+cuda12"
+  assert item["metadata"]["version"] == "0.9.1.dev20241010+cuda12"
 
 
 def _item(name, version, url, requires=()):
@@ -217,7 +217,7 @@ def test_plan_leaves_out_what_the_target_has_and_finish_writes_the_manifest(tmp_
     "install": [
       _item("t2t_jax", "0.1.0", f"file://{local}/t2t_jax-0.1.0-py3-none-any.whl"),
       _item("promise", "2.3", f"file://{local}/promise-2.3-py3-none-any.whl"),
-      _item("jax", "0.4.35", f"file://{tmp_path}/stubs/jax-0.4.35-py3-none-any.whl"),
+      _item("jax", "0.9.1", f"file://{tmp_path}/stubs/jax-0.9.1-py3-none-any.whl"),
       _item("numpy", "1.26.4", f"{index}/numpy-1.26.4-cp310-cp310-manylinux_2_17_x86_64.whl"),
       _item("optax", "0.2.8", f"{index}/optax-0.2.8-py3-none-any.whl"),
       _item("grain", "0.2.18", f"{index}/grain-0.2.18-cp310-cp310-manylinux_2_28_x86_64.whl"),
@@ -229,7 +229,7 @@ def test_plan_leaves_out_what_the_target_has_and_finish_writes_the_manifest(tmp_
   report_path = _write(tmp_path / "report.json", json.dumps(report))
   have = _write(
     tmp_path / "have.txt",
-    "jax==0.4.35\nnumpy==1.26.4\noptax==0.2.4\npackaging==23.1\nsetuptools==65.5.0\n",
+    "jax==0.9.1\nnumpy==2.0.2\noptax==0.2.4\npackaging==23.1\nsetuptools==65.5.0\n",
   )
   plan_path = tmp_path / "plan.json"
   argv = ["plan", str(report_path), "--local", str(local), "--have", str(have)]
@@ -247,7 +247,7 @@ def test_plan_leaves_out_what_the_target_has_and_finish_writes_the_manifest(tmp_
     "wheel==0.46.1",
     "packaging==24.2",
   ]
-  assert "left out, the target has them: jax 0.4.35, numpy 1.26.4" in out.err
+  assert "left out, the target has them: jax 0.9.1, numpy 2.0.2" in out.err
 
   wheels = tmp_path / "wheels"
   wheels.mkdir()

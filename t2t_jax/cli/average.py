@@ -32,13 +32,25 @@ def average(workdir: str, spec: str, output: str) -> tuple[list[int], str]:
 
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments {argv[1:]}")
+    raise app.UsageError(
+      f"unexpected arguments {argv[1:]}: flags are written --name=value (t2t-average --help)"
+    )
   if not FLAGS.workdir or not FLAGS.output:
-    raise app.UsageError("--workdir and --output are required")
+    raise app.UsageError(
+      "--workdir and --output are required: the trained workdir and a new one for the "
+      "average, e.g. --workdir=workdirs/NAME --output=workdirs/NAME_avg"
+    )
   if FLAGS.checkpoint is not None and FLAGS["num"].present:
     raise app.UsageError("give --num or --checkpoint, not both")
   if FLAGS.num < 1:
-    raise SystemExit(f"t2t-average: --num={FLAGS.num} must be >= 1")
+    raise app.UsageError(f"--num={FLAGS.num} must be >= 1 (the latest checkpoints to average)")
+  if FLAGS.checkpoint is not None:
+    if FLAGS.checkpoint in ("auto", "selected"):
+      raise app.UsageError(
+        f"--checkpoint={FLAGS.checkpoint}: t2t-average takes 'latest', 'average:N', 'best', "
+        "'best:N' or a step"
+      )
+    common.check_checkpoint_flag("t2t-average", FLAGS.checkpoint)
   common.quiet_library_logs()
   spec = FLAGS.checkpoint if FLAGS.checkpoint is not None else f"average:{FLAGS.num}"
   try:

@@ -42,7 +42,8 @@ from t2t_jax.data import sources as data_sources
 from t2t_jax.decoding import SearchConfig
 
 flags.DEFINE_string("experiment", "tiny", "experiment (as for t2t-train), optionally NAME:ARG")
-flags.DEFINE_list("parts", ["peak", "train", "decode", "pipeline"], "what to measure")
+PARTS = ("peak", "train", "decode", "pipeline")
+flags.DEFINE_list("parts", list(PARTS), "what to measure")
 flags.DEFINE_integer("batch_tokens", 0, "target tokens per training step (0: the config's)")
 flags.DEFINE_integer("seq_len", 32, "source and target length of the synthetic batch")
 flags.DEFINE_integer("vocab_size", 0, "vocabulary size (0: the config's data.vocab_size)")
@@ -175,20 +176,36 @@ def _real_text() -> bool:
     if name in SERVE_FLAGS and "serve" in FLAGS.parts:
       continue
     if FLAGS[name].present and not real:
-      raise SystemExit(
-        f"t2t-bench: --{name} is for the real-text comparison: add --parts=decode "
-        "--vs=ctranslate2 --workdir=W"
+      raise _usage(
+        f"--{name} is for the real-text comparison: add --parts=decode --vs=ctranslate2 --workdir=W"
       )
   if real:
     if FLAGS.decode_batch_tokens < 1:
-      raise SystemExit(f"t2t-bench: --decode_batch_tokens={FLAGS.decode_batch_tokens} must be >= 1")
+      raise _usage(f"--decode_batch_tokens={FLAGS.decode_batch_tokens} must be >= 1")
     if FLAGS.repeats < 1:
-      raise SystemExit(f"t2t-bench: --repeats={FLAGS.repeats} must be >= 1")
+      raise _usage(f"--repeats={FLAGS.repeats} must be >= 1")
+    common.check_checkpoint_flag("t2t-bench", FLAGS.checkpoint)
   if FLAGS.decode_sentences is not None and FLAGS.decode_sentences < (0 if real else 1):
-    raise SystemExit(
-      f"t2t-bench: --decode_sentences={FLAGS.decode_sentences} must be >= {0 if real else 1}"
-    )
+    raise _usage(f"--decode_sentences={FLAGS.decode_sentences} must be >= {0 if real else 1}")
   return real
+
+
+def _usage(problem: str) -> common.UsageExit:
+  return common.UsageExit(f"t2t-bench: {problem}")
+
+
+def _check_flags(argv: Sequence[str]) -> None:
+  """UsageExit for arguments that are not flags and for unknown --parts, before any work."""
+  if len(argv) > 1:
+    raise _usage(
+      f"unexpected arguments {argv[1:]}: flags are written --name=value (t2t-bench --help)"
+    )
+  unknown = [part for part in FLAGS.parts if part not in PARTS]
+  if unknown or not FLAGS.parts:
+    raise _usage(f"--parts={','.join(FLAGS.parts)}: each part is one of {', '.join(PARTS)}")
+  for name in ("steps", "seq_len", "pipeline_batches"):
+    if FLAGS[name].value < 1:
+      raise _usage(f"--{name}={FLAGS[name].value} must be >= 1")
 
 
 def _real_text_part(results: dict, counter: timing.CompileCounter) -> None:
@@ -248,11 +265,11 @@ def _serve_part(results: dict) -> None:
   from t2t_jax.bench import serve
 
   if not FLAGS.workdir:
-    raise SystemExit("t2t-bench: --parts=serve needs --workdir (a trained workdir)")
+    common.refuse("t2t-bench", "--parts=serve needs --workdir (a trained workdir)")
   try:
     clients = [int(c) for c in FLAGS.serve_clients]
   except ValueError:
-    raise SystemExit(f"t2t-bench: --serve_clients={FLAGS.serve_clients}: integers") from None
+    common.refuse("t2t-bench", f"--serve_clients={FLAGS.serve_clients}: integers")
   compilation.enable("default")
   results["serve"] = serve.measure_serve(
     FLAGS.workdir,
@@ -266,7 +283,7 @@ def _serve_part(results: dict) -> None:
 
 
 def main(argv: Sequence[str]) -> None:
-  del argv
+  _check_flags(argv)
   common.quiet_library_logs()
   config = FLAGS.config
   real_text = _real_text()

@@ -1,12 +1,23 @@
-"""Command-line plumbing shared by the commands: `run` (absl's app.run with a useful --help)
-and, for t2t-train, t2t-prepare and t2t-bench, --experiment -> the --config flag."""
+"""Command-line plumbing shared by the commands: `run` (absl's app.run with a useful --help
+and one-line refusals) and, for t2t-train, t2t-prepare and t2t-bench, --experiment -> the
+--config flag.
+
+Exit status of every command: 0 done (and `--help`); 2 the command line is wrong (a flag
+missing, misspelled or out of range, an unknown experiment, a config value that makes no
+sense), found before anything is read or written; 1 the command line is well formed but what
+it names is not (a missing or misaligned file, a workdir without checkpoints). Either way
+stderr holds one line, '<command>: <the problem>; <the way out>', and no traceback.
+"""
 
 import difflib
+import functools
 import importlib.util
 import logging as std_logging
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 import ml_collections
 from absl import app, flags, logging
@@ -16,6 +27,34 @@ import t2t_jax.experiments
 
 EXPERIMENTS_DIR = os.path.dirname(t2t_jax.experiments.__file__)
 DEFAULT_EXPERIMENT = "tiny"
+EXIT_USAGE = 2  # the command line itself is wrong (as getopt/argparse tools exit)
+
+
+class UsageExit(SystemExit):
+  """A wrong command line: exit status EXIT_USAGE, and str() is the one line
+  '<tool>: <problem>' that `run` prints to stderr (for an integer status the interpreter
+  prints nothing itself)."""
+
+  def __init__(self, line: str) -> None:
+    super().__init__(EXIT_USAGE)
+    self.line = line
+    self.printed = False
+
+  def __str__(self) -> str:
+    return self.line
+
+
+def refuse(tool: str, problem: str) -> NoReturn:
+  """Prints '<tool>: <problem>' as the one line on stderr and exits with EXIT_USAGE."""
+  error = UsageExit(f"{tool}: {problem}")
+  _print_once(error)
+  raise error
+
+
+def _print_once(error: UsageExit) -> None:
+  if not error.printed:
+    print(error.line, file=sys.stderr, flush=True)
+    error.printed = True
 
 
 def available_experiments() -> list[str]:
@@ -58,19 +97,30 @@ def define_config_flag(tool: str) -> None:
   and with one line naming the flag and the nearest fields for an override of a field the
   experiment's config lacks (ml_collections applies the overrides here, and would end in
   chained tracebacks)."""
+  flags.DEFINE_bool(
+    "helpconfig", False, "list the experiment's config fields (value, default, what each does)"
+  )
+  name = experiment_from_argv(sys.argv)
   try:
-    path = experiment_path(experiment_from_argv(sys.argv))
+    path = experiment_path(name)
   except app.UsageError as e:
-    sys.exit(f"{tool}: {e}")
+    refuse(tool, str(e))
+  try:
+    config = load_experiment(path)
+  except Exception as e:  # get_config's own refusal (a Table 3 row, a direction): its words
+    refuse(tool, f"--experiment={name}: {_first_line(e)}")
   try:
     config_flags.DEFINE_config_file(
       "config", path, "experiment config (set by --experiment)", lock_config=True
     )
-  except (KeyError, AttributeError):
-    unknown = unknown_override(load_experiment(path), sys.argv)
-    if unknown is None:
-      raise
-    sys.exit(f"{tool}: {unknown}")
+  except (KeyError, AttributeError, ValueError, TypeError) as e:
+    unknown = unknown_override(config, sys.argv)
+    refuse(tool, unknown or f"{_first_line(e)} ({tool} --experiment={name} --helpconfig)")
+
+
+def _first_line(error: BaseException) -> str:
+  lines = str(error).strip().splitlines()
+  return lines[0] if lines else type(error).__name__
 
 
 def load_experiment(path: str) -> ml_collections.ConfigDict:
@@ -121,7 +171,7 @@ def use_compilation_cache(flag_values: flags.FlagValues = flags.FLAGS) -> None:
 
 def quiet_library_logs() -> None:
   """Keeps the console to our progress lines: orbax's and TFDS's INFO chatter is dropped."""
-  noisy = ("/orbax/", "/tensorflow_datasets/", "/etils/", "/grain/")
+  noisy = ("/orbax/", "/tensorflow_datasets/", "/etils/", "/grain/", "/jax/", "/jaxlib/")
 
   def keep(record: std_logging.LogRecord) -> bool:
     return record.levelno >= std_logging.WARNING or not any(n in record.pathname for n in noisy)
@@ -145,10 +195,70 @@ def adopt_own_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
         flag_values.register_key_flag_for_module(program, flag)
 
 
+CHECKPOINT_SPEC = re.compile(r"^(auto|selected|latest|best|\d+|(average|best):[1-9]\d*)$")
+CHECKPOINT_CHOICES = "'auto', 'selected', 'latest', 'average:N', 'best', 'best:N' or a step"
+
+
+def check_checkpoint_flag(tool: str, spec: str, flag: str = "--checkpoint") -> None:
+  """UsageExit for a --checkpoint value that no workdir could meet (a typo, 'average:0'),
+  before any workdir is read; whether the workdir holds that checkpoint is checked later."""
+  if not CHECKPOINT_SPEC.match(spec):
+    raise UsageExit(f"{tool}: {flag}={spec}: not {CHECKPOINT_CHOICES} (N >= 1)")
+
+
+def tool_name(main: Callable[..., object]) -> str:
+  """'t2t-train' for t2t_jax.cli.train.main, also when run as `python -m t2t_jax.cli.train`."""
+  module = main.__module__
+  if module == "__main__":
+    module = os.path.splitext(os.path.basename(sys.argv[0]))[0]
+  name = module.rsplit(".", 1)[-1]
+  return name if name.startswith("t2t-") else f"t2t-{name}"
+
+
+def parse_flags(tool: str, argv: list[str]) -> list[str]:
+  """absl's flag parsing, with a flag error as one line (exit 2) instead of absl's FATAL
+  and its pointer to --helpfull, and --help exiting 0 rather than absl's 1."""
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as e:
+    hint = "--experiment=NAME --helpconfig lists the fields" if "config." in str(e) else "--help"
+    refuse(tool, f"{_first_line(e)} ({tool} {hint})")
+  except SystemExit as e:
+    # Parsing exits by itself only for absl's --help/--helpshort/--helpfull/--helpxml,
+    # with status 1 after printing the help: that is a success.
+    raise SystemExit(0 if e.code == 1 else e.code) from None
+
+
+def refusing(tool: str, main: Callable[[list[str]], None]) -> Callable[[list[str]], None]:
+  """`main` with app.UsageError as one line and exit 2 (absl would print the whole help
+  before the message, and exit 1); with --helpconfig (commands that take --experiment), the
+  experiment's config fields instead."""
+
+  @functools.wraps(main)
+  def wrapped(argv: list[str]) -> None:
+    if "helpconfig" in flags.FLAGS and flags.FLAGS.helpconfig:
+      from t2t_jax.cli import helpconfig
+
+      print(helpconfig.describe(flags.FLAGS.config, flags.FLAGS.experiment))
+      return
+    try:
+      main(argv)
+    except app.UsageError as e:
+      refuse(tool, str(e))
+
+  return wrapped
+
+
 def run(main: Callable[[list[str]], None], doc: str) -> None:
   """app.run(main) where --help prints `doc` (the command's module docstring: what it does
   and an example) and the command's own flags with their defaults, not absl's bare usage
-  line. Call it after every flag is defined."""
+  line, and where a wrong command line is one line on stderr and exit status 2. Call it
+  after every flag is defined."""
   adopt_own_flags()
   sys.modules["__main__"].__doc__ = doc
-  app.run(main)
+  tool = tool_name(main)
+  try:
+    app.run(refusing(tool, main), flags_parser=functools.partial(parse_flags, tool))
+  except UsageExit as e:
+    _print_once(e)
+    raise

@@ -45,15 +45,15 @@ def _define_flags() -> flags.FlagValues:
   return flags.FLAGS
 
 
-def read_translations(path: str, what: str) -> list[str]:
+def read_translations(path: str, label: str) -> list[str]:
   """The lines of `path` without their newlines; a missing or unreadable file is one line
-  naming it (SystemExit)."""
+  naming it by `label` (SystemExit)."""
   try:
     with open(path, encoding="utf-8") as f:
       return f.read().splitlines()
   except (OSError, UnicodeDecodeError) as e:
     reason = e.strerror if isinstance(e, OSError) else f"not UTF-8 text ({e.reason})"
-    raise SystemExit(f"t2t-compare: {what}={path}: cannot read ({reason})") from None
+    raise SystemExit(f"t2t-compare: {label}: cannot read ({reason})") from None
 
 
 def target_language(reference: str, lang: str | None) -> str | None:
@@ -70,16 +70,17 @@ def main(argv: Sequence[str]) -> None:
   args = _define_flags.flags
   files = list(argv[1:])
   if not args.reference:
-    raise SystemExit("t2t-compare: --reference is required (the reference translations)")
+    common.refuse("t2t-compare", "--reference is required (the reference translations)")
   if len(files) < 2:
-    raise SystemExit(
-      "t2t-compare: give a baseline and at least one system: t2t-compare --reference=REF "
-      "BASELINE SYSTEM [SYSTEM ...]"
+    common.refuse(
+      "t2t-compare",
+      "give a baseline and at least one system: t2t-compare --reference=REF "
+      "BASELINE SYSTEM [SYSTEM ...]",
     )
   if args.samples < 0:
-    raise SystemExit(f"t2t-compare: --samples={args.samples} must be >= 0")
-  references = read_translations(args.reference, "--reference")
-  named = [(path, read_translations(path, "a system file")) for path in files]
+    common.refuse("t2t-compare", f"--samples={args.samples} must be >= 0")
+  references = read_translations(args.reference, f"--reference={args.reference}")
+  named = [(path, read_translations(path, f"system file {path}")) for path in files]
   try:
     comparisons = significance.compare(
       named[0],

@@ -6,8 +6,8 @@
 
 --checkpoint chooses the parameters as t2t-translate does ('auto': the checkpoint t2t-train
 selected on dev when there is one, else the latest); --beam_size and --alpha (the defaults
-written to generation_config.json) default to the workdir's experiment. Needs the `export` extra:
-pip install 't2t_jax[export]'. See docs/export.md for using the output.
+written to generation_config.json) default to the workdir's experiment. Needs the `export` extra
+(in the t2t_jax checkout: pip install -e '.[export]'). See docs/export.md for using the output.
 """
 
 import types
@@ -17,7 +17,8 @@ from absl import app, flags
 
 from t2t_jax import export
 from t2t_jax.cli import common
-from t2t_jax.decoding.translator import TranslateError
+from t2t_jax.decoding.translator import TranslateError, load_config
+from t2t_jax.run import checkpoint
 from t2t_jax.run.checkpoint import CheckpointSpecError
 
 FORMATS = ("ctranslate2", "huggingface")
@@ -52,9 +53,15 @@ FLAGS = flags.FLAGS
 
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments {argv[1:]}")
+    raise app.UsageError(
+      f"unexpected arguments {argv[1:]}: flags are written --name=value (t2t-export --help)"
+    )
   if not FLAGS.workdir or not FLAGS.output:
-    raise app.UsageError("--workdir and --output are required")
+    raise app.UsageError(
+      "--workdir and --output are required: the trained workdir and a new directory, e.g. "
+      "--workdir=workdirs/NAME --output=exported/NAME"
+    )
+  common.check_checkpoint_flag("t2t-export", FLAGS.checkpoint)
   if FLAGS.format != "ctranslate2" and FLAGS.quantization != "float32":
     raise app.UsageError(f"--quantization={FLAGS.quantization} is for --format=ctranslate2")
   for name in ("beam_size", "alpha"):  # a CTranslate2 model stores no decoding defaults
@@ -65,6 +72,10 @@ def main(argv: Sequence[str]) -> None:
       )
   common.quiet_library_logs()
   try:
+    # The workdir and the checkpoint choice first: a mistyped path is named before a
+    # missing package is.
+    load_config(FLAGS.workdir)
+    checkpoint.resolve_spec(FLAGS.workdir, FLAGS.checkpoint)
     writer = _writer(FLAGS.format)
     if FLAGS.format == "ctranslate2":
       writer.check_quantization(FLAGS.quantization)
@@ -88,7 +99,8 @@ def _writer(fmt: str) -> types.ModuleType:
       __import__(package)
     except ImportError:
       raise export.ExportError(
-        f"--format={fmt} needs the '{package}' package: pip install 't2t_jax[export]'"
+        f"--format={fmt} needs the '{package}' package: in the t2t_jax checkout, "
+        "pip install -e '.[export]'"
       ) from None
   if fmt == "ctranslate2":
     from t2t_jax.export import to_ctranslate2

@@ -103,22 +103,34 @@ def describe(store: "Store") -> str:
 
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    raise app.UsageError(
+      f"unexpected arguments {argv[1:]}: flags are written --name=value (t2t-prepare --help)"
+    )
   if not flags.FLAGS.workdir:
-    raise app.UsageError("--workdir is required")
+    raise app.UsageError(
+      "--workdir is required: the workdir t2t-train will use, e.g. --workdir=workdirs/NAME"
+    )
   from t2t_jax import data
-  from t2t_jax.data import prepare
+  from t2t_jax.data import config as data_config
+  from t2t_jax.data import prepare, sources
   from t2t_jax.data import store as store_lib
   from t2t_jax.run.lock import LockError
   from t2t_jax.run.workdir import Workdir, WorkdirError
 
   common.quiet_library_logs()
+  config = data_config.with_defaults(flags.FLAGS.config.data)
+  try:  # a value that makes no sense: a usage error, refused before anything else
+    sources.validate(config)
+  except data.DataError as e:
+    raise app.UsageError(str(e)) from None
   try:
     if flags.FLAGS.verify:
-      print(verify(store_lib.store_path(flags.FLAGS.config.data, flags.FLAGS.workdir)))
+      print(verify(store_lib.store_path(config, flags.FLAGS.workdir)))
       return
+    Workdir(flags.FLAGS.workdir).check_place()
+    prepare.check_inputs(config, flags.FLAGS.workdir)  # before a workdir, lock or store
     workdir = Workdir(flags.FLAGS.workdir).create().path
-    store = prepare.ensure_store(flags.FLAGS.config.data, workdir)
+    store = prepare.ensure_store(config, workdir)
   except (data.DataError, WorkdirError, LockError) as e:
     sys.exit(f"t2t-prepare: {e}")
   print(describe(store), flush=True)

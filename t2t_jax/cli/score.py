@@ -1,7 +1,7 @@
 """t2t-score: the log-probability a trained workdir's model gives each given translation.
 
     t2t-score --workdir=DIR[,DIR...] --source=FILE --target=FILE [--output=FILE] [--per_token]
-              [--checkpoint=auto|latest|average:N|STEP|selected] [--alpha=A]
+              [--checkpoint=auto|latest|average:N|best[:N]|STEP|selected] [--alpha=A]
 
 Line i of --target is scored as the translation of line i of --source, teacher-forced (no
 search). One TSV line per pair, in input order: log p(target | source) summed over the
@@ -44,7 +44,8 @@ def _define_flags() -> flags.FlagValues:
   flags.DEFINE_string(
     "checkpoint",
     "auto",
-    "'latest', 'average:N' (last N), a step, "
+    "'latest', 'average:N' (last N), 'best' or 'best:N' (the best by the dev metric "
+    "t2t-train ranked by; best:N averages the N best), a step, "
     "'selected' (the choice t2t-train made on dev), or 'auto': 'selected' "
     "when the workdir has one, else 'latest'",
   )
@@ -63,20 +64,39 @@ def format_score(score: PairScore, per_token: bool) -> str:
   return line + "\n"
 
 
+REQUIRED = {
+  "workdir": "a t2t-train workdir, e.g. --workdir=workdirs/NAME",
+  "source": "the source sentences, one per line",
+  "target": "their translations to score, one per line",
+}
+
+
+def _check_flags(args: flags.FlagValues, argv: Sequence[str]) -> None:
+  """UsageExit (one line, exit status 2) for a wrong command line, before any file is read."""
+
+  def usage(problem: str) -> common.UsageExit:
+    return common.UsageExit(f"t2t-score: {problem}")
+
+  if len(argv) > 1:
+    raise usage(
+      f"unexpected arguments {argv[1:]}: flags are written --name=value (t2t-score --help)"
+    )
+  for name, what in REQUIRED.items():
+    if not args[name].value:
+      raise usage(f"--{name} is required: {what}")
+  common.check_checkpoint_flag("t2t-score", args.checkpoint)
+  if args.batch_tokens < 1:
+    raise usage(f"--batch_tokens={args.batch_tokens} must be >= 1")
+
+
 def main(argv: Sequence[str]) -> None:
   common.quiet_library_logs()
   args = _define_flags.flags
-  if len(argv) > 1:
-    raise SystemExit(f"t2t-score: unexpected arguments {argv[1:]}")
+  _check_flags(args, argv)
   from t2t_jax import compilation
 
   compilation.enable()  # a command's choice for its process (library code leaves it alone)
   try:
-    for name in ("workdir", "source", "target"):
-      if not args[name].value:
-        raise TranslateError(f"--{name} is required")
-    if args.batch_tokens < 1:
-      raise TranslateError(f"--batch_tokens={args.batch_tokens} must be >= 1")
     sources, targets = read_lines(args.source), read_lines(args.target)
     if len(sources) != len(targets):
       raise TranslateError(

@@ -59,6 +59,10 @@ def _fail(message: str) -> None:
   raise SystemExit(f"t2t-serve: {message}")
 
 
+def _usage(message: str) -> None:
+  common.refuse("t2t-serve", message)
+
+
 def _keys(path: str | None) -> frozenset[str] | None:
   from t2t_jax.serve import api
 
@@ -75,22 +79,22 @@ def _keys(path: str | None) -> frozenset[str] | None:
 
 def _check_flags() -> None:
   if not FLAGS.workdir:
-    _fail("--workdir is required")
+    _usage("--workdir is required")
   if FLAGS.beam_size is not None and FLAGS.beam_size < 1:
-    _fail(f"--beam_size={FLAGS.beam_size} must be >= 1 (1: greedy)")
+    _usage(f"--beam_size={FLAGS.beam_size} must be >= 1 (1: greedy)")
   for name in ("char_limit", "batch_limit", "alternatives_limit"):
     if FLAGS[name].value < -1:
-      _fail(f"--{name}={FLAGS[name].value} must be >= 0 (-1: no limit)")
+      _usage(f"--{name}={FLAGS[name].value} must be >= 0 (-1: no limit)")
   for name in ("batch_window_ms", "max_batch_chars", "max_queue_lines", "batch_tokens"):
     if FLAGS[name].value < (0 if name == "batch_window_ms" else 1):
-      _fail(f"--{name}={FLAGS[name].value} is too small")
+      _usage(f"--{name}={FLAGS[name].value} is too small")
   if not 0 < FLAGS.port < 65536:
-    _fail(f"--port={FLAGS.port} must be in 1..65535")
+    _usage(f"--port={FLAGS.port} must be in 1..65535")
 
 
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
-    _fail(f"unexpected arguments {argv[1:]}")
+    _usage(f"unexpected arguments {argv[1:]}: flags are written --name=value (t2t-serve --help)")
   try:
     from t2t_jax.serve import api, app, worker
   except ImportError as e:

@@ -7,10 +7,16 @@ NAME is a file in experiments/ (tiny, base, big, ...) or a path to any get_confi
 optionally followed by :ARG for get_config(ARG) (e.g. table3:A2, multi30k:de-en); any config
 field can be overridden with --config.FIELD=VALUE (e.g. --config.model.d_model=256).
 
+    t2t-train --experiment=NAME --helpconfig
+
+lists the experiment's config fields: value, default and what each does.
+
 Exit status: 0 when training (and the test at its end) finished; 75 (EX_TEMPFAIL of
 sysexits.h: "temporary failure, run again") when SIGTERM/SIGINT stopped it after saving a
-checkpoint, so that a scheduler can requeue it: the same command resumes; 1 for an error the
-one-line message explains (nothing to gain from running it again unchanged). See docs/faults.md.
+checkpoint, so that a scheduler can requeue it: the same command resumes; 2 for a wrong
+command line (a flag, an experiment, a config value), refused before anything is written;
+1 for another error the one-line message explains (nothing to gain from running it again
+unchanged). See docs/faults.md.
 
 Several hosts: every process runs the same command; t2t_jax.training.distributed joins them (TPU pod
 slices and Slurm srun steps are detected; elsewhere --coordinator_address=HOST:PORT
@@ -38,20 +44,31 @@ flags.DEFINE_string("compilation_cache", "default", common.COMPILATION_CACHE_HEL
 
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    raise app.UsageError(
+      f"unexpected arguments {argv[1:]}: flags are written --name=value (t2t-train --help)"
+    )
   if not flags.FLAGS.workdir:
-    raise app.UsageError("--workdir is required")
+    raise app.UsageError("--workdir is required: the run's directory, e.g. --workdir=workdirs/NAME")
+  common.quiet_library_logs()
+  from t2t_jax import data
+  from t2t_jax.training import trainer
+
+  config = flags.FLAGS.config
+  try:  # a value that makes no sense: a usage error, refused before anything else
+    trainer.checked_config(config)
+  except (trainer.ConfigError, data.DataError) as e:
+    raise app.UsageError(str(e)) from None
+  try:  # every input file exists and is aligned: before a workdir, lock or store is made
+    trainer.check_inputs(config, flags.FLAGS.workdir)
+  except trainer.EXPLAINED_ERRORS as e:
+    raise SystemExit(f"t2t-train: {e}") from None
   try:  # before anything touches the devices
     plan = distributed.setup(flags.FLAGS)
   except distributed.DistributedSetupError as e:
     raise app.UsageError(str(e)) from e
   except distributed.DistributedInitError as e:
     raise SystemExit(f"t2t-train: {e}") from e
-  from t2t_jax.training import trainer
-
   common.use_compilation_cache()
-  common.quiet_library_logs()
-  config = flags.FLAGS.config
   logging.info("experiment %s, workdir %s", flags.FLAGS.experiment, flags.FLAGS.workdir)
   with distributed.fail_fast(plan):
     try:

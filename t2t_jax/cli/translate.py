@@ -234,56 +234,73 @@ SAMPLING_FLAGS = {  # flag -> SearchConfig field
 }
 
 
+def _usage(problem: str) -> common.UsageExit:
+  """A wrong command line: one line, exit status 2 (common.UsageExit)."""
+  return common.UsageExit(f"t2t-translate: {problem}")
+
+
 def _check_sampling_flags(args: flags.FlagValues, sampling: bool) -> None:
-  """One line naming the flag for a sampling setting that cannot be used."""
+  """UsageExit naming the flag for a sampling setting that cannot be used."""
   given = [name for name in SAMPLING_FLAGS if args[name].value is not None]
   if given and not sampling:
-    raise TranslateError(f"--{given[0]} shapes sampling: add --sampling")
-  if not sampling:
-    return
-  if args.beam_size is not None and args.beam_size != 1:
-    raise TranslateError(
+    raise _usage(f"--{given[0]} shapes sampling: add --sampling")
+  if sampling and args.beam_size is not None and args.beam_size != 1:
+    raise _usage(
       f"--sampling draws tokens instead of searching: --beam_size={args.beam_size} must be 1"
     )
-  if args.sampling_temperature is not None and not args.sampling_temperature > 0:
-    raise TranslateError(f"--sampling_temperature={args.sampling_temperature} must be > 0")
-  if args.sampling_topk is not None and args.sampling_topk < 0:
-    raise TranslateError(f"--sampling_topk={args.sampling_topk} must be >= 0 (0: all tokens)")
-  if args.sampling_topp is not None and not 0 < args.sampling_topp <= 1:
-    raise TranslateError(f"--sampling_topp={args.sampling_topp} must be in (0, 1] (1: all tokens)")
-  if args.num_samples is not None and args.num_samples < 1:
-    raise TranslateError(f"--num_samples={args.num_samples} must be >= 1")
 
 
 def _check_diverse_flags(args: flags.FlagValues, beam_size: int) -> None:
-  """One line naming the flag for a diverse beam setting that cannot be used."""
-  groups, strength = args.diverse_groups, args.diversity_strength
-  if groups is not None and (groups < 1 or beam_size % groups):
-    raise TranslateError(f"--diverse_groups={groups} must be >= 1 and divide the beam {beam_size}")
-  if strength is not None and strength < 0:
-    raise TranslateError(f"--diversity_strength={strength} must be >= 0")
+  """One line naming --diverse_groups when it does not divide this workdir's beam."""
+  groups = args.diverse_groups
+  if groups is not None and beam_size % groups:
+    raise TranslateError(f"--diverse_groups={groups} must divide the beam {beam_size}")
 
 
-def _check_flags(args: flags.FlagValues, search: SearchConfig, interactive: bool) -> None:
+def _check_flags(args: flags.FlagValues, interactive: bool) -> None:
+  """UsageExit for a flag or combination that no workdir could make right: before the
+  workdir is read."""
   if not args.workdir:
-    raise TranslateError("--workdir is required")
-  beam_size = search.beam_size
-  if beam_size < 1:
-    raise TranslateError(f"--beam_size={beam_size} must be >= 1 (1: greedy)")
-  if search.sampling and not 0 <= args.nbest <= search.num_samples:
-    raise TranslateError(
+    raise _usage("--workdir is required: a t2t-train workdir, e.g. --workdir=workdirs/NAME")
+  common.check_checkpoint_flag("t2t-translate", args.checkpoint)
+  if args.beam_size is not None and args.beam_size < 1:
+    raise _usage(f"--beam_size={args.beam_size} must be >= 1 (1: greedy)")
+  if args.batch_tokens < 1:
+    raise _usage(f"--batch_tokens={args.batch_tokens} must be >= 1")
+  if args.nbest < 0:
+    raise _usage(f"--nbest={args.nbest} must be >= 0 (0: off)")
+  if args.sampling_temperature is not None and not args.sampling_temperature > 0:
+    raise _usage(f"--sampling_temperature={args.sampling_temperature} must be > 0")
+  if args.sampling_topk is not None and args.sampling_topk < 0:
+    raise _usage(f"--sampling_topk={args.sampling_topk} must be >= 0 (0: all tokens)")
+  if args.sampling_topp is not None and not 0 < args.sampling_topp <= 1:
+    raise _usage(f"--sampling_topp={args.sampling_topp} must be in (0, 1] (1: all tokens)")
+  if args.num_samples is not None and args.num_samples < 1:
+    raise _usage(f"--num_samples={args.num_samples} must be >= 1")
+  if args.no_repeat_ngram is not None and args.no_repeat_ngram < 0:
+    raise _usage(f"--no_repeat_ngram={args.no_repeat_ngram} must be >= 0 (0: off)")
+  if args.diverse_groups is not None and args.diverse_groups < 1:
+    raise _usage(f"--diverse_groups={args.diverse_groups} must be >= 1 (1: off)")
+  if args.diversity_strength is not None and args.diversity_strength < 0:
+    raise _usage(f"--diversity_strength={args.diversity_strength} must be >= 0")
+  if args.reference and (args.nbest or args.scores):
+    raise _usage("--reference scores plain translations: drop --nbest and --scores")
+  if args.reference and interactive:
+    raise _usage("--reference needs every line first: not with --interactive")
+  if args.prefix and interactive:
+    raise _usage("--prefix needs every line first: not with --interactive")
+
+
+def _check_search_flags(args: flags.FlagValues, search: SearchConfig) -> None:
+  """UsageExit for --nbest beyond what this workdir's search returns."""
+  if search.sampling and args.nbest > search.num_samples:
+    raise _usage(
       f"--nbest={args.nbest}: more than the --num_samples={search.num_samples} drawn (0: off)"
     )
-  if not search.sampling and not 0 <= args.nbest <= max(beam_size, 1):
-    raise TranslateError(
-      f"--nbest={args.nbest}: must be between 1 and --beam_size={beam_size} (0: off)"
+  if not search.sampling and args.nbest > search.beam_size:
+    raise _usage(
+      f"--nbest={args.nbest}: must be between 1 and --beam_size={search.beam_size} (0: off)"
     )
-  if args.reference and (args.nbest or args.scores):
-    raise TranslateError("--reference scores plain translations: drop --nbest and --scores")
-  if args.reference and interactive:
-    raise TranslateError("--reference needs every line first: not with --interactive")
-  if args.prefix and interactive:
-    raise TranslateError("--prefix needs every line first: not with --interactive")
 
 
 def _check_output(path: str | None) -> None:
@@ -319,15 +336,18 @@ def main(argv: Sequence[str]) -> None:
   common.quiet_library_logs()
   args = _define_flags.flags
   if len(argv) > 1:
-    raise SystemExit(f"t2t-translate: unexpected arguments {argv[1:]}")
-  common.use_compilation_cache(args)
+    raise _usage(
+      f"unexpected arguments {argv[1:]}: flags are written --name=value (t2t-translate --help)"
+    )
   from_stdin = args.input in (None, "", "-")
   interactive = args.interactive
   if interactive is None:
     interactive = from_stdin and sys.stdin.isatty()
+  _check_flags(args, interactive)
+  common.use_compilation_cache(args)
   try:
     search, parsing = _decoding_defaults(args)
-    _check_flags(args, search, interactive)
+    _check_search_flags(args, search)
     _check_output(args.output)
     inputs = None if interactive else _read_inputs(args, parsing)
     translator = Translator.from_workdirs(
@@ -365,8 +385,6 @@ def _decoding_defaults(args: flags.FlagValues) -> tuple[SearchConfig, str | None
     raise TranslateError(f"{first}/config.json: {e}") from None
   sampling = search.sampling if args.sampling is None else args.sampling
   _check_sampling_flags(args, sampling)
-  if args.no_repeat_ngram is not None and args.no_repeat_ngram < 0:
-    raise TranslateError(f"--no_repeat_ngram={args.no_repeat_ngram} must be >= 0 (0: off)")
   _check_diverse_flags(args, search.beam_size if args.beam_size is None else args.beam_size)
   beam_size = 1 if sampling else args.beam_size
   fields = {field: args[name].value for name, field in SAMPLING_FLAGS.items()}

@@ -16,7 +16,7 @@ def default_config() -> ml_collections.ConfigDict:
   """Returns the data config: a small synthetic task, with the paper's WMT values elsewhere."""
   c = ml_collections.ConfigDict()
   # Where pairs come from: 'synthetic' (generated in-package, no files), 'textfiles' (local
-  # aligned plain-text files, prepared through a TFDS builder), 'treebank' (Penn Treebank
+  # aligned plain-text files, read in place into the prepared store), 'treebank' (Penn Treebank
   # .mrg files as words -> linearized trees: parsing, paper 6.3), 'wmt14_translate' or
   # 'wmt17_translate' (TFDS; downloads only when selected).
   c.source = "synthetic"

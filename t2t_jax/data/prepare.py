@@ -113,6 +113,19 @@ class StoreLock(lock.FileLock):
     )
 
 
+def check_inputs(c: ml_collections.ConfigDict, workdir: str) -> None:
+  """DataError for a bad config field or a missing, unreadable or misaligned input file,
+  raised before anything is written. The files are read only while there is no store to
+  open: a prepared store's files were checked when it was written, and it names them."""
+  source = sources.validate(c)
+  try:
+    prepared = c.prepared_store and store_lib.read_manifest(store_lib.store_path(c, workdir))
+  except DataError:  # unreadable (a file in a directory's place): reported where it is opened
+    prepared = None
+  if not prepared:
+    source.check_inputs(c)
+
+
 def prepare(c: ml_collections.ConfigDict, workdir: str) -> pathlib.Path:
   """Builds the store of `c` (replacing an incomplete one) under the store's lock; returns
   its path. A store another process finished meanwhile is kept."""

@@ -112,11 +112,16 @@ class Workdir:
     """Where the final test's outputs go: test.<language> or test.<words|gold|trees>."""
     return self._join(f"{self.TEST_PREFIX}{suffix}")
 
-  def create(self) -> "Workdir":
-    """Creates the directory and proves it writable before any data or model work starts."""
+  def check_place(self) -> None:
+    """Refuses, creating nothing, a path where a file is in the directory's place."""
     path = os.path.abspath(self.path)
     if os.path.exists(path) and not os.path.isdir(path):
       raise WorkdirError(f"--workdir={path} is not a directory (a file is in its place)")
+
+  def create(self) -> "Workdir":
+    """Creates the directory and proves it writable before any data or model work starts."""
+    path = os.path.abspath(self.path)
+    self.check_place()
     try:
       os.makedirs(path, exist_ok=True)
       probe = os.path.join(path, f".write_test_{os.getpid()}")

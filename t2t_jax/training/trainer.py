@@ -99,6 +99,24 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     )
 
 
+def checked_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """`config` with its defaults filled, once every field has been checked (ConfigError or
+  DataError naming the field): nothing read or written yet."""
+  config = config_lib.with_defaults(config)
+  validate_config(config)
+  data_lib.sources.validate(config.data)
+  return config
+
+
+def check_inputs(config: ml_collections.ConfigDict, workdir: str) -> None:
+  """WorkdirError for a file in the workdir's place, DataError for a missing or misaligned
+  input file: before the workdir is made."""
+  from t2t_jax.data import prepare
+
+  Workdir(workdir).check_place()
+  prepare.check_inputs(config_lib.with_defaults(config).data, workdir)
+
+
 def build_model(
   config: ml_collections.ConfigDict, vocab_size: int
 ) -> tuple[Transformer, TransformerConfig]:
@@ -396,8 +414,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   workdir stops at once instead of pruning this one's checkpoints. Fields `config` lacks
   take their defaults from config_lib (TrainConfig, TransformerConfig).
   """
-  config = config_lib.with_defaults(config)
-  validate_config(config)
+  config = checked_config(config)
+  check_inputs(config, workdir)
   workdir = Workdir(workdir).create().path
   lock = WorkdirLock(workdir)
   if jax.process_index() == 0:

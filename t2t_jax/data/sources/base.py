@@ -110,6 +110,10 @@ class Source(abc.ABC):
   def validate(self, c: ml_collections.ConfigDict) -> None:  # noqa: B027 (optional)
     """Raises DataError naming the `config.data.*` flag of a bad source field."""
 
+  def check_inputs(self, c: ml_collections.ConfigDict) -> None:  # noqa: B027 (optional)
+    """Raises DataError for a local input that is missing, unreadable or misaligned, before
+    anything is written (a workdir, a lock, a store); sources that download check nothing."""
+
   @abc.abstractmethod
   def open_splits(self, c: ml_collections.ConfigDict, workdir: str, process_index: int) -> Splits:
     """Every split, ready to read (downloading or preparing first where needed: process 0

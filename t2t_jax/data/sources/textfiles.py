@@ -364,6 +364,11 @@ class TextfilesSource(base.Source):
         "textfiles needs at least one training corpus"
       )
 
+  def check_inputs(self, c: ml_collections.ConfigDict) -> None:
+    """Every file exists, is UTF-8 and has its partner's line count (one indexing pass, whose
+    sha256s the store's preparation then reuses)."""
+    _open_in_place(c)
+
   def open_splits(
     self, c: ml_collections.ConfigDict, workdir: str, process_index: int
   ) -> base.Splits:
