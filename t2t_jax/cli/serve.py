@@ -95,12 +95,13 @@ def _check_flags() -> None:
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     _usage(f"unexpected arguments {argv[1:]}: flags are written --name=value (t2t-serve --help)")
+  _check_flags()
+  keys = _keys(FLAGS.api_keys)  # before the extra's imports: a wrong line needs none of them
   try:
     from t2t_jax.serve import api, app, worker
   except ImportError as e:
     _fail(f"{e.name} is missing: pip install 't2t_jax[serve]'")
   common.quiet_library_logs()
-  _check_flags()
   common.use_compilation_cache(FLAGS)
   settings = app.ServerSettings(
     limits=api.Limits(
@@ -108,7 +109,7 @@ def main(argv: Sequence[str]) -> None:
       batch_limit=FLAGS.batch_limit,
       alternatives_limit=FLAGS.alternatives_limit,
     ),
-    keys=_keys(FLAGS.api_keys),
+    keys=keys,
     request_timeout_s=FLAGS.request_timeout,
     window_s=FLAGS.batch_window_ms / 1000,
     max_batch_chars=FLAGS.max_batch_chars,
