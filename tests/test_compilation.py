@@ -195,10 +195,11 @@ print(json.dumps(dict(out=out, traced=traced)))
 
 
 def test_a_program_jax_read_from_its_own_cache_is_stored_whole(tmp_path):
-  """A program in jax's persistent cache (compiled there by an earlier process) is
-  compiled afresh when it is stored: an executable jax read back from its cache serializes
-  without XLA:CPU's separately compiled kernels, and the next process failed with "Function
-  ... not found" when it ran it."""
+  """A program already in jax's persistent cache (compiled there by an earlier process
+  without the store) is exported and stored by the next one, and a third process runs it
+  without tracing, with the same results (a store of serialized executables once failed
+  here: an executable jax had read back from its cache lacked XLA:CPU's separately
+  compiled kernels)."""
   plain, storing, reading = (
     _fresh_process(STORED_PROBE, m, tmp_path) for m in ("plain",) + ("stored",) * 2
   )
