@@ -2,7 +2,8 @@
 Translator: a program compiled once on a machine is read back by later processes instead of
 compiled again (an entry is keyed by the program, the XLA flags and the jax/jaxlib versions,
 so it is never used for anything else). Beside jax's entries, `stored` keeps the
-translation search's programs whole, so that a warm process neither traces nor lowers them.
+translation search's programs exported (jax.export), so that a warm process does not trace
+them.
 
 Where: $T2T_COMPILATION_CACHE if set ('off' or '' turns it off), else
 $XDG_CACHE_HOME/t2t_jax/xla, else ~/.cache/t2t_jax/xla. A process that already has a cache
@@ -11,8 +12,11 @@ keeps its own.
 """
 
 import contextlib
+import dataclasses
 import functools
 import hashlib
+import inspect
+import json
 import os
 import pickle
 import tempfile
@@ -76,12 +80,10 @@ def enable(directory: str | None = "default") -> str | None:
   # program it stores. The bound is kept here instead, once per process.
   jax.config.update("jax_compilation_cache_max_size", -1)
   trim(directory, MAX_BYTES)
-  try:  # a process that compiled before has settled on no cache; make it look again
-    from jax._src import compilation_cache
+  # A process that compiled before has settled on no cache; make it look again.
+  from jax.experimental.compilation_cache import compilation_cache
 
-    compilation_cache.reset_cache()
-  except (ImportError, AttributeError):
-    pass
+  compilation_cache.reset_cache()
   return directory
 
 
@@ -120,113 +122,177 @@ def _entry(entry: os.DirEntry) -> tuple[float, int, str] | None:
   return stat.st_mtime, stat.st_size, entry.path
 
 
-# --- compiled programs kept whole: no tracing or lowering in a warm process ---------------
+# --- search programs kept as exported StableHLO: no tracing in a warm process ---------------
 
-STORED_PREFIX = "t2t-executable-"  # beside jax's entries, bounded by the same trim()
+STORED_PREFIX = "t2t-exported-"  # beside jax's entries, bounded by the same trim()
 
 
 class stored:  # noqa: N801 (a decorator, named like jax.jit)
-  """A jitted function whose compiled programs are also kept whole in the persistent cache's
-  directory, so that a later process calls them without tracing or lowering them again.
+  """A jitted function whose programs are also kept in the persistent cache's directory as
+  `jax.export` artifacts (StableHLO, versioned), so that a later process calls them
+  without tracing the Python that built them.
 
   JAX's persistent cache saves the XLA compilation, but every process still traces and
   lowers each program to find its entry: a staged search has tens of programs (one per
   batch shape, cache segment and stage kind), and their tracing was most of a warm
-  t2t-translate's start. Here a program is looked up by what decides it: this function,
-  its static (keyword) arguments, the pytree structure, shapes, dtypes and shardings of its
-  positional arguments, and the software and devices it was built for (`_environment`:
-  the jax, jaxlib and flax versions, the t2t_jax sources, the backend, XLA_FLAGS and jax's
-  settings). Positional arguments are the traced ones; keyword arguments must be static.
+  t2t-translate's start. Here a process reads the exported program back, wraps it in a
+  small jit (nothing of the search is traced) and compiles it, which jax's persistent cache
+  answers. A program is found by the sha256 of what decides it (`_content`): this
+  function, the values of its static (keyword) arguments, the pytree structure, shapes,
+  dtypes and shardings of its positional arguments, jax's settings and the software and
+  devices (`_environment`: jax, jaxlib and flax versions, the t2t_jax sources, the
+  backend, XLA_FLAGS). Positional arguments are the traced ones, keyword arguments static;
+  `donate` names positional arguments whose buffers the program may reuse, as jit's
+  donate_argnames.
 
-  With the cache off (no `jax.config.jax_compilation_cache_dir`), or called inside another
-  traced function, this is the jitted function itself. A stored program that cannot be
-  read (another jax, a truncated file) is compiled again and rewritten; one that cannot be
-  written is only not kept. Like jax's own entries, the files are executables for this
-  machine, read from the user's own cache.
+  With the cache off (no `jax.config.jax_compilation_cache_dir`), called inside another
+  traced function, or with a static argument that is not plain data (`_content` refuses
+  it), this is the jitted function itself. A file that cannot be read (another jax, a
+  truncated file) is exported again and rewritten; one that cannot be written is only not
+  kept. Nothing here changes jax's settings.
   """
 
-  def __init__(self, jitted: Any) -> None:
+  def __init__(self, jitted: Any, donate: tuple[str, ...] = ()) -> None:
     self.jitted = jitted
     functools.update_wrapper(self, jitted)
     self._name = f"{jitted.__module__}.{jitted.__qualname__}"
-    self._programs: dict[Any, Any] = {}
+    names = list(inspect.signature(jitted).parameters)
+    self._donate = tuple(names.index(n) for n in donate)
+    self._programs: dict[Any, Callable[..., Any]] = {}
 
   def __call__(self, *args: Any, **static: Any) -> Any:
     directory = jax.config.jax_compilation_cache_dir
     if not directory:
       return self.jitted(*args, **static)
-    leaves, tree = jax.tree_util.tree_flatten((args, {}))
+    leaves, tree = jax.tree_util.tree_flatten(args)
     if any(isinstance(x, jax.core.Tracer) for x in leaves):
       return self.jitted(*args, **static)  # called inside another traced function
     signature = tuple(_signature(x) for x in leaves)
     key = (tuple(sorted(static.items())), tree, signature, _settings())
     program = self._programs.get(key)
     if program is None:
-      program = self._load_or_compile(directory, key, args, static)
+      program = self._load_or_export(directory, key, args, static)
       if len(self._programs) >= MAX_PROGRAMS:
         self._programs.pop(next(iter(self._programs)))
       self._programs[key] = program
     return program(*args)
 
-  def _load_or_compile(self, directory: str, key: Any, args: tuple, static: dict) -> Any:
+  def _load_or_export(self, directory: str, key: Any, args: tuple, static: dict) -> Callable:
     path = self._path(directory, key)
-    if path is not None:
-      program = _read(path, key[1])
-      if program is not None:
-        return program
-    lowered = self.jitted.lower(*args, **static)
     if path is None:
-      return lowered.compile()
-    with _without_jax_cache():
-      program = lowered.compile()
-    _write(path, program)
+      return functools.partial(self.jitted, **static)
+    loaded = _read(path)
+    if loaded is None:
+      exported = self._export(args, static)
+      _write(path, exported)
+      # What a later process reads: the serialized form keeps no weak types, and the
+      # outputs of both processes must be the same arguments of the next program.
+      loaded = _read(path) or exported
+    exported, out_tree = loaded
+    donated = _donated_leaves(args, self._donate)
+    call = jax.jit(_call_exported(exported), donate_argnums=donated)
+
+    def program(*args: Any) -> Any:
+      return out_tree.unflatten(call(*jax.tree_util.tree_leaves(args)))
+
     return program
 
+  def _export(self, args: tuple, static: dict) -> tuple[Any, Any]:
+    """(the exported program of leaves -> leaves, the output's pytree structure)."""
+    in_tree = jax.tree_util.tree_structure(args)
+    out_trees = []
+
+    def flat(*leaves: Any) -> list:
+      out = self.jitted(*in_tree.unflatten(leaves), **static)
+      out_leaves, out_tree = jax.tree_util.tree_flatten(out)
+      out_trees.append(out_tree)
+      return out_leaves
+
+    flat.__name__ = flat.__qualname__ = self.jitted.__name__  # traces report the function
+    specs = [_spec(x) for x in jax.tree_util.tree_leaves(args)]
+    exported = jax.export.export(jax.jit(flat))(*specs)
+    return exported, out_trees[-1]
+
   def _path(self, directory: str, key: Any) -> str | None:
-    """The file of `key`'s program, or None when a static argument's text names an object
-    by its address (it would differ in every process)."""
+    """The file of `key`'s program, or None when a static argument is not plain data."""
     statics, tree, signature, settings = key
-    text = repr((self._name, statics, str(tree), signature, settings, _environment()))
-    if " at 0x" in text:
+    try:
+      described = _content((self._name, statics, str(tree), signature, settings, _environment()))
+    except TypeError:
       return None
-    digest = hashlib.sha256(text.encode()).hexdigest()
+    digest = hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()
     return os.path.join(directory, STORED_PREFIX + digest + ENTRY_SUFFIX)
 
 
-@contextlib.contextmanager
-def _without_jax_cache():
-  """Compiles without jax's own persistent cache: an executable jax read back from it
-  serializes without the kernels XLA:CPU compiled separately (a later process then fails
-  with "Function ... not found"), so a stored program must be compiled afresh; it is then
-  kept once, here, and not also in jax's cache."""
-  import logging as std_logging
+def _leaves(x: Any) -> list:
+  return jax.tree_util.tree_leaves(x)
 
-  from jax._src import compilation_cache
 
-  quiet = std_logging.getLogger(compilation_cache.__name__)  # its reset logs at INFO
-  level = quiet.level
-  quiet.setLevel(std_logging.WARNING)
-  before = jax.config.jax_enable_compilation_cache
-  jax.config.update("jax_enable_compilation_cache", False)
-  compilation_cache.reset_cache()
-  try:
-    yield
-  finally:
-    jax.config.update("jax_enable_compilation_cache", before)
-    compilation_cache.reset_cache()
-    quiet.setLevel(level)
+def _donated_leaves(args: tuple, donate: tuple[int, ...]) -> tuple[int, ...]:
+  """The flat indices of the leaves of the positional arguments `donate`."""
+  out, start = [], 0
+  for i, arg in enumerate(args):
+    n = len(_leaves(arg))
+    if i in donate:
+      out += range(start, start + n)
+    start += n
+  return tuple(out)
+
+
+def _call_exported(exported: Any) -> Callable[..., Any]:
+  def call_exported(*leaves: Any) -> Any:
+    return exported.call(*leaves)
+
+  return call_exported
+
+
+def _spec(x: Any) -> jax.ShapeDtypeStruct:
+  """The abstract value jit gives the leaf `x` (a Python scalar is weakly typed)."""
+  if isinstance(x, (jax.Array, np.ndarray, np.generic)):
+    return jax.ShapeDtypeStruct(np.shape(x), x.dtype, weak_type=getattr(x, "weak_type", False))
+  value = jax.numpy.asarray(x)
+  return jax.ShapeDtypeStruct(value.shape, value.dtype, weak_type=True)
+
+
+def _content(x: Any) -> Any:
+  """A JSON form of `x` that is its value: plain data (None, bools, numbers, strings),
+  tuples, lists and dicts of it, NamedTuples, dataclasses (a Flax module: its fields but its
+  place in a tree) and types, each with its type's qualified name. TypeError for anything
+  else: an object known only by its identity has no content to key a file by."""
+  if x is None or isinstance(x, (bool, int, str)):
+    return x
+  if isinstance(x, float):
+    return repr(x)  # nan and inf are no JSON numbers
+  if isinstance(x, type):
+    return ["type", f"{x.__module__}.{x.__qualname__}"]
+  if isinstance(x, np.dtype):
+    return ["dtype", x.name]
+  kind = f"{type(x).__module__}.{type(x).__qualname__}"
+  if isinstance(x, tuple) and hasattr(x, "_fields"):
+    return [kind, {f: _content(getattr(x, f)) for f in x._fields}]
+  if isinstance(x, (tuple, list)):
+    return [kind, [_content(v) for v in x]]
+  if isinstance(x, dict):
+    return [kind, sorted([_content(k), _content(v)] for k, v in x.items())]
+  if dataclasses.is_dataclass(x):
+    fields = [f.name for f in dataclasses.fields(x) if f.name not in ("parent", "name")]
+    return [kind, {f: _content(getattr(x, f)) for f in fields}]
+  raise TypeError(f"{kind} is not plain data")
 
 
 def stored_shapes(name: str, settings: Any, trace: Callable[[], Any]) -> Any:
   """`trace()`'s pytree of jax.ShapeDtypeStruct (a `jax.eval_shape`), kept in the persistent
-  cache's directory under `name` and `settings` (whose repr must decide the result, like a
-  model's config) and the software of `_environment`, so that a later process does not
-  trace it again; with the cache off, `trace()` itself."""
+  cache's directory under `name` and the content of `settings` (which must decide the
+  result, like a model's config) and the software of `_environment`, so that a later
+  process does not trace it again; with the cache off, `trace()` itself."""
   directory = jax.config.jax_compilation_cache_dir
-  text = repr((name, settings, _settings(), _environment()))
-  if not directory or " at 0x" in text:
+  try:
+    described = _content((name, settings, _settings(), _environment()))
+  except TypeError:
+    described = None
+  if not directory or described is None:
     return trace()
-  digest = hashlib.sha256(text.encode()).hexdigest()
+  digest = hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()
   path = os.path.join(directory, STORED_PREFIX + "shapes-" + digest + ENTRY_SUFFIX)
   try:
     with open(path, "rb") as f:
@@ -289,7 +355,7 @@ def _environment() -> tuple:
 
 def _sources_digest() -> str:
   """sha256 of t2t_jax's Python sources: a change anywhere in the package makes new
-  programs (cheaper to compile again than to prove which changes could matter)."""
+  programs (cheaper to export again than to prove which changes could matter)."""
   root = os.path.dirname(os.path.abspath(__file__))
   digest = hashlib.sha256()
   for folder, dirs, files in os.walk(root):
@@ -303,41 +369,28 @@ def _sources_digest() -> str:
   return digest.hexdigest()
 
 
-def _read(path: str, in_tree: Any) -> Any:
-  """The program stored at `path`, loaded onto this process's devices, or None."""
-  from jax.experimental import serialize_executable
-
+def _read(path: str) -> tuple[Any, Any] | None:
+  """(the exported program, its output structure) stored at `path`, or None."""
   try:
     with open(path, "rb") as f:
       saved = pickle.load(f)
-    if saved["in_tree"] != in_tree:
-      return None
-    by_id = {d.id: d for d in jax.devices()}
-    program = serialize_executable.deserialize_and_load(
-      saved["executable"],
-      saved["in_tree"],
-      saved["out_tree"],
-      execution_devices=[by_id[i] for i in saved["devices"]],
-    )
+    exported = jax.export.deserialize(saved["exported"])
+    out_tree = saved["out_tree"]
   except FileNotFoundError:
     return None
-  except Exception as e:  # any unreadable entry is compiled again
-    logging.info("stored program %s not used (%s: %s): compiling", path, type(e).__name__, e)
+  except Exception as e:  # any unreadable entry is exported again
+    logging.info("stored program %s not used (%s: %s): exporting", path, type(e).__name__, e)
     return None
   with contextlib.suppress(OSError):
     os.utime(path)  # trim() drops the least recently used first
-  return program
+  return exported, out_tree
 
 
-def _write(path: str, program: Any) -> None:
-  """Stores `program` at `path` atomically (a reader never sees half a file)."""
-  from jax.experimental import serialize_executable
-
+def _write(path: str, loaded: tuple[Any, Any]) -> None:
+  """Stores an exported program and its output structure at `path`."""
+  exported, out_tree = loaded
   try:
-    executable, in_tree, out_tree = serialize_executable.serialize(program)
-    devices = [d.id for d in program.runtime_executable().local_devices()]
-    saved = dict(executable=executable, in_tree=in_tree, out_tree=out_tree, devices=devices)
-    data = pickle.dumps(saved)
+    data = pickle.dumps(dict(exported=bytes(exported.serialize()), out_tree=out_tree))
   except Exception as e:  # not keeping a program is only slower later
     logging.info("program not stored at %s (%s: %s)", path, type(e).__name__, e)
     return

@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from t2t_jax import compilation
 from tests import support
 
@@ -193,10 +195,11 @@ print(json.dumps(dict(out=out, traced=traced)))
 
 
 def test_a_program_jax_read_from_its_own_cache_is_stored_whole(tmp_path):
-  """A program in jax's persistent cache (compiled there by an earlier process) is
-  compiled afresh when it is stored: an executable jax read back from its cache serializes
-  without XLA:CPU's separately compiled kernels, and the next process failed with "Function
-  ... not found" when it ran it."""
+  """A program already in jax's persistent cache (compiled there by an earlier process
+  without the store) is exported and stored by the next one, and a third process runs it
+  without tracing, with the same results (a store of serialized executables once failed
+  here: an executable jax had read back from its cache lacked XLA:CPU's separately
+  compiled kernels)."""
   plain, storing, reading = (
     _fresh_process(STORED_PROBE, m, tmp_path) for m in ("plain",) + ("stored",) * 2
   )
@@ -258,3 +261,39 @@ def test_a_translator_in_a_new_process_traces_none_of_its_search_programs(tmp_pa
   assert {"_stage_run", "_stage_start", "<lambda>"} <= set(searched_or_initialized(first))
   assert searched_or_initialized(second) == []
   assert second["out"] == first["out"]
+
+
+def test_a_program_s_key_is_the_content_of_its_static_arguments():
+  """Equal values built apart give one key and any changed field another; an object known
+  only by its identity has no key (the program is then not kept across processes)."""
+  from t2t_jax.decoding import constraints, programs, search
+  from t2t_jax.model.config import TransformerConfig
+  from t2t_jax.model.transformer import Transformer
+
+  def key(x):
+    return json.dumps(compilation._content(x), sort_keys=True)
+
+  def model(**changes):
+    return Transformer(TransformerConfig(vocab_size=20, d_model=16, d_ff=32, **changes))
+
+  def decoding(**changes):
+    tree = constraints.TreeConstraint(vocab_size=20, open_ids=(3,), close_ids=(4,), leaf_ids=(5,))
+    fields = dict(mode="beam", beam_size=4, stop=search.Stop(), constraint=tree) | changes
+    return programs.Decoding(**fields)
+
+  assert key((model(), decoding(), 0.6)) == key((model(), decoding(), 0.6))
+  base = key((model(), decoding(), 0.6))
+  changed = [
+    (model(num_heads=2), decoding(), 0.6),
+    (model(dropout_rate=0.2), decoding(), 0.6),
+    (model(), decoding(beam_size=2), 0.6),
+    (model(), decoding(constraint=None), 0.6),
+    (model(), decoding(no_repeat_ngram=3), 0.6),
+    (model(), decoding(), 0.7),
+    (model(), decoding(), 1),
+  ]
+  keys = [key(c) for c in changed]
+  assert base not in keys and len(set(keys)) == len(keys)
+  for opaque in (lambda: 0, object(), {1, 2}):
+    with pytest.raises(TypeError):
+      compilation._content(opaque)

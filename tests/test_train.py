@@ -488,15 +488,16 @@ def test_time_limit_stops_saves_and_tests(tmp_path):
     test_at_end=True,
   )
   out = train.train_and_evaluate(config, str(tmp_path / "w"))
-  assert out["step"] == 2 and out["time_limit_reached"] and "test_bleu" in out
+  # One process checks the limit after every step, not only at logging steps (every 2).
+  assert out["step"] == 1 and out["time_limit_reached"] and "test_bleu" in out
   assert "test_lowercased_bleu" in out
   # The test scores are recorded at the step reached, not at num_train_steps.
   records = [json.loads(line) for line in (tmp_path / "w" / "metrics.jsonl").open()]
-  assert [r["step"] for r in records if "test_bleu" in r] == [2]
+  assert [r["step"] for r in records if "test_bleu" in r] == [1]
   # The test translations are kept, one line per test pair.
   lines = (tmp_path / "w" / f"test.{data.target_language(config.data)}").read_text().splitlines()
   assert len(lines) == config.data.synthetic_eval_size
-  assert checkpoint.Checkpoints(str(tmp_path / "w")).steps() == [2]
+  assert checkpoint.Checkpoints(str(tmp_path / "w")).steps() == [1]
 
 
 @pytest.mark.slow
@@ -527,4 +528,4 @@ def test_bad_selection_candidate_names_the_config_field(tmp_path):
   )
   with pytest.raises(ValueError, match="config.select_checkpoints: candidate 'newest'"):
     train.train_and_evaluate(config, str(tmp_path / "w"))
-  assert checkpoint.Checkpoints(str(tmp_path / "w")).steps() == [2]  # training kept
+  assert checkpoint.Checkpoints(str(tmp_path / "w")).steps() == [1]  # training kept

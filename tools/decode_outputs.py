@@ -3,6 +3,7 @@ so that two versions (a git worktree of an older commit, say, and this one) can 
 output for output, scores included:
 
     python tools/decode_outputs.py TREE WORKDIR INPUT OUTPUT.json [--parsing | --quick]
+        [--cache=DIR]
     cmp OLD.json NEW.json
 
 Modes: beam (4), greedy, the 4-best list with scores, seeded sampling (plain and with
@@ -11,7 +12,8 @@ sentence's prefix: the first two tokens of its greedy output), an ensemble of th
 with itself and `translate_stream`. With --parsing only beam and greedy, which a parsing
 workdir decodes under its tree constraint; with --quick beam, greedy, the 4-best list and
 seeded sampling only. It also prints the programs the first beam pass
-compiled (persistent caches off).
+compiled. The persistent caches are off unless --cache=DIR turns them on there: run twice
+with one DIR, the second process decodes with the programs the first stored.
 """
 
 import json
@@ -20,14 +22,25 @@ import sys
 
 
 def main(
-  tree: str, workdir: str, input_path: str, output: str, parsing: bool = False, quick: bool = False
+  tree: str,
+  workdir: str,
+  input_path: str,
+  output: str,
+  parsing: bool = False,
+  quick: bool = False,
+  cache: str = "",
 ) -> None:
   sys.path.insert(0, os.path.abspath(tree))
-  os.environ["T2T_COMPILATION_CACHE"] = "off"
+  os.environ["T2T_COMPILATION_CACHE"] = cache or "off"
   import jax
 
   jax.config.update("jax_compilation_cache_dir", "")
   import t2t_jax
+
+  if cache:
+    from t2t_jax import compilation
+
+    compilation.enable(cache)
 
   if not t2t_jax.__file__.startswith(os.path.abspath(tree)):
     raise SystemExit(f"t2t_jax imported from {t2t_jax.__file__}, not from {tree}")
@@ -66,6 +79,15 @@ def main(
 
 
 if __name__ == "__main__":
-  if len(sys.argv) not in (5, 6):
+  options = sys.argv[5:]
+  caches = [o.split("=", 1)[1] for o in options if o.startswith("--cache=")]
+  if len(sys.argv) < 5 or set(options) - {"--parsing", "--quick"} - {
+    f"--cache={c}" for c in caches
+  }:
     raise SystemExit(__doc__)
-  main(*sys.argv[1:5], parsing=sys.argv[5:] == ["--parsing"], quick=sys.argv[5:] == ["--quick"])
+  main(
+    *sys.argv[1:5],
+    parsing="--parsing" in options,
+    quick="--quick" in options,
+    cache=caches[-1] if caches else "",
+  )

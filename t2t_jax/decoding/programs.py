@@ -305,7 +305,7 @@ def _stage_start(
   return Rows(state, inputs)
 
 
-@compilation.stored
+@functools.partial(compilation.stored, donate=("rows",))
 @functools.partial(
   jax.jit, static_argnames=("model", "bound", "decoding"), donate_argnames=("rows",)
 )

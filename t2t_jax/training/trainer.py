@@ -656,9 +656,11 @@ def _loop(
     # the step before last costs nothing (it is finished by the time this one runs).
     if len(pending) > MAX_STEPS_AHEAD:
       jax.block_until_ready(pending[-1 - MAX_STEPS_AHEAD])
-    # The time limit ends training like the last step: evaluate, save, then test. It is
-    # checked at logging steps only, where every host agrees on whether it was reached.
-    if deadline is not None and step % config.log_every_steps == 0:
+    # The time limit ends training like the last step: evaluate, save, then test. One
+    # process checks it after every step; several check at logging steps only, where every
+    # host agrees on whether it was reached (a collective each time).
+    one_host = jax.process_count() == 1
+    if deadline is not None and (one_host or step % config.log_every_steps == 0):
       timed_out = parallel.any_host(time.time() > deadline)
     if timed_out:
       logging.info("train_time_limit_minutes=%s reached at step %d", limit_s / 60, step)

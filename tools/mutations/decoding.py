@@ -134,4 +134,20 @@ MUTATIONS = (
     "key = ((), tree, signature, _settings())",
     ("tests/test_rules.py",),
   ),
+  M(
+    "program_content_fields",
+    "a stored program's key leaves out a dataclass's fields (a model of another size runs it)",
+    "t2t_jax/compilation.py",
+    'if f.name not in ("parent", "name")]',
+    'if f.name not in ("parent", "name", "config")]',
+    ("tests/test_compilation.py",),
+  ),
+  M(
+    "program_content_float",
+    "a stored program's key rounds its float settings (another dropout rate runs it)",
+    "t2t_jax/compilation.py",
+    "return repr(x)  # nan and inf are no JSON numbers",
+    "return repr(round(x))  # nan and inf are no JSON numbers",
+    ("tests/test_compilation.py",),
+  ),
 )
