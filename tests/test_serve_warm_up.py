@@ -157,7 +157,7 @@ def _same_answers(got: list, expected: list) -> None:
 
 @pytest.mark.parametrize(
   "max_len,nbests",
-  [(16, (0, 2)), pytest.param(24, (0, 2, 4), marks=pytest.mark.slow)],
+  [(24, (0, 2)), pytest.param(40, (0, 2, 4), marks=pytest.mark.slow)],
 )
 def test_after_warm_up_a_burst_of_requests_compiles_nothing_and_answers_as_alone(
   monkeypatch, max_len, nbests
