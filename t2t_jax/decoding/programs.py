@@ -499,9 +499,10 @@ def warm_up_stages(
         entering.setdefault(target, _stage_take(rows, keep, knobs.alpha)[0])
       if segment + 1 < len(bounds):
         grown[size] = _stage_resize(rows, length=bounds[segment + 1])
-      calls += 2 + len(targets) + (segment + 1 < len(bounds))
+      calls += 2 + len(targets)
       if size == full:
         full_outputs = outputs
+    calls += len(grown)  # the resizes made
     entering = grown
   if decoding.mode == "sample":
     seqs, scores = jax.device_get(full_outputs)
