@@ -48,7 +48,7 @@ flags.DEFINE_integer("max_queue_lines", 4096, "lines waiting at most; beyond: 50
 flags.DEFINE_float("request_timeout", 60.0, "seconds a request may wait for its answer: 503")
 flags.DEFINE_integer("batch_tokens", 4096, "source tokens per decoding batch")
 flags.DEFINE_integer(
-  "max_batch_rows", 16, "sentences per decoding batch at most (bounds the shapes compiled at start)"
+  "max_batch_rows", 8, "sentences per decoding batch at most (bounds the shapes compiled at start)"
 )
 flags.DEFINE_string(
   "api_keys", None, "a file of API keys, one a line: every request then needs one of them"

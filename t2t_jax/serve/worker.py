@@ -42,7 +42,7 @@ class ModelSettings:
   beam_size: int | None = None
   alpha: float | None = None
   batch_tokens: int = 4096
-  max_rows: int = 16  # sentences per decoding batch: bounds the batch shapes to compile
+  max_rows: int = 8  # sentences per decoding batch: bounds the batch shapes to compile
   alternatives_limit: int = 3  # n-best alternatives a request may ask for (-1: beam - 1)
 
 
