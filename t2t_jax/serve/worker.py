@@ -48,14 +48,15 @@ class ModelSettings:
 
 @dataclasses.dataclass(frozen=True)
 class WarmUp:
-  """What `Model.load` compiled: batch shapes (times n-best sizes), program calls, seconds."""
+  """What `Model.load` compiled: batch shapes (times n-best sizes), the calls of their
+  programs (`Translator.warm_up_batches`), seconds."""
 
   shapes: int
   programs: int
   seconds: float
 
   def __str__(self) -> str:
-    return f"{self.shapes} batch shapes, {self.programs} programs in {self.seconds:.1f} s"
+    return f"{self.shapes} batch shapes, {self.programs} program calls in {self.seconds:.1f} s"
 
 
 class Model:
@@ -82,7 +83,7 @@ class Model:
     nbests = self.nbest_sizes(beam)
     print(
       f"t2t-serve: compiling the search for every batch shape (up to {s.max_rows} sentences, "
-      f"n-best sizes {', '.join(str(n or 1) for n in nbests)})",
+      f"n-best sizes {', '.join(map(str, sorted({n or 1 for n in nbests})))})",
       file=sys.stderr,
       flush=True,
     )
