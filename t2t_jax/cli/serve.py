@@ -47,6 +47,9 @@ flags.DEFINE_integer(
 flags.DEFINE_integer("max_queue_lines", 4096, "lines waiting at most; beyond: 503")
 flags.DEFINE_float("request_timeout", 60.0, "seconds a request may wait for its answer: 503")
 flags.DEFINE_integer("batch_tokens", 4096, "source tokens per decoding batch")
+flags.DEFINE_integer(
+  "max_batch_rows", 8, "sentences per decoding batch at most (bounds the shapes compiled at start)"
+)
 flags.DEFINE_string(
   "api_keys", None, "a file of API keys, one a line: every request then needs one of them"
 )
@@ -85,7 +88,13 @@ def _check_flags() -> None:
   for name in ("char_limit", "batch_limit", "alternatives_limit"):
     if FLAGS[name].value < -1:
       _usage(f"--{name}={FLAGS[name].value} must be >= 0 (-1: no limit)")
-  for name in ("batch_window_ms", "max_batch_chars", "max_queue_lines", "batch_tokens"):
+  for name in (
+    "batch_window_ms",
+    "max_batch_chars",
+    "max_queue_lines",
+    "batch_tokens",
+    "max_batch_rows",
+  ):
     if FLAGS[name].value < (0 if name == "batch_window_ms" else 1):
       _usage(f"--{name}={FLAGS[name].value} is too small")
   if not 0 < FLAGS.port < 65536:
@@ -122,6 +131,8 @@ def main(argv: Sequence[str]) -> None:
     beam_size=FLAGS.beam_size,
     alpha=FLAGS.alpha,
     batch_tokens=FLAGS.batch_tokens,
+    max_rows=FLAGS.max_batch_rows,
+    alternatives_limit=FLAGS.alternatives_limit,
   )
   try:
     model = worker.Model(model_settings)

@@ -49,15 +49,18 @@ def bucket_shape(
 
 
 def batches(
-  order: Sequence[int], sources: Sequence[Sequence[int]], batch_tokens: int
+  order: Sequence[int],
+  sources: Sequence[Sequence[int]],
+  batch_tokens: int,
+  max_rows: int | None = None,
 ) -> Iterator[list[int]]:
-  """Consecutive runs of `order` within batch_tokens (rows x longest source). Every batch
-  but the last holds a power of two of sentences (the rest start the next batch), so that
-  `padded_batch` adds no padding rows to it."""
+  """Consecutive runs of `order` within batch_tokens (rows x longest source) and max_rows
+  sentences (None: no bound). Every batch but the last holds a power of two of sentences
+  (the rest start the next batch), so that `padded_batch` adds no padding rows to it."""
   start = 0
   while start < len(order):
     n, longest = 0, 0
-    while start + n < len(order):
+    while start + n < len(order) and (max_rows is None or n < max_rows):
       longer = max(longest, len(sources[order[start + n]]))
       if n and (n + 1) * longer > batch_tokens:
         break
@@ -66,6 +69,27 @@ def batches(
       n = 1 << (n.bit_length() - 1)
     yield list(order[start : start + n])
     start += n
+
+
+def batch_shapes(
+  max_len: int, batch_tokens: int, max_output_extra: int, max_rows: int | None = None
+) -> list[tuple[int, int, int]]:
+  """Every (rows, padded source length, max_decode_len) that `padded_batch` can give a batch
+  of `batches` without prefixes. A batch padded to bucket B has its longest source longer
+  than the bucket below (A), so at most max(1, batch_tokens // (A + 1)) sentences, capped
+  by max_rows, and its rows are a power of two up to that count's (`padded_batch`)."""
+  shapes, below = [], 0
+  for bucket in source_buckets(max_len):
+    if bucket <= below:  # buckets capped at max_len repeat it
+      continue
+    count = max(1, batch_tokens // (below + 1))
+    if max_rows is not None:
+      count = min(count, max_rows)
+    _, max_decode_len = bucket_shape(max_len, bucket, max_output_extra)
+    top = search._power_of_two_at_least(count)
+    shapes += [(1 << k, bucket, max_decode_len) for k in range(top.bit_length())]
+    below = bucket
+  return shapes
 
 
 def padded_batch(

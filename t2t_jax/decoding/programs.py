@@ -453,6 +453,84 @@ def decode_in_stages(
   return tuple(np.asarray(x) for x in ranked)
 
 
+def warm_up_stages(
+  params: VariableDict | tuple[VariableDict, ...],
+  batch: Batch,
+  knobs: Knobs,
+  *,
+  model: Transformer | Members,
+  max_decode_len: int,
+  decoding: Decoding,
+  min_rows: int = MIN_ROWS,
+) -> int:
+  """Calls every program `decode_in_stages` can call for a batch of `batch`'s shape (its
+  contents do not matter), so that none of them compiles later; returns how many.
+
+  Which programs a search runs depends on when its sentences finish; these are all that
+  `search.run_in_stages` can reach: at each of the cache's bounds, a run, the outputs and
+  (below the last bound) the resize at every size of `search.stage_sizes`, and the take of
+  each size to each size it can be compacted to. A run is called with `until` = its rows,
+  so it compiles without taking a step. Every call gets rows made as the search makes
+  them (the start's, or a run's taken or resized), so that shapes and weak types, and so
+  the programs, are those a search will call."""
+  bounds = search.segment_bounds(max_decode_len)
+  full = batch.inputs.shape[0] * decoding.rows_per_sentence
+  sizes = search.stage_sizes(full, min_rows)
+  start = _stage_start(
+    params,
+    batch,
+    knobs,
+    model=model,
+    max_decode_len=max_decode_len,
+    first=bounds[0],
+    decoding=decoding,
+  )
+  entering, calls = {full: start}, 1  # each size's rows as a run meets them
+  for segment, bound in enumerate(bounds):
+    grown = {}
+    for size, targets in sizes.items():  # largest first: each smaller size is taken from one
+      until = jnp.int32(size)
+      rows, _, _ = _stage_run(
+        params, entering[size], knobs, until, model=model, bound=bound, decoding=decoding
+      )
+      outputs = _stage_outputs(rows, knobs.alpha)
+      for target in targets:
+        keep = jnp.asarray(np.arange(target), jnp.int32)
+        entering.setdefault(target, _stage_take(rows, keep, knobs.alpha)[0])
+      if segment + 1 < len(bounds):
+        grown[size] = _stage_resize(rows, length=bounds[segment + 1])
+      calls += 2 + len(targets)
+      if size == full:
+        full_outputs = outputs
+    calls += len(grown)  # the resizes made
+    entering = grown
+  if decoding.mode == "sample":
+    seqs, scores = jax.device_get(full_outputs)
+    size, per = batch.inputs.shape[0], decoding.rows_per_sentence
+    _samples_ranked(seqs.reshape(size, per, max_decode_len), scores.reshape(size, per), knobs.alpha)
+    calls += 1
+  return calls
+
+
+def _prepared(
+  search: SearchConfig,
+  inputs: ArrayLike,
+  max_lengths: ArrayLike,
+  sentence_ids: ArrayLike | None,
+  prefix: ArrayLike | None,
+  **decoding: Any,
+) -> tuple[Batch, Knobs, Decoding]:
+  """`search_batch`'s (Batch, Knobs, Decoding): `decoding` are `Decoding.of`'s keywords."""
+  ids = np.arange(np.shape(inputs)[0]) if sentence_ids is None else sentence_ids
+  batch = Batch(
+    inputs=jnp.asarray(inputs, jnp.int32),
+    limits=jnp.asarray(max_lengths, jnp.int32),
+    prefix=None if prefix is None else jnp.asarray(prefix, jnp.int32),
+    sentence_ids=jnp.asarray(ids, jnp.int32),
+  )
+  return batch, Knobs.of(search), Decoding.of(search, **decoding)
+
+
 def search_batch(
   params: VariableDict | tuple[VariableDict, ...],
   inputs: ArrayLike,
@@ -468,7 +546,8 @@ def search_batch(
   final: int | None = None,
   stats: StageStats | None = None,
   constraint: Any = None,
-) -> jax.Array | tuple[jax.Array, jax.Array]:
+  warm_up: bool = False,
+) -> jax.Array | tuple[jax.Array, jax.Array] | int:
   """Decodes one padded batch, the entry for code that holds a model and parameters but no
   Translator (benchmarks, A/B timing), through `decode_in_stages`.
 
@@ -483,29 +562,24 @@ def search_batch(
   input, so that a sentence's samples do not depend on its batch.
 
   Returns the best output per sentence, int32 [batch, max_decode_len]; with `nbest`,
-  `decode_in_stages`' (sequences, scores).
+  `decode_in_stages`' (sequences, scores). warm_up: decodes nothing, but calls every
+  program a batch of this shape can need (`warm_up_stages`) and returns their number.
   """
-  settings = search
-  ids = np.arange(np.shape(inputs)[0]) if sentence_ids is None else sentence_ids
-  batch = Batch(
-    inputs=jnp.asarray(inputs, jnp.int32),
-    limits=jnp.asarray(max_lengths, jnp.int32),
-    prefix=None if prefix is None else jnp.asarray(prefix, jnp.int32),
-    sentence_ids=jnp.asarray(ids, jnp.int32),
-  )
-  decoding = Decoding.of(
-    settings,
+  batch, knobs, decoding = _prepared(
+    search,
+    inputs,
+    max_lengths,
+    sentence_ids,
+    prefix,
     final=final if final is not None or nbest else 1,
     constraint=constraint,
     eos_only_at_limit=suppress_eos,
   )
+  if warm_up:
+    return warm_up_stages(
+      params, batch, knobs, model=model, max_decode_len=max_decode_len, decoding=decoding
+    )
   seqs, scores = decode_in_stages(
-    params,
-    batch,
-    Knobs.of(settings),
-    model=model,
-    max_decode_len=max_decode_len,
-    decoding=decoding,
-    stats=stats,
+    params, batch, knobs, model=model, max_decode_len=max_decode_len, decoding=decoding, stats=stats
   )
   return (seqs, scores) if nbest else seqs[:, 0]

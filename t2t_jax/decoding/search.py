@@ -1011,6 +1011,30 @@ def _power_of_two_at_least(n: int) -> int:
   return 1 << max(n - 1, 0).bit_length()
 
 
+def compacted_size(running: int, min_rows: int) -> int:
+  """The rows `run_in_stages` gathers `running` unfinished rows into: the next power of two,
+  at least min_rows (padded with done rows)."""
+  return max(_power_of_two_at_least(running), min_rows)
+
+
+def stage_sizes(batch_size: int, min_rows: int = 1) -> dict[int, tuple[int, ...]]:
+  """Every batch size `run_in_stages` can step a batch of `batch_size` rows at, each with
+  the sizes it can be compacted to (ascending; none at min_rows or below). A size above
+  min_rows is compacted once at most size // 2 rows run, to `compacted_size` of their
+  number, so sizes only fall and the table is small: log2(batch_size) + 1 entries at most.
+  The stage programs of a batch shape are these sizes times the cache's bounds."""
+  table: dict[int, tuple[int, ...]] = {}
+  todo = [batch_size]
+  while todo:
+    size = todo.pop()
+    if size in table:
+      continue
+    running = range(1, size // 2 + 1) if size > min_rows else range(0)
+    table[size] = tuple(sorted({compacted_size(n, min_rows) for n in running}))
+    todo.extend(table[size])
+  return dict(sorted(table.items(), reverse=True))
+
+
 def run_in_stages(
   stages: Stages,
   rows: Any,
@@ -1058,7 +1082,7 @@ def run_in_stages(
       collect(stages.outputs(rows), np.flatnonzero(real))
       return tuple(results)
     if running.size <= until:
-      size = max(_power_of_two_at_least(running.size), min_rows)
+      size = compacted_size(running.size, min_rows)
       filler = np.flatnonzero(done)[: size - running.size]
       keep = np.concatenate([running, filler])
       rows, outputs = stages.take(rows, jnp.asarray(keep, jnp.int32))

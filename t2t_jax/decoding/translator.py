@@ -101,6 +101,12 @@ def _hypotheses(
   return out
 
 
+def _warm_up_hypotheses(alpha: float) -> None:
+  """Compiles the jnp operations `_hypotheses` runs on the host (the length penalty of a
+  Python int and float), which would otherwise compile at the first n-best request."""
+  search.length_penalty(1, alpha)
+
+
 def _name(translator: "Translator") -> str:
   return ",".join(translator.workdirs) or "a model"
 
@@ -136,6 +142,7 @@ class Translator:
     workdirs: Sequence[str] = (),
     members: Sequence[tuple[Transformer, VariableDict]] = (),
     member_steps: Sequence[Sequence[int]] = (),
+    max_rows: int | None = None,
   ) -> None:
     self.search = search.override(max_output_extra=max_output_extra, beam_stop=beam_stop)
     # The grammar of the task's outputs (parsing workdirs: `constraints.TreeConstraint`,
@@ -143,6 +150,9 @@ class Translator:
     self.constraint: Any = constraint
     self.model, self.params, self.tokenizer = model, params, tokenizer
     self.batch_tokens = batch_tokens
+    # Sentences per translate() batch at most (None: batch_tokens alone bounds them): a
+    # server bounds its batch shapes, and so its warm-up (`warm_up_batches`), with it.
+    self.max_rows = max_rows
     self.checkpoint_steps: list[int] = list(checkpoint_steps)
     self.target_lang = target_lang
     # An ensemble's (model, params) per member (`ensemble`); `model` and `params` are the
@@ -174,6 +184,7 @@ class Translator:
           )
     kwargs.setdefault("search", first.search)
     kwargs.setdefault("batch_tokens", first.batch_tokens)
+    kwargs.setdefault("max_rows", first.max_rows)
     kwargs.setdefault("constraint", first.constraint)
     return cls(
       first.model,
@@ -321,7 +332,7 @@ class Translator:
     sources = self.source_ids(sentences, source_name)
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     outputs: list = [None] * len(sources)
-    for batch in batching.batches(order, sources, self.batch_tokens):
+    for batch in batching.batches(order, sources, self.batch_tokens, self.max_rows):
       batch_prefixes = None if prefix_ids is None else [prefix_ids[i] for i in batch]
       results = self._translate_batch(
         [sources[i] for i in batch], settings, nbest, ids=batch, prefixes=batch_prefixes
@@ -419,6 +430,57 @@ class Translator:
       shape = self._bucket_shape(bucket, settings.max_output_extra)
       self._translate_batch([[EOS_ID]], settings, nbest, shape, ids=[0])
 
+  def warm_up_batches(
+    self,
+    beam_size: int | None = None,
+    alpha: float | None = None,
+    nbests: Sequence[int | None] = (None,),
+    search: SearchConfig | None = None,
+  ) -> tuple[int, int]:
+    """Compiles every program translate() can run on sentences without prefixes, so that
+    none compiles later: each batch shape of `batching.batch_shapes` (within batch_tokens
+    and max_rows) for each n-best size of `nbests` (None: plain translations; an n-best
+    size that shapes the same search as another shares its programs), through
+    `search_batch`'s warm-up. Returns (batch shapes, program calls)."""
+    settings = self._settings(beam_size, alpha, search)
+    finals = list(dict.fromkeys(self._final(nbest, settings) for nbest in nbests))
+    max_len, extra = self.model.config.max_len, settings.max_output_extra
+    shapes = batching.batch_shapes(max_len, self.batch_tokens, extra, self.max_rows)
+    params, model = self.decoder()
+    calls = 0
+    for rows, src_len, max_decode_len in shapes:
+      sources = [[EOS_ID]] * rows
+      inputs, limits, _, _ = batching.padded_batch(
+        max_len, sources, extra, (src_len, max_decode_len)
+      )
+      for final in finals:
+        calls += search_batch(
+          params,
+          inputs,
+          limits,
+          model=model,
+          max_decode_len=max_decode_len,
+          search=settings,
+          final=final,
+          constraint=self._constraint(settings),
+          warm_up=True,
+        )
+    if any(nbest is not None for nbest in nbests):
+      _warm_up_hypotheses(settings.alpha)
+    return len(shapes) * len(finals), calls
+
+  @staticmethod
+  def _final(nbest: int | None, settings: SearchConfig) -> int | None:
+    """`search_batch`'s final for an n-best size: beam search's nbest best hypotheses exact
+    for an n-best list, else the best output alone (greedy search and sampling have no
+    stopping rule: theirs is 1 as well, so that an n-best list shares their programs)."""
+    if nbest is not None and settings.beam_size > 1 and not settings.sampling:
+      return nbest
+    return 1
+
+  def _constraint(self, settings: SearchConfig) -> Any:
+    return self.constraint if settings.constrained else None
+
   def translate_stream(
     self,
     lines: Iterable[str],
@@ -466,14 +528,14 @@ class Translator:
       sentence_ids=sentence_ids,
       prefix=prefix,
       stats=self.stats,
-      constraint=self.constraint if settings.constrained else None,
+      constraint=self._constraint(settings),
+      final=self._final(nbest, settings),
     )
     if nbest is None:
       seqs = np.asarray(search_batch(params, inputs, limits, **kw))
       self._count(len(sources), seqs.shape[0], seqs[: len(sources)])
       return [one_line(self.tokenizer.decode(row)) for row in seqs[: len(sources)]]
-    exact = nbest if settings.beam_size > 1 and not settings.sampling else None
-    found = search_batch(params, inputs, limits, nbest=True, final=exact, **kw)
+    found = search_batch(params, inputs, limits, nbest=True, **kw)
     seqs, scores = (np.asarray(x) for x in found)
     self._count(len(sources), seqs.shape[0], seqs[: len(sources), 0])
     beam, alpha = settings.beam_size, settings.alpha

@@ -469,7 +469,11 @@ def serve_forever(server: Server, host: str, port: int, graceful_timeout_s: floa
   def announce() -> None:
     server.ready.wait()
     pair = server.model.pair
-    print(f"t2t-serve: ready ({pair.source} -> {pair.target})", file=sys.stderr, flush=True)
+    warm_up = getattr(server.model, "warm_up", None)
+    compiled = f"; compiled {warm_up}" if warm_up else ""
+    print(
+      f"t2t-serve: ready ({pair.source} -> {pair.target}{compiled})", file=sys.stderr, flush=True
+    )
 
   server.on_failure = failed
   threading.Thread(target=announce, daemon=True).start()

@@ -7,6 +7,8 @@ thread (serve.batching), one at a time.
 """
 
 import dataclasses
+import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,7 +17,7 @@ import numpy as np
 from t2t_jax.serve.api import Pair
 from t2t_jax.translate import TranslateError, Translator, load_config
 
-__all__ = ["Hypothesis", "Model", "ModelError"]
+__all__ = ["Hypothesis", "Model", "ModelError", "WarmUp"]
 
 # The model's errors (an unreadable workdir, a checkpoint that does not fit) as the server
 # reports them at start.
@@ -40,6 +42,21 @@ class ModelSettings:
   beam_size: int | None = None
   alpha: float | None = None
   batch_tokens: int = 4096
+  max_rows: int = 8  # sentences per decoding batch: bounds the batch shapes to compile
+  alternatives_limit: int = 3  # n-best alternatives a request may ask for (-1: beam - 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class WarmUp:
+  """What `Model.load` compiled: batch shapes (times n-best sizes), the calls of their
+  programs (`Translator.warm_up_batches`), seconds."""
+
+  shapes: int
+  programs: int
+  seconds: float
+
+  def __str__(self) -> str:
+    return f"{self.shapes} batch shapes, {self.programs} program calls in {self.seconds:.1f} s"
 
 
 class Model:
@@ -48,19 +65,40 @@ class Model:
   def __init__(self, settings: ModelSettings) -> None:
     self.settings = settings
     self._translator: Any = None
+    self.warm_up: WarmUp | None = None
     config = load_config(settings.workdirs[0])
     self.pair = Pair(source=config.data.source_lang or "en", target="")
 
   def load(self) -> None:
-    """Reads the checkpoint(s) and compiles the search for every source bucket. The
+    """Reads the checkpoint(s) and compiles every program a request can need: each batch
+    shape the batching thread's translate() calls can take (rows up to max_rows, each
+    source length bucket) for plain translations and for each n-best size alternatives can
+    ask for (`Translator.warm_up_batches`), so that after /ready no request compiles. The
     process-wide compilation cache is the command's choice: none is switched on here."""
     s = self.settings
     translator = Translator.from_workdirs(
-      list(s.workdirs), s.checkpoint, batch_tokens=s.batch_tokens
+      list(s.workdirs), s.checkpoint, batch_tokens=s.batch_tokens, max_rows=s.max_rows
     )
-    translator.warm_up(beam_size=s.beam_size, alpha=s.alpha)
+    beam = s.beam_size or translator.search.beam_size
+    nbests = self.nbest_sizes(beam)
+    print(
+      f"t2t-serve: compiling the search for every batch shape (up to {s.max_rows} sentences, "
+      f"n-best sizes {', '.join(map(str, sorted({n or 1 for n in nbests})))})",
+      file=sys.stderr,
+      flush=True,
+    )
+    start = time.perf_counter()
+    shapes, programs = translator.warm_up_batches(s.beam_size, s.alpha, nbests)
+    self.warm_up = WarmUp(shapes, programs, time.perf_counter() - start)
     self.pair = Pair(source=self.pair.source, target=translator.target_lang)
     self._translator = translator
+
+  def nbest_sizes(self, beam_size: int) -> list[int | None]:
+    """The n-best sizes `translate` can be asked for (None: plain): alternatives + 1, the
+    page's and the API's, up to the alternatives limit (never more than beam_size - 1)."""
+    limit = self.settings.alternatives_limit
+    cap = beam_size - 1 if limit == -1 else min(limit, beam_size - 1)
+    return [None, *range(1, cap + 2)]
 
   @property
   def beam_size(self) -> int:

@@ -5,6 +5,7 @@ from tools.mutations import Mutation
 M = Mutation
 API = "t2t_jax/serve/api.py"
 FIRST = ("tests/test_serve_api.py", "tests/test_serve_http.py")
+WARM_UP = ("tests/test_serve_warm_up.py",)
 MUTATIONS = (
   M(
     "serve_list_q_as_string",
@@ -77,5 +78,45 @@ MUTATIONS = (
     '"Access-Control-Allow-Origin": "*"',
     '"Access-Control-Allow-Origin-Off": "*"',
     ("tests/test_serve_http.py",),
+  ),
+  M(
+    "serve_warm_up_misses_a_compaction",
+    "the warm-up's stage table leaves out compacting to size // 2 rows: programs compile later",
+    "t2t_jax/decoding/search.py",
+    "running = range(1, size // 2 + 1) if size > min_rows else range(0)",
+    "running = range(1, size // 2) if size > min_rows else range(0)",
+    WARM_UP,
+  ),
+  M(
+    "serve_warm_up_rows_of_its_own_bucket",
+    "batch_shapes bounds a bucket's rows by its own length, not the bucket below: too few rows",
+    "t2t_jax/decoding/batching.py",
+    "count = max(1, batch_tokens // (below + 1))",
+    "count = max(1, batch_tokens // (bucket + 1))",
+    WARM_UP,
+  ),
+  M(
+    "serve_max_rows_off_by_one",
+    "translate() puts max_rows + 1 sentences in a batch: < becomes <=",
+    "t2t_jax/decoding/batching.py",
+    "while start + n < len(order) and (max_rows is None or n < max_rows):",
+    "while start + n < len(order) and (max_rows is None or n <= max_rows):",
+    WARM_UP,
+  ),
+  M(
+    "serve_warm_up_grows_only_the_full_batch",
+    "the warm-up resizes the cache of the full batch only: a compacted batch compiles its resize",
+    "t2t_jax/decoding/programs.py",
+    "      if segment + 1 < len(bounds):\n        grown[size]",
+    "      if segment + 1 < len(bounds) and size == full:\n        grown[size]",
+    WARM_UP,
+  ),
+  M(
+    "serve_warm_up_skips_nbest_scoring",
+    "the n-best scores' host-side length penalty is not compiled in the warm-up",
+    "t2t_jax/decoding/translator.py",
+    "    _warm_up_hypotheses(settings.alpha)",
+    "    pass",
+    WARM_UP,
   ),
 )

@@ -1,0 +1,211 @@
+"""The server's warm-up: every program a served batch can need is compiled before /ready.
+
+The shapes it compiles are checked against brute force (every batch `translate` and the
+staged search can form, over random inputs), and on a small model a burst of concurrent
+requests of mixed lengths, counts and n-best sizes after `Translator.warm_up_batches`
+compiles nothing, with answers equal to each request translated alone.
+"""
+
+import concurrent.futures
+import random
+
+import numpy as np
+import pytest
+from jax._src import monitoring
+
+from t2t_jax import compilation
+from t2t_jax.decoding import batching, programs, search
+from t2t_jax.decoding.translator import Translator
+from t2t_jax.serve.batching import Batcher
+from tests import support
+from tests.test_score import _IdTokenizer
+
+
+def _stage_calls(batch_size: int, bounds: list[int], min_rows: int, rng) -> set:
+  """The (stage, size, bound, ...) calls `run_in_stages` makes when rows finish at random
+  steps: a stand-in search whose rows are numpy (row r done once step >= its end)."""
+  calls = set()
+  # rows finishing together at a few steps: whole batches end at once, or most of them
+  # (deep compactions), at any of the cache's segments
+  steps = rng.integers(1, rng.choice(bounds) + 1, rng.integers(1, 10))
+  ends = rng.choice(steps, batch_size, p=rng.dirichlet(np.full(len(steps), 0.3)))
+
+  def run(rows, bound, until):
+    calls.add(("run", len(rows["end"]), bound))
+    step = rows["step"]
+    while step < bound and np.sum(rows["end"] > step) > until:
+      step += 1
+    return dict(rows, step=step), step, rows["end"] <= step
+
+  def take(rows, keep):
+    calls.add(("take", len(rows["end"]), len(keep), rows["bound"]))
+    return dict(rows, end=rows["end"][np.asarray(keep)]), (rows["end"],)
+
+  def outputs(rows):
+    calls.add(("outputs", len(rows["end"]), rows["bound"]))
+    return (rows["end"],)
+
+  def resize(rows, length):
+    calls.add(("resize", len(rows["end"]), rows["bound"], length))
+    return dict(rows, bound=length)
+
+  rows = dict(end=ends, step=0, bound=bounds[0])
+  search.run_in_stages(
+    search.Stages(run, take, outputs, resize), rows, batch_size, bounds, min_rows
+  )
+  return calls
+
+
+def _predicted_calls(batch_size: int, bounds: list[int], min_rows: int) -> set:
+  """The calls `programs.warm_up_stages` makes, from `search.stage_sizes`."""
+  sizes = search.stage_sizes(batch_size, min_rows)
+  calls = set()
+  for i, bound in enumerate(bounds):
+    for size, targets in sizes.items():
+      calls |= {("run", size, bound), ("outputs", size, bound)}
+      calls |= {("take", size, target, bound) for target in targets}
+      if i + 1 < len(bounds):
+        calls.add(("resize", size, bound, bounds[i + 1]))
+  return calls
+
+
+@pytest.mark.parametrize("batch_size,min_rows", [(64, 8), (32, 1), (12, 8), (4, 8), (48, 4)])
+def test_stage_sizes_hold_every_call_a_staged_search_makes_and_no_other(batch_size, min_rows):
+  """Against a brute-force search over random finishing steps: every call is predicted, and
+  over enough runs every predicted call is made (the table is no loose superset)."""
+  rng = np.random.default_rng(batch_size)
+  bounds = search.segment_bounds(64)
+  predicted = _predicted_calls(batch_size, bounds, min_rows)
+  seen: set = set()
+  for _ in range(800):
+    seen |= _stage_calls(batch_size, bounds, min_rows, rng)
+  assert seen <= predicted, sorted(seen - predicted)
+  assert seen == predicted, sorted(predicted - seen)
+
+
+@pytest.mark.parametrize(
+  "max_len,batch_tokens,extra,max_rows",
+  [(64, 64, 50, None), (64, 256, 50, 16), (40, 100, 4, 8), (16, 32, 50, None)],
+)
+def test_batch_shapes_are_every_shape_translate_forms(max_len, batch_tokens, extra, max_rows):
+  """`batch_shapes` against brute force: sentence lengths drawn at random (some runs of one
+  length, to fill batches up to their bounds), batched and padded as translate() does."""
+  rng = random.Random(max_len + batch_tokens)
+  predicted = set(batching.batch_shapes(max_len, batch_tokens, extra, max_rows))
+  seen = set()
+  for _ in range(800):
+    top, count = rng.randint(1, max_len), int(2 ** rng.uniform(0, np.log2(3 * batch_tokens)))
+    lengths = [rng.randint(1, top) for _ in range(count)]
+    if rng.random() < 0.5:
+      lengths = [top] * count
+    sources = [[1] * n for n in lengths]
+    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+    for batch in batching.batches(order, sources, batch_tokens, max_rows):
+      assert max_rows is None or len(batch) <= max_rows
+      inputs, _, max_decode_len, _ = batching.padded_batch(
+        max_len, [sources[i] for i in batch], extra, None
+      )
+      seen.add((inputs.shape[0], inputs.shape[1], max_decode_len))
+  assert seen <= predicted, sorted(seen - predicted)
+  assert seen == predicted, sorted(predicted - seen)
+
+
+class _Compilations:
+  """Counts what compiles: jax's compile events (tracing, lowering, XLA) and the programs
+  `compilation.stored` loads or compiles (with the persistent cache on, a stored program is
+  read back without any jax event)."""
+
+  def __init__(self, monkeypatch) -> None:
+    self.events: list[str] = []
+    self.stored: list[str] = []
+    original = compilation.stored._load_or_compile
+
+    def load_or_compile(stored, directory, key, args, static):
+      self.stored.append(stored._name)
+      return original(stored, directory, key, args, static)
+
+    monkeypatch.setattr(compilation.stored, "_load_or_compile", load_or_compile)
+
+  def listen(self, event: str, seconds: float, **_) -> None:
+    if event.startswith("/jax/core/compile/"):
+      self.events.append(event)
+
+  def clear(self) -> None:
+    self.events.clear()
+    self.stored.clear()
+
+
+LINES = [" ".join(str(3 + (i * 7 + j) % 30) for j in range(n)) for i, n in enumerate(range(1, 24))]
+
+
+def _translator(max_len: int, **kwargs) -> Translator:
+  model, params = support.small_model(seed=3, max_len=max_len)
+  return Translator(model, params, _IdTokenizer(), max_output_extra=4, **kwargs)
+
+
+def _same_answers(got: list, expected: list) -> None:
+  """Equal texts; scores equal to float32 rounding (a batch of another size runs another
+  program, whose sums may round differently)."""
+  if not got or isinstance(got[0], str):
+    assert got == expected
+    return
+  for hyps, want in zip(got, expected):
+    assert [h.text for h in hyps] == [h.text for h in want]
+    for h, w in zip(hyps, want):
+      np.testing.assert_allclose([h.score, h.log_prob], [w.score, w.log_prob], rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+  "max_len,nbests",
+  [(24, (0, 2)), pytest.param(40, (0, 2, 4), marks=pytest.mark.slow)],
+)
+def test_after_warm_up_a_burst_of_requests_compiles_nothing_and_answers_as_alone(
+  monkeypatch, max_len, nbests
+):
+  """Concurrent requests of 1-12 lines of 1-23 tokens (cut to max_len), plain and n-best,
+  batched together by the server's Batcher into batches up to max_rows=16 (more rows than
+  the staged search's MIN_ROWS, so batches compact): nothing compiles after the warm-up,
+  and each answer is the Translator's for that request alone."""
+  translator = _translator(max_len, batch_tokens=64, max_rows=16)
+  compiled = _Compilations(monkeypatch)
+  shapes, calls = translator.warm_up_batches(beam_size=4, nbests=[n or None for n in nbests])
+  assert shapes == len(nbests) * len(batching.batch_shapes(max_len, 64, 4, 16)) < calls
+  translate = lambda lines, nbest: translator.translate(lines, beam_size=4, nbest=nbest or None)
+  batcher = Batcher(translate, window_s=0.05, max_batch_chars=10**6)
+  rng = random.Random(0)
+  requests = [(rng.sample(LINES, rng.randint(1, 12)), rng.choice(nbests)) for _ in range(12)]
+  compiled.clear()
+  monitoring.register_event_duration_secs_listener(compiled.listen)
+  batcher.start()
+  try:
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+      futures = list(pool.map(lambda r: batcher.submit(*r), requests))
+      answers = [f.result(timeout=120) for f in futures]
+  finally:
+    batcher.stop()
+    monitoring.unregister_event_duration_listener(compiled.listen)
+  assert batcher.stats.batches < len(requests)  # requests did share batches
+  assert compiled.events == [] and compiled.stored == [], (compiled.events, compiled.stored)
+  for (lines, nbest), answer in zip(requests, answers):
+    _same_answers(answer, translator.translate(lines, beam_size=4, nbest=nbest or None))
+
+
+def test_warm_up_calls_every_stage_program_once_per_shape(monkeypatch):
+  """The program calls warm_up_batches counts are the stage calls `warm_up_stages` makes:
+  one start per batch, and per stage table the runs, outputs, takes and resizes."""
+  translator = _translator(24, batch_tokens=64, max_rows=16)
+  made = []
+  real = programs.warm_up_stages
+
+  def counting(params, batch, knobs, **kw):
+    calls = real(params, batch, knobs, **kw)
+    made.append((batch.inputs.shape, kw["max_decode_len"], kw["decoding"].stop, calls))
+    return calls
+
+  monkeypatch.setattr(programs, "warm_up_stages", counting)
+  shapes, calls = translator.warm_up_batches(beam_size=4, nbests=[None, 1, 2])
+  assert shapes == len(made) and calls == sum(m[-1] for m in made)
+  for (rows, _), max_decode_len, _, count in made:
+    bounds = search.segment_bounds(max_decode_len)
+    assert count == 1 + len(_predicted_calls(rows, bounds, programs.MIN_ROWS))
+  assert len({m[2] for m in made}) == 2  # nbest 1 shares the plain search's programs
