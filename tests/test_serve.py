@@ -36,19 +36,11 @@ def server(workdir, tmp_path_factory):
   keys = tmp_path_factory.mktemp("serve") / "keys"
   keys.write_text(f"# test keys\n{KEY}\nother-key\n")
   port = ss.free_port()
-  # fewer rows and n-best sizes than the defaults: a shorter warm-up (docs/serving.md)
   proc = ss.start_serve(
-    workdir,
-    port,
-    f"--api_keys={keys}",
-    "--metrics",
-    "--batch_window_ms=20",
-    "--beam_size=4",
-    "--max_batch_rows=8",
-    "--alternatives_limit=2",
+    workdir, port, f"--api_keys={keys}", "--metrics", "--batch_window_ms=20", "--beam_size=4"
   )
   try:
-    ss.wait_for(port, "/ready", timeout=900, proc=proc)
+    ss.wait_for(port, "/ready", proc=proc)
     yield proc, port
   finally:
     if proc.poll() is None:

@@ -112,19 +112,19 @@ def test_batch_shapes_are_every_shape_translate_forms(max_len, batch_tokens, ext
 
 class _Compilations:
   """Counts what compiles: jax's compile events (tracing, lowering, XLA) and the programs
-  `compilation.stored` loads or compiles (with the persistent cache on, a stored program is
+  `compilation.stored` loads or exports (with the persistent cache on, a stored program is
   read back without any jax event)."""
 
   def __init__(self, monkeypatch) -> None:
     self.events: list[str] = []
     self.stored: list[str] = []
-    original = compilation.stored._load_or_compile
+    original = compilation.stored._load_or_export
 
     def load_or_compile(stored, directory, key, args, static):
       self.stored.append(stored._name)
       return original(stored, directory, key, args, static)
 
-    monkeypatch.setattr(compilation.stored, "_load_or_compile", load_or_compile)
+    monkeypatch.setattr(compilation.stored, "_load_or_export", load_or_compile)
 
   def listen(self, event: str, seconds: float, **_) -> None:
     if event.startswith("/jax/core/compile/"):

@@ -216,6 +216,11 @@ def _cases(root: str) -> dict[str, tuple[str, list[str], int, str]]:
     "serve-negative-limit": ([w, "--char_limit=-5"], USAGE, "--char_limit=-5 must be >= 0"),
     "serve-beam-0": ([w, "--beam_size=0"], USAGE, "--beam_size=0 must be >= 1 (1: greedy)"),
     "serve-positional-argument": ([w, "extra"], USAGE, "unexpected arguments ['extra']"),
+    "serve-warm-up-all-unbounded": (
+      [w, "--warm_up=all"],
+      USAGE,
+      "--warm_up=all needs --max_batch_rows=N",
+    ),
     "serve-missing-keys-file": (
       [w, f"--api_keys={missing}/keys"],
       FAILED,

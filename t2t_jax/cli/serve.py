@@ -48,7 +48,15 @@ flags.DEFINE_integer("max_queue_lines", 4096, "lines waiting at most; beyond: 50
 flags.DEFINE_float("request_timeout", 60.0, "seconds a request may wait for its answer: 503")
 flags.DEFINE_integer("batch_tokens", 4096, "source tokens per decoding batch")
 flags.DEFINE_integer(
-  "max_batch_rows", 8, "sentences per decoding batch at most (bounds the shapes compiled at start)"
+  "max_batch_rows", 0, "sentences per decoding batch at most (0: as many as --batch_tokens takes)"
+)
+flags.DEFINE_enum(
+  "warm_up",
+  "buckets",
+  ["buckets", "all"],
+  "what is compiled before /ready: one sentence per source length bucket (seconds), or every "
+  "batch shape and n-best size a request can need, so none compiles later (minutes; needs "
+  "--max_batch_rows)",
 )
 flags.DEFINE_string(
   "api_keys", None, "a file of API keys, one a line: every request then needs one of them"
@@ -93,10 +101,13 @@ def _check_flags() -> None:
     "max_batch_chars",
     "max_queue_lines",
     "batch_tokens",
-    "max_batch_rows",
   ):
     if FLAGS[name].value < (0 if name == "batch_window_ms" else 1):
       _usage(f"--{name}={FLAGS[name].value} is too small")
+  if FLAGS.max_batch_rows < 0:
+    _usage(f"--max_batch_rows={FLAGS.max_batch_rows} must be >= 0 (0: no bound)")
+  if FLAGS.warm_up == "all" and not FLAGS.max_batch_rows:
+    _usage("--warm_up=all needs --max_batch_rows=N: it bounds the batch shapes to compile")
   if not 0 < FLAGS.port < 65536:
     _usage(f"--port={FLAGS.port} must be in 1..65535")
 
@@ -131,8 +142,9 @@ def main(argv: Sequence[str]) -> None:
     beam_size=FLAGS.beam_size,
     alpha=FLAGS.alpha,
     batch_tokens=FLAGS.batch_tokens,
-    max_rows=FLAGS.max_batch_rows,
+    max_rows=FLAGS.max_batch_rows or None,
     alternatives_limit=FLAGS.alternatives_limit,
+    warm_up=FLAGS.warm_up,
   )
   try:
     model = worker.Model(model_settings)

@@ -17,7 +17,9 @@ import numpy as np
 from t2t_jax.serve.api import Pair
 from t2t_jax.translate import TranslateError, Translator, load_config
 
-__all__ = ["Hypothesis", "Model", "ModelError", "WarmUp"]
+__all__ = ["WARM_UPS", "Hypothesis", "Model", "ModelError", "WarmUp"]
+
+WARM_UPS = ("buckets", "all")
 
 # The model's errors (an unreadable workdir, a checkpoint that does not fit) as the server
 # reports them at start.
@@ -42,8 +44,9 @@ class ModelSettings:
   beam_size: int | None = None
   alpha: float | None = None
   batch_tokens: int = 4096
-  max_rows: int = 8  # sentences per decoding batch: bounds the batch shapes to compile
+  max_rows: int | None = None  # sentences per decoding batch at most (None: batch_tokens)
   alternatives_limit: int = 3  # n-best alternatives a request may ask for (-1: beam - 1)
+  warm_up: str = "buckets"  # WARM_UPS: what load() compiles before the server is ready
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +59,8 @@ class WarmUp:
   seconds: float
 
   def __str__(self) -> str:
+    if not self.programs:  # warm_up 'buckets'
+      return f"one sentence in each of {self.shapes} source length buckets in {self.seconds:.1f} s"
     return f"{self.shapes} batch shapes, {self.programs} program calls in {self.seconds:.1f} s"
 
 
@@ -70,25 +75,35 @@ class Model:
     self.pair = Pair(source=config.data.source_lang or "en", target="")
 
   def load(self) -> None:
-    """Reads the checkpoint(s) and compiles every program a request can need: each batch
-    shape the batching thread's translate() calls can take (rows up to max_rows, each
-    source length bucket) for plain translations and for each n-best size alternatives can
-    ask for (`Translator.warm_up_batches`), so that after /ready no request compiles. The
+    """Reads the checkpoint(s) and compiles before the server says it is ready: with
+    warm_up 'buckets' the search of one sentence per source length bucket (a start in
+    seconds; a batch of a new shape compiles when it first comes), with 'all' every batch
+    shape the batching thread's translate() calls can take (rows up to max_rows, each source
+    length bucket) for plain translations and each n-best size alternatives can ask for
+    (`Translator.warm_up_batches`), so that after /ready no request compiles (minutes). The
     process-wide compilation cache is the command's choice: none is switched on here."""
     s = self.settings
+    if s.warm_up not in WARM_UPS:
+      raise ValueError(f"warm_up={s.warm_up!r} must be one of {WARM_UPS}")
+    if s.warm_up == "all" and not s.max_rows:
+      raise ValueError("warm_up='all' needs max_rows: it bounds the batch shapes to compile")
     translator = Translator.from_workdirs(
       list(s.workdirs), s.checkpoint, batch_tokens=s.batch_tokens, max_rows=s.max_rows
     )
-    beam = s.beam_size or translator.search.beam_size
-    nbests = self.nbest_sizes(beam)
-    print(
-      f"t2t-serve: compiling the search for every batch shape (up to {s.max_rows} sentences, "
-      f"n-best sizes {', '.join(map(str, sorted({n or 1 for n in nbests})))})",
-      file=sys.stderr,
-      flush=True,
-    )
     start = time.perf_counter()
-    shapes, programs = translator.warm_up_batches(s.beam_size, s.alpha, nbests)
+    if s.warm_up == "all":
+      beam = s.beam_size or translator.search.beam_size
+      nbests = self.nbest_sizes(beam)
+      print(
+        f"t2t-serve: compiling the search for every batch shape (up to {s.max_rows} "
+        f"sentences, n-best sizes {', '.join(map(str, sorted({n or 1 for n in nbests})))})",
+        file=sys.stderr,
+        flush=True,
+      )
+      shapes, programs = translator.warm_up_batches(s.beam_size, s.alpha, nbests)
+    else:
+      translator.warm_up(beam_size=s.beam_size, alpha=s.alpha)
+      shapes, programs = len(translator.buckets()), 0
     self.warm_up = WarmUp(shapes, programs, time.perf_counter() - start)
     self.pair = Pair(source=self.pair.source, target=translator.target_lang)
     self._translator = translator
