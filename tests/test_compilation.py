@@ -140,7 +140,9 @@ def test_a_stored_program_is_read_back_without_tracing_and_gives_the_same_result
 
   with _cache_dir(str(tmp_path)):
     first = compilation.stored(_jitted())
-    assert call(first)[0] == ["_scaled_sum"]
+    # Traced when first exported (jax before 0.10 also reports the jitted call inside the
+    # exported function: the same name twice).
+    assert set(call(first)[0]) == {"_scaled_sum"}
     assert call(first)[0] == []  # in memory
     assert len(_stored_files(tmp_path)) == 1
     traced, got = call(compilation.stored(_jitted()))  # a new process: nothing in memory
@@ -149,14 +151,14 @@ def test_a_stored_program_is_read_back_without_tracing_and_gives_the_same_result
     assert got[1] == want[1]
     # Another static value or another shape is another program.
     fresh = compilation.stored(_jitted())
-    assert call(fresh, scale=2.0)[0] == ["_scaled_sum"]
-    assert call(fresh, rows=1)[0] == ["_scaled_sum"]
+    assert set(call(fresh, scale=2.0)[0]) == {"_scaled_sum"}
+    assert set(call(fresh, rows=1)[0]) == {"_scaled_sum"}
     assert len(_stored_files(tmp_path)) == 3
     # A damaged file is compiled again, and replaced.
     for name in _stored_files(tmp_path):
       (tmp_path / name).write_bytes(b"not a program")
     traced, got = call(compilation.stored(_jitted()))
-    assert traced == ["_scaled_sum"]
+    assert set(traced) == {"_scaled_sum"}
     np.testing.assert_array_equal(got[0], want[0])
     assert call(compilation.stored(_jitted()))[0] == []
 
@@ -203,7 +205,7 @@ def test_a_program_jax_read_from_its_own_cache_is_stored_whole(tmp_path):
   plain, storing, reading = (
     _fresh_process(STORED_PROBE, m, tmp_path) for m in ("plain",) + ("stored",) * 2
   )
-  assert storing["traced"] == ["<lambda>"] and reading["traced"] == []
+  assert set(storing["traced"]) == {"<lambda>"} and reading["traced"] == []
   assert plain["out"] == storing["out"] == reading["out"]
   assert len(_stored_files(tmp_path)) == 1
 
