@@ -208,6 +208,11 @@ def _cases(root: str) -> dict[str, tuple[str, list[str], int, str]]:
       "--decode_input is for the real-text comparison: add --parts=decode",
     ),
     "bench-positional-argument": (["extra"], USAGE, "unexpected arguments ['extra']"),
+    "bench-serve-without-workdir": (
+      ["--parts=serve"],
+      USAGE,
+      "--parts=serve needs --workdir (a trained workdir)",
+    ),
     "bench-unknown-experiment": (["--experiment=nope"], USAGE, "unknown experiment"),
   }
   v = {  # t2t-serve
