@@ -59,7 +59,10 @@ def _copy_tree(dest: pathlib.Path) -> None:
 
 def _pytest(tree: pathlib.Path, targets: list[str], workers: int) -> tuple[bool, str]:
   """(some test failed, the first failing test id or the tail of the output)."""
-  env = dict(os.environ, PYTHONPATH=str(tree))
+  # The checkout's kept compilation cache (tests/conftest.py), not an empty one per copy:
+  # entries are keyed by program, so a mutated program compiles anew and nothing stale is read.
+  cache = os.environ.get("T2T_TEST_COMPILATION_CACHE") or str(REPO / ".cache" / "xla-tests")
+  env = dict(os.environ, PYTHONPATH=str(tree), T2T_TEST_COMPILATION_CACHE=cache)
   cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-m", "not slow", "-p", "no:cacheprovider"]
   cmd += ["-n", str(workers)] if workers > 1 else []
   proc = subprocess.run(cmd + targets, cwd=tree, env=env, capture_output=True, text=True)
