@@ -528,4 +528,4 @@ def test_bad_selection_candidate_names_the_config_field(tmp_path):
   )
   with pytest.raises(ValueError, match="config.select_checkpoints: candidate 'newest'"):
     train.train_and_evaluate(config, str(tmp_path / "w"))
-  assert checkpoint.Checkpoints(str(tmp_path / "w")).steps() == [1]  # training kept
+  assert checkpoint.Checkpoints(str(tmp_path / "w")).steps() == [2]  # training kept
