@@ -224,15 +224,11 @@ class stored:  # noqa: N801 (a decorator, named like jax.jit)
     return os.path.join(directory, STORED_PREFIX + digest + ENTRY_SUFFIX)
 
 
-def _leaves(x: Any) -> list:
-  return jax.tree_util.tree_leaves(x)
-
-
 def _donated_leaves(args: tuple, donate: tuple[int, ...]) -> tuple[int, ...]:
   """The flat indices of the leaves of the positional arguments `donate`."""
   out, start = [], 0
   for i, arg in enumerate(args):
-    n = len(_leaves(arg))
+    n = len(jax.tree_util.tree_leaves(arg))
     if i in donate:
       out += range(start, start + n)
     start += n
