@@ -30,7 +30,6 @@ COMPILE_REPORT_ENV = "T2T_TEST_COMPILE_REPORT"  # a file: each test's compilatio
 SCRATCH_ENV = "T2T_TEST_SHARED_SCRATCH"  # tests.support.made_once: workdirs made once per run
 # The modules that take the most time on two CPU cores (`pytest --durations`), longest first.
 LONGEST_MODULES = (
-  "test_tiny_end_to_end.py",
   "test_export_ctranslate2.py",
   "test_kill.py",
   "test_train.py",
@@ -170,9 +169,22 @@ def _longest_first(items) -> None:
   items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
 
 
+def _main_job_only_when_selected(config, items) -> None:
+  """The README's main job (`main_job`: 3,000 training steps, a fifth of the suite's CPU
+  time) runs when selected (`-m main_job`, or its file named), as its own CI step, not inside every run."""
+  named = any("test_tiny_end_to_end" in arg for arg in config.args)
+  if named or "main_job" in (config.getoption("markexpr", "") or ""):
+    return
+  kept = [item for item in items if not item.get_closest_marker("main_job")]
+  if len(kept) < len(items):
+    config.hook.pytest_deselected(items=[i for i in items if i.get_closest_marker("main_job")])
+    items[:] = kept
+
+
 def pytest_collection_modifyitems(config, items):
-  """The longest modules first; tests marked `accelerator` run only where JAX sees a GPU or
-  TPU."""
+  """The main job only when selected; the longest modules first; tests marked `accelerator`
+  run only where JAX sees a GPU or TPU."""
+  _main_job_only_when_selected(config, items)
   _longest_first(items)
   marked = [item for item in items if item.get_closest_marker("accelerator")]
   if not marked:

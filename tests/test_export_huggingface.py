@@ -9,6 +9,7 @@ t2t-translate's greedy translations
 """
 
 import importlib
+import importlib.util
 import os
 import subprocess
 import sys
@@ -26,12 +27,20 @@ from tests import export_support, support
 from tests.export_support import random_params, symbol_trained
 
 
+class _Lazy:
+  """A package imported at its first use: collecting this module imports no torch."""
+
+  def __init__(self, name: str):
+    self._name = name
+
+  def __getattr__(self, attr: str):
+    return getattr(importlib.import_module(self._name), attr)
+
+
 def _installed(name):
-  """The package, or None where it is not installed (the optional 'export' extra)."""
-  try:
-    return importlib.import_module(name)
-  except ImportError:
-    return None
+  """The package (imported when first used), or None where it is not installed (the
+  optional 'export' extra)."""
+  return _Lazy(name) if importlib.util.find_spec(name) is not None else None
 
 
 torch, transformers = _installed("torch"), _installed("transformers")

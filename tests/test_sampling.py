@@ -9,7 +9,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from absl import flags
-from scipy import stats
 
 from t2t_jax.cli import translate as translate_cli
 from t2t_jax.decoding import SearchConfig, search, search_batch
@@ -142,6 +141,7 @@ def test_draw_tokens_inverts_the_cumulative_distribution_as_numpy():
   """Each row's token is the first whose float64 cumulative probability exceeds the row's
   uniform number times the total; tokens of probability 0 (inside and at the end of the
   vocabulary) are never drawn, whatever the uniform number."""
+  from scipy import stats  # imported here: collecting the module stays quick
   rows, vocab = 4000, 12
   rng = np.random.default_rng(3)
   logits = rng.normal(size=(rows, vocab)) * 2
@@ -174,6 +174,7 @@ def test_draw_tokens_never_passes_the_last_possible_token(monkeypatch):
   "temperature, topk, topp", [(1.0, 0, 1.0), (0.7, 3, 1.0), (1.5, 0, 0.6), (1.0, 4, 0.8)]
 )
 def test_drawn_pairs_follow_the_truncated_renormalised_softmax(temperature, topk, topp):
+  from scipy import stats  # imported here: collecting the module stays quick
   rows = 6000
   seqs, log_probs = _draw(temperature, topk, topp, 11, rows, 3)
   seqs = np.asarray(seqs)
@@ -211,6 +212,7 @@ def test_drawn_pairs_follow_the_truncated_renormalised_softmax(temperature, topk
 
 def test_a_wrong_distribution_fails_the_frequency_check():
   """The check above has power: samples at temperature 1 fail against temperature 0.7."""
+  from scipy import stats  # imported here: collecting the module stays quick
   seqs = np.asarray(_draw(1.0, 0, 1.0, 11, 6000, 3)[0])
   wrong = _conditional(BOS_ID, 0.7, 0, 1.0)
   observed = np.bincount(seqs[:, 0], minlength=VOCAB)[wrong > 0]
@@ -221,6 +223,7 @@ def test_a_wrong_distribution_fails_the_frequency_check():
 def test_model_first_tokens_follow_its_top_k_softmax():
   """Through the Transformer's cache: one sentence sampled 4000 times, first tokens against
   the teacher-forced model's top-5 distribution at the first position."""
+  from scipy import stats  # imported here: collecting the module stays quick
   model, params = support.small_model()
   inputs = np.array([[5, 9, 7, 1]], np.int32)
   settings = SearchConfig(beam_size=1, sampling=True, num_samples=4000, sampling_topk=5)

@@ -1,5 +1,8 @@
 """The main job: `t2t-train --experiment=tiny` trains, translates its test split, and scores;
-then `t2t-translate` on the same split reproduces the exact-match figure training reported."""
+then `t2t-translate` on the same split reproduces the exact-match figure training reported.
+
+Selected with `-m main_job` (conftest leaves it out otherwise): CI runs it as its own step.
+"""
 
 import os
 import re
@@ -12,7 +15,7 @@ from t2t_jax import data
 from t2t_jax.decoding import translator as translate
 from t2t_jax.run.workdir import read_metrics
 
-pytestmark = pytest.mark.slow  # trains a model end to end
+pytestmark = [pytest.mark.slow, pytest.mark.main_job]  # trains a model end to end
 
 ENV = dict(os.environ, XLA_FLAGS="", JAX_PLATFORMS="cpu")  # one CPU device, as a user has
 

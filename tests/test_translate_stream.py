@@ -83,14 +83,14 @@ def _cli(*args, stdin=None):
 @pytest.mark.slow
 def test_cli_nbest_and_scores(workdir):
   text = "".join(s + "\n" for s in SOURCES)
-  plain = _cli(f"--workdir={workdir}", "--beam_size=3", stdin=text)
+  plain = Translator.from_workdir(workdir).translate(SOURCES, beam_size=3)
   nbest = _cli(f"--workdir={workdir}", "--beam_size=3", "--nbest=3", stdin=text)
   scores = _cli(f"--workdir={workdir}", "--beam_size=3", "--scores", stdin=text)
-  for proc in (plain, nbest, scores):
+  for proc in (nbest, scores):
     assert proc.returncode == 0, proc.stderr[-2000:]
   rows = [line.split("\t") for line in nbest.stdout.splitlines()]
   best = [r[4] for r in rows if r[1] == "1"]
-  assert best == plain.stdout.split("\n")[:-1]
+  assert best == plain
   assert sorted({int(r[0]) for r in rows}) == list(range(len(SOURCES)))
   for index in range(len(SOURCES)):
     mine = [float(r[2]) for r in rows if int(r[0]) == index]
