@@ -171,7 +171,8 @@ def _longest_first(items) -> None:
 
 def _main_job_only_when_selected(config, items) -> None:
   """The README's main job (`main_job`: 3,000 training steps, a fifth of the suite's CPU
-  time) runs when selected (`-m main_job`, or its file named), as its own CI step, not inside every run."""
+  time) runs when selected (`-m main_job`, or its file named), as its own CI step, not
+  inside every run."""
   named = any("test_tiny_end_to_end" in arg for arg in config.args)
   if named or "main_job" in (config.getoption("markexpr", "") or ""):
     return

@@ -142,6 +142,7 @@ def test_draw_tokens_inverts_the_cumulative_distribution_as_numpy():
   uniform number times the total; tokens of probability 0 (inside and at the end of the
   vocabulary) are never drawn, whatever the uniform number."""
   from scipy import stats  # imported here: collecting the module stays quick
+
   rows, vocab = 4000, 12
   rng = np.random.default_rng(3)
   logits = rng.normal(size=(rows, vocab)) * 2
@@ -175,6 +176,7 @@ def test_draw_tokens_never_passes_the_last_possible_token(monkeypatch):
 )
 def test_drawn_pairs_follow_the_truncated_renormalised_softmax(temperature, topk, topp):
   from scipy import stats  # imported here: collecting the module stays quick
+
   rows = 6000
   seqs, log_probs = _draw(temperature, topk, topp, 11, rows, 3)
   seqs = np.asarray(seqs)
@@ -213,6 +215,7 @@ def test_drawn_pairs_follow_the_truncated_renormalised_softmax(temperature, topk
 def test_a_wrong_distribution_fails_the_frequency_check():
   """The check above has power: samples at temperature 1 fail against temperature 0.7."""
   from scipy import stats  # imported here: collecting the module stays quick
+
   seqs = np.asarray(_draw(1.0, 0, 1.0, 11, 6000, 3)[0])
   wrong = _conditional(BOS_ID, 0.7, 0, 1.0)
   observed = np.bincount(seqs[:, 0], minlength=VOCAB)[wrong > 0]
@@ -224,6 +227,7 @@ def test_model_first_tokens_follow_its_top_k_softmax():
   """Through the Transformer's cache: one sentence sampled 4000 times, first tokens against
   the teacher-forced model's top-5 distribution at the first position."""
   from scipy import stats  # imported here: collecting the module stays quick
+
   model, params = support.small_model()
   inputs = np.array([[5, 9, 7, 1]], np.int32)
   settings = SearchConfig(beam_size=1, sampling=True, num_samples=4000, sampling_topk=5)
