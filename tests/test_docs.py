@@ -87,6 +87,7 @@ _GATHER = r"""
 import importlib, json, os, sys
 from absl import flags
 import t2t_jax.cli.common as common, t2t_jax.cli.helpconfig as helpconfig
+import jax, t2t_jax.training.trainer, t2t_jax.decoding.translator  # once, for every child
 out = {"flags": {}, "fields": {}}
 for command in sys.argv[1].split(","):
   read, write = os.pipe()
