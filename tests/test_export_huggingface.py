@@ -34,6 +34,8 @@ class _Lazy:
     self._name = name
 
   def __getattr__(self, attr: str):
+    if attr.startswith("_") and attr != "__version__":  # pytest's probes while collecting
+      raise AttributeError(attr)
     return getattr(importlib.import_module(self._name), attr)
 
 
