@@ -22,14 +22,17 @@ def test_the_metrics_writer_leaves_torch_unimported(tmp_path):
 
 
 def test_translation_start_up_leaves_the_training_pipeline_and_moses_unimported():
-  """t2t-translate and the Translator load neither grain (the training input pipeline) nor
-  sacremoses (tokenized BLEU only): both are slow to import and a translating process uses
-  neither; `t2t_jax.data` still offers get_datasets on first use."""
+  """t2t-translate and the Translator load neither grain (the training input pipeline),
+  sacremoses (tokenized BLEU only) nor tensorflow_datasets (corpus preparation): all are
+  slow to import and a translating process uses none; `t2t_jax.data` still offers
+  get_datasets, and the text-file source its TFDS builder, on first use."""
   code = (
     "import sys; import t2t_jax.cli.translate, t2t_jax.decoding.translator; "
-    "print('grain' in sys.modules, 'sacremoses' in sys.modules); "
-    "from t2t_jax import data; data.get_datasets; print('grain' in sys.modules)"
+    "print(*(m in sys.modules for m in ('grain', 'sacremoses', 'tensorflow_datasets'))); "
+    "from t2t_jax import data; data.get_datasets; print('grain' in sys.modules); "
+    "from t2t_jax.data.sources import textfiles; "
+    "print(textfiles.Textfiles.name, 'tensorflow_datasets' in sys.modules)"
   )
   proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
   assert proc.returncode == 0, proc.stderr[-2000:]
-  assert proc.stdout.split()[-3:] == ["False", "False", "True"]
+  assert proc.stdout.split()[-6:] == ["False", "False", "False", "True", "textfiles", "True"]

@@ -12,6 +12,7 @@ The prepared store reads the files in place (`open_for_store`); without a store 
 through a TFDS builder (`Textfiles`), prepared once into `<data_dir or workdir>/tfds`.
 """
 
+import functools
 import hashlib
 import json
 import mmap
@@ -22,7 +23,6 @@ from typing import Any
 
 import ml_collections
 import numpy as np
-import tensorflow_datasets as tfds
 from etils import epath
 
 from t2t_jax.data import config as config_lib
@@ -196,52 +196,66 @@ def read_parallel(source_path: str, target_path: str, split: str = "") -> list[t
 # ----------------------------------------------------------------------------- the TFDS copy
 
 
-class Textfiles(tfds.core.GeneratorBasedBuilder):
-  """Any local parallel corpus, given as pairs of aligned plain-text files per split.
+@functools.cache
+def _builder_class() -> type:
+  """The TFDS builder class, defined at first use: a translating process, which reads no
+  corpus, never imports tensorflow_datasets (about 0.4 s of its start)."""
+  import tensorflow_datasets as tfds
 
-  The config name is a fingerprint of the files' content, so an edited corpus is prepared
-  again instead of being read stale. Examples keep file order (shuffling is
-  disabled) and include empty lines, which the pipeline skips and counts, never shifting
-  alignment. Validation (line counts, UTF-8) happens while preparing, before any training.
-  """
+  class Textfiles(tfds.core.GeneratorBasedBuilder):
+    """Any local parallel corpus, given as pairs of aligned plain-text files per split.
 
-  VERSION = tfds.core.Version("1.0.0")
+    The config name is a fingerprint of the files' content, so an edited corpus is prepared
+    again instead of being read stale. Examples keep file order (shuffling is
+    disabled) and include empty lines, which the pipeline skips and counts, never shifting
+    alignment. Validation (line counts, UTF-8) happens while preparing, before any training.
+    """
 
-  @tfds.core.utils.classproperty
-  @classmethod
-  def code_path(cls) -> None:
-    # No checksums or metadata files live beside this code. (TFDS's lookup of them needs the
-    # `importlib_resources` package for builders defined inside a package.)
-    return None
+    VERSION = tfds.core.Version("1.0.0")
 
-  def __init__(self, *, files: dict[str, tuple[str, str]], **kwargs: Any) -> None:
-    self._files = files
-    name = "files_" + _fingerprint(files)
-    super().__init__(config=tfds.core.BuilderConfig(name=name), **kwargs)
+    @tfds.core.utils.classproperty
+    @classmethod
+    def code_path(cls) -> None:
+      # No checksums or metadata files live beside this code. (TFDS's lookup of them needs the
+      # `importlib_resources` package for builders defined inside a package.)
+      return None
 
-  def _info(self) -> tfds.core.DatasetInfo:
-    features = {"source": tfds.features.Text(), "target": tfds.features.Text()}
-    return tfds.core.DatasetInfo(
-      builder=self,
-      description="Aligned local text files: " + json.dumps(self._files),
-      features=tfds.features.FeaturesDict(features),
-      supervised_keys=("source", "target"),
-      disable_shuffling=True,
-    )
+    def __init__(self, *, files: dict[str, tuple[str, str]], **kwargs: Any) -> None:
+      self._files = files
+      name = "files_" + _fingerprint(files)
+      super().__init__(config=tfds.core.BuilderConfig(name=name), **kwargs)
 
-  def _split_generators(
-    self, dl_manager: tfds.download.DownloadManager
-  ) -> dict[str, Iterator[tuple[int, dict[str, str]]]]:
-    del dl_manager  # local files only
-    # Read (and so validate) every split before anything is written.
-    pairs = {split: read_parallel(*paths, split=split) for split, paths in self._files.items()}
-    return {TFDS_SPLIT[split]: self._generate_examples(p) for split, p in pairs.items()}
+    def _info(self) -> tfds.core.DatasetInfo:
+      features = {"source": tfds.features.Text(), "target": tfds.features.Text()}
+      return tfds.core.DatasetInfo(
+        builder=self,
+        description="Aligned local text files: " + json.dumps(self._files),
+        features=tfds.features.FeaturesDict(features),
+        supervised_keys=("source", "target"),
+        disable_shuffling=True,
+      )
 
-  def _generate_examples(
-    self, pairs: Iterable[tuple[str, str]]
-  ) -> Iterator[tuple[int, dict[str, str]]]:
-    for i, (source, target) in enumerate(pairs):
-      yield i, {"source": source, "target": target}
+    def _split_generators(
+      self, dl_manager: tfds.download.DownloadManager
+    ) -> dict[str, Iterator[tuple[int, dict[str, str]]]]:
+      del dl_manager  # local files only
+      # Read (and so validate) every split before anything is written.
+      pairs = {split: read_parallel(*paths, split=split) for split, paths in self._files.items()}
+      return {TFDS_SPLIT[split]: self._generate_examples(p) for split, p in pairs.items()}
+
+    def _generate_examples(
+      self, pairs: Iterable[tuple[str, str]]
+    ) -> Iterator[tuple[int, dict[str, str]]]:
+      for i, (source, target) in enumerate(pairs):
+        yield i, {"source": source, "target": target}
+
+  return Textfiles
+
+
+def __getattr__(name: str) -> Any:
+  if name == "Textfiles":  # the builder class, by its name, as when it was module-level
+    return _builder_class()
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _fingerprint(files: dict[str, tuple[str, str]]) -> str:
@@ -378,7 +392,7 @@ class TextfilesSource(base.Source):
       return _open_in_place(c)
     files = _files(c)
     data_dir = c.tfds_data_dir or str(epath.Path(config_lib.data_root(c, workdir)) / "tfds")
-    builder = Textfiles(files=files, data_dir=data_dir, file_format="array_record")
+    builder = _builder_class()(files=files, data_dir=data_dir, file_format="array_record")
     base.prepare_once(
       builder.is_prepared,
       builder.download_and_prepare,

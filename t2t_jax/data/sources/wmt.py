@@ -9,21 +9,25 @@ the dataset and both ways forward: archives placed in TFDS's manual directory, o
 from local text files.
 """
 
+from __future__ import annotations
+
 import contextlib
 import logging
 import pathlib
 import socket
 import urllib.parse
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ml_collections
-import tensorflow_datasets as tfds
 from etils import epath
 
 from t2t_jax.data.errors import DataError
 from t2t_jax.data.sources import base
 from t2t_jax.data.sources.tfds_pairs import TFDS_SPLIT, TfdsPairs
+
+if TYPE_CHECKING:  # imported where used: a process that reads no WMT data never pays for it
+  import tensorflow_datasets as tfds
 
 _RETRIES = 2  # per request, instead of TFDS's 10 with back-off
 _PORTS = {"http": 80, "https": 443, "ftp": 21}
@@ -108,6 +112,8 @@ def download_and_prepare(builder: tfds.core.DatasetBuilder, c: ml_collections.Co
     reason = probe(urls, c.download_probe_s)
     if reason:
       raise DataError(offline_message(builder, c, reason))
+  import tensorflow_datasets as tfds
+
   config = tfds.download.DownloadConfig(
     manual_dir=c.tfds_manual_dir or None, try_download_gcs=False
   )
@@ -125,6 +131,7 @@ def download_and_prepare(builder: tfds.core.DatasetBuilder, c: ml_collections.Co
 def _is_download_error(e: BaseException) -> bool:
   """Failures to obtain the archives (not, say, a full disk while preparing them)."""
   import requests
+  import tensorflow_datasets as tfds
 
   if isinstance(e, AssertionError):  # WMT's check for archives listed for manual download
     return "manually download" in str(e)
@@ -157,6 +164,8 @@ def languages(c: ml_collections.ConfigDict) -> tuple[str, str]:
 
 
 def _builder(name: str, c: ml_collections.ConfigDict) -> tfds.core.DatasetBuilder:
+  import tensorflow_datasets as tfds
+
   return tfds.builder(
     f"{name}/{c.pair}", data_dir=c.tfds_data_dir or None, file_format="array_record"
   )
