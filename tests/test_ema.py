@@ -143,6 +143,43 @@ def test_checkpoint_spec_ema_reads_the_average(ema_workdirs):
   assert selection.best == "ema" and selection.steps["ema"] == [4]
 
 
+def test_the_commands_take_checkpoint_ema_and_translate_with_the_average(
+  ema_workdirs, tmp_path, monkeypatch
+):
+  """The commands' early --checkpoint check lets 'ema' through (a pattern without it once
+  refused it before any workdir was read), and `t2t-translate --checkpoint=ema` writes the
+  moving average's translations, not the latest parameters'."""
+  from t2t_jax import data
+  from t2t_jax.cli import common
+  from t2t_jax.decoding.translator import Translator, load_config
+  from tests.test_sampling import _translate
+
+  for tool in ("t2t-translate", "t2t-score", "t2t-export", "t2t-average", "t2t-bench"):
+    common.check_checkpoint_flag(tool, "ema")
+  straight, _ = ema_workdirs
+  pairs = data.get_datasets(load_config(straight).data, straight).test_pairs[:16]
+  source, output = tmp_path / "test.src", tmp_path / "test.out"
+  source.write_text("".join(s + "\n" for s, _ in pairs))
+  _translate(
+    monkeypatch,
+    f"--workdir={straight}",
+    "--checkpoint=ema",
+    "--scores",
+    f"--input={source}",
+    f"--output={output}",
+  )
+  lines = [s for s, _ in pairs]
+
+  def scores(spec: str) -> list[float]:
+    found = Translator.from_workdir(straight, spec).translate(lines, nbest=1)
+    return [hyps[0].score for hyps in found]
+
+  written = [float(line.split("\t")[0]) for line in output.read_text().splitlines()]
+  np.testing.assert_allclose(written, scores("ema"), rtol=1e-4)
+  # A 4-step model's outputs are all empty: their scores tell the parameters apart.
+  assert not np.allclose(written, scores("latest"), rtol=1e-4)
+
+
 def test_t2t_average_of_ema_writes_the_average(ema_workdirs, tmp_path):
   """t2t-average --checkpoint=ema writes the moving average as the new workdir's parameters."""
   straight, _ = ema_workdirs

@@ -113,7 +113,7 @@ def _cases(root: str) -> dict[str, tuple[str, list[str], int, str]]:
       [w, "--checkpoint=average:0"],
       USAGE,
       "--checkpoint=average:0: not 'auto', 'selected', 'latest', 'average:N', 'best', "
-      "'best:N' or a step (N >= 1)",
+      "'best:N', 'ema' or a step (N >= 1)",
     ),
     "translate-checkpoint-typo": ([w, "--checkpoint=bset"], USAGE, "--checkpoint=bset: not"),
     "translate-reference-and-nbest": (

@@ -195,8 +195,8 @@ def adopt_own_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
         flag_values.register_key_flag_for_module(program, flag)
 
 
-CHECKPOINT_SPEC = re.compile(r"^(auto|selected|latest|best|\d+|(average|best):[1-9]\d*)$")
-CHECKPOINT_CHOICES = "'auto', 'selected', 'latest', 'average:N', 'best', 'best:N' or a step"
+CHECKPOINT_SPEC = re.compile(r"^(auto|selected|latest|best|ema|\d+|(average|best):[1-9]\d*)$")
+CHECKPOINT_CHOICES = "'auto', 'selected', 'latest', 'average:N', 'best', 'best:N', 'ema' or a step"
 
 
 def check_checkpoint_flag(tool: str, spec: str, flag: str = "--checkpoint") -> None:

@@ -8,6 +8,14 @@ EMA_TESTS = ("tests/test_ema.py",)
 COMPARE_TESTS = ("tests/test_compare.py",)
 MUTATIONS = (
   M(
+    "ema_checkpoint_flag",
+    "the commands' --checkpoint check refuses 'ema' before any workdir is read",
+    "t2t_jax/cli/common.py",
+    "^(auto|selected|latest|best|ema|",
+    "^(auto|selected|latest|best|",
+    EMA_TESTS,
+  ),
+  M(
     "ema_decay_direction",
     "EMA: decay weighs the new parameters instead of the average",
     "t2t_jax/training/steps.py",
