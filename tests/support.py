@@ -153,12 +153,13 @@ def listing(root):
 cases, root, out_dir = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
 results = {}
 for name, command, args in cases:
-  err = os.path.join(out_dir, name + ".stderr")
+  err, out = (os.path.join(out_dir, name + suffix) for suffix in (".stderr", ".stdout"))
   before = listing(root)
   pid = os.fork()
   if pid == 0:  # the command's console script, as the interpreter would run it
-    null = os.open(os.devnull, os.O_RDWR)
-    os.dup2(null, 0), os.dup2(null, 1), os.dup2(os.open(err, os.O_WRONLY | os.O_CREAT), 2)
+    os.dup2(os.open(os.devnull, os.O_RDWR), 0)
+    os.dup2(os.open(out, os.O_WRONLY | os.O_CREAT), 1)
+    os.dup2(os.open(err, os.O_WRONLY | os.O_CREAT), 2)
     sys.argv = [f"t2t-{command}", *args]
     code = 0
     try:
@@ -170,17 +171,18 @@ for name, command, args in cases:
     except BaseException:
       traceback.print_exc()
       code = 1
-    sys.stderr.flush()
+    sys.stdout.flush(), sys.stderr.flush()
     os._exit(code)
   status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
   created = sorted(set(listing(root)) - set(before))
-  results[name] = dict(status=status, stderr=open(err).read(), created=created)
+  results[name] = dict(status=status, stderr=open(err).read(), stdout=open(out).read(),
+                       created=created)
 print(json.dumps(results))
 """
 
 
 def forked_commands(cases: list, root: str, out_dir: str) -> dict[str, dict[str, Any]]:
-  """name -> {status, stderr, created} for each [name, command, args] of `cases`, each run
+  """name -> {status, stderr, stdout, created} for each [name, command, args] of `cases`, each run
   in its own forked child; `created` lists what appeared under `root` during the case."""
   proc = subprocess.run(
     [sys.executable, "-c", FORKED_RUNNER, json.dumps(cases), root, out_dir],

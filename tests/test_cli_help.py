@@ -2,15 +2,13 @@
 command's own flags with their defaults (not the flags of JAX, absl or other libraries)."""
 
 import configparser
-import json
 import os
-import subprocess
-import sys
 
 import pytest
 
+from tests import support
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENV = dict(os.environ, JAX_PLATFORMS="cpu", T2T_HUGE_PAGES="0")
 
 # Per command: its example line and a few of its own flags.
 EXPECTED = {
@@ -50,48 +48,19 @@ def test_every_console_script_is_checked():
   assert set(console_scripts()) == set(EXPECTED)
 
 
-# Each command's entry point with --help in a forked child of one interpreter that loaded the
-# libraries once (one start instead of one per command); stdout goes to a file per command.
-_HELP_RUNNER = r"""
-import importlib, json, os, sys
-import jax, ml_collections.config_flags, t2t_jax.training.trainer, t2t_jax.decoding.translator
-targets, out_dir = json.loads(sys.argv[1]), sys.argv[2]
-status = {}
-for command, target in targets.items():
-  module, function = target.split(":")
-  out = os.path.join(out_dir, command + ".out")
-  pid = os.fork()
-  if pid == 0:
-    os.dup2(os.open(out, os.O_WRONLY | os.O_CREAT), 1)
-    sys.argv = [command, "--help"]
-    code = 0
-    try:
-      getattr(importlib.import_module(module), function)()
-    except SystemExit as e:
-      code = e.code if isinstance(e.code, int) else 1
-    sys.stdout.flush()
-    os._exit(code)
-  status[command] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-print(json.dumps(status))
-"""
-
-
 @pytest.fixture(scope="module")
 def helps(tmp_path_factory) -> dict[str, str]:
-  """command -> what `command --help` prints, through its setup.cfg entry point."""
+  """command -> what `command --help` prints, through its setup.cfg entry point, each in a
+  forked child of one interpreter that loaded the libraries once."""
+  cases = []
+  for command, target in console_scripts().items():
+    name = command.removeprefix("t2t-")
+    assert target == f"t2t_jax.cli.{name}:run", target  # what forked_commands calls
+    cases.append([command, name, ["--help"]])
   out_dir = tmp_path_factory.mktemp("help")
-  proc = subprocess.run(
-    [sys.executable, "-c", _HELP_RUNNER, json.dumps(console_scripts()), str(out_dir)],
-    env=ENV,
-    capture_output=True,
-    text=True,
-    timeout=300,
-    cwd=REPO,
-  )
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  status = json.loads(proc.stdout.strip().splitlines()[-1])
-  assert all(code == 0 for code in status.values()), (status, proc.stderr[-3000:])
-  return {command: (out_dir / f"{command}.out").read_text() for command in status}
+  results = support.forked_commands(cases, str(out_dir), str(out_dir))
+  assert all(r["status"] == 0 for r in results.values()), results
+  return {command: r["stdout"] for command, r in results.items()}
 
 
 @pytest.mark.parametrize("command", sorted(EXPECTED))
