@@ -176,10 +176,10 @@ def _main_job_only_when_selected(config, items) -> None:
   named = any("test_tiny_end_to_end" in arg for arg in config.args)
   if named or "main_job" in (config.getoption("markexpr", "") or ""):
     return
-  kept = [item for item in items if not item.get_closest_marker("main_job")]
-  if len(kept) < len(items):
-    config.hook.pytest_deselected(items=[i for i in items if i.get_closest_marker("main_job")])
-    items[:] = kept
+  main_job = [item for item in items if item.get_closest_marker("main_job")]
+  if main_job:
+    config.hook.pytest_deselected(items=main_job)
+    items[:] = [item for item in items if item not in main_job]
 
 
 def pytest_collection_modifyitems(config, items):
