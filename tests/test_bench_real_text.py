@@ -52,6 +52,11 @@ def bench_main(monkeypatch):
       ["--parts=decode", "--vs=ctranslate2", "--workdir=/nonexistent/w"],
       "/nonexistent/w: no config.json",
     ),
+    (["--parts=decode", "--decode_dtypes=bfloat16"], "--decode_dtypes is for the real-text"),
+    (
+      ["--parts=decode", "--vs=ctranslate2", "--workdir=W", "--decode_dtypes=float32,half"],
+      "--decode_dtypes=float32,half: each is one of auto, float32, bfloat16",
+    ),
   ],
 )
 def test_bad_real_text_flags_are_one_line_naming_the_flag(bench_main, args, message):
@@ -127,6 +132,7 @@ def comparison(text_files, tmp_path_factory):
     f"--decode_sentences={LINES}",
     "--decode_batch_tokens=64",
     "--repeats=1",
+    "--decode_dtypes=float32,bfloat16",
     f"--json={out}",
   ]
   saved = sys.argv
@@ -151,7 +157,17 @@ def test_every_system_translates_the_text_in_both_searches(comparison):
   assert list(result["searches"]) == ["beam", "greedy"]
   for name, search in result["searches"].items():
     systems = search["systems"]
-    assert list(systems) == ["t2t_jax", "ctranslate2 float32", "ctranslate2 int8"]
+    assert list(systems) == [
+      "t2t_jax",
+      "t2t_jax bfloat16",
+      "ctranslate2 float32",
+      "ctranslate2 int8",
+    ]
+    assert systems["t2t_jax"]["dtype"] == "float32"
+    assert systems["t2t_jax bfloat16"]["dtype"] == "bfloat16"
+    # Its own programs (another dtype), its own search statistics.
+    assert systems["t2t_jax bfloat16"]["first_pass_compiles"] >= 1
+    assert systems["t2t_jax bfloat16"]["hypothesis_steps"] >= search["beam_size"] * LINES
     for system, row in systems.items():
       assert 0 <= row["same_as_t2t_jax"] <= LINES, (name, system)
       assert row["bleu"] is not None and row["output_tokens"] >= LINES, (name, system)
@@ -182,6 +198,8 @@ def test_the_search_statistics_count_one_pass(comparison):
     assert stats["hypothesis_steps_needed"] == beam * search["systems"]["t2t_jax"]["output_tokens"]
     assert stats["stages"] >= stats["batches"] and stats["timed_compiles"] == 0
   for line in (
+    "| t2t_jax float32 |",
+    "| t2t_jax bfloat16 |",
     "| ctranslate2 int8 |",
     "hypothesis-steps",
     "beam search, beam 4",

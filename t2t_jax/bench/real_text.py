@@ -206,7 +206,7 @@ def _search_stats(stats: DecodeStats, beam_size: int) -> dict[str, Any]:
 
 
 def _one_search(
-  translator: Translator,
+  translators: Mapping[str, Translator],
   ct2s: Mapping[str, _Ct2],
   text: Text,
   tokens: list[list[str]],
@@ -218,15 +218,19 @@ def _one_search(
   repeats: int,
   counter: CompileCounter,
 ) -> dict[str, Any]:
-  """Every system on the whole text with one beam size: set-up, then `repeats` rounds."""
+  """Every system on the whole text with one beam size: set-up, then `repeats` rounds.
+  `translators`: t2t_jax's systems by name (T2T first, the baseline of identical lines)."""
+  translator = translators[T2T]
   alpha = translator.search.alpha
-  systems = {T2T: _t2t_run(translator, text.lines, beam_size)}
+  systems = {name: _t2t_run(t, text.lines, beam_size) for name, t in translators.items()}
   setup: dict[str, float] = {}
-  before = counter.snapshot()
-  start = time.perf_counter()
-  systems[T2T]()
-  setup[T2T] = time.perf_counter() - start
-  first = [now - then for now, then in zip(counter.snapshot(), before)]
+  first: dict[str, list[float]] = {}
+  for name in translators:
+    before = counter.snapshot()
+    start = time.perf_counter()
+    systems[name]()
+    setup[name] = time.perf_counter() - start
+    first[name] = [now - then for now, then in zip(counter.snapshot(), before)]
   for name, ct2 in ct2s.items():
     systems[name] = _ct2_run(
       ct2,
@@ -259,14 +263,22 @@ def _one_search(
       bleu=_bleu(texts, text.references),
       same_as_t2t_jax=sum(a == b for a, b in zip(texts, baseline)),
     )
-    if name != T2T:
+    if name in translators:
+      rows[name]["dtype"] = str(translators[name].model.config.dtype)
+      if name != T2T:
+        stats = translators[name].stats
+        rows[name]["hypothesis_steps"] = stats.row_steps * beam_size
+        rows[name]["first_pass_compiles"] = first[name][0]
+    else:
       rows[name]["hypothesis_steps"] = beam_size * output_tokens
   base = rows[T2T]["sentences_per_s"]
   for row in rows.values():
     row["t2t_jax_speedup"] = base / row["sentences_per_s"]
   search = _search_stats(translator.stats, beam_size)
   search.update(
-    first_pass_compiles=first[0], first_pass_compile_s=first[1], timed_compiles=timed_compiles
+    first_pass_compiles=first[T2T][0],
+    first_pass_compile_s=first[T2T][1],
+    timed_compiles=timed_compiles,
   )
   return dict(
     beam_size=beam_size, max_decoding_length=max_decoding_length, systems=rows, t2t_jax=search
@@ -300,20 +312,32 @@ def compare(
   cold_env: Mapping[str, str] | None = None,
   counter: CompileCounter | None = None,
   beam_stop: str | None = None,
+  dtypes: Sequence[str] = ("float32",),
 ) -> dict[str, Any]:
   """t2t_jax and CTranslate2 (each of `compute_types`, exported with that quantization) on
   `text` through `workdir`'s model: the beam search (`beam_size`, default the workdir's)
   and greedy search, `repeats` interleaved rounds each; with `cold`, also `cold_processes`
   (run with `cold_env`, default this process's environment). Returns what t2t-bench writes
   under `decode_text` (`table` prints it). beam_stop: t2t_jax's stopping rule (None: the
-  workdir's)."""
+  workdir's). dtypes: t2t_jax's systems, one per dtype (Translator.from_workdir's dtype),
+  the first named T2T and the others "t2t_jax DTYPE"."""
   threads = threads or cpu_threads()
   counter = counter or CompileCounter()
+  if not dtypes:
+    raise TextError("--decode_dtypes: no dtype given")
+  translators: dict[str, Translator] = {}
   start = time.perf_counter()
-  translator = Translator.from_workdir(
-    workdir, checkpoint, batch_tokens=batch_tokens, beam_stop=beam_stop
-  )
-  load_s = time.perf_counter() - start
+  for i, dtype in enumerate(dtypes):
+    try:
+      t = Translator.from_workdir(
+        workdir, checkpoint, dtype, batch_tokens=batch_tokens, beam_stop=beam_stop
+      )
+    except ValueError as e:
+      raise TextError(f"--decode_dtypes: {e}") from None
+    translators[T2T if i == 0 else f"{T2T} {t.model.config.dtype}"] = t
+    if i == 0:
+      load_s = time.perf_counter() - start
+  translator = translators[T2T]
   beam_size = beam_size or translator.search.beam_size
   ids = translator.source_ids(text.lines)
   extra, max_len = translator.max_output_extra, translator.model.config.max_len
@@ -328,7 +352,7 @@ def compare(
     searches = {}
     for name, beam in [("beam", beam_size), ("greedy", 1)][1 if beam_size == 1 else 0 :]:
       searches[name] = _one_search(
-        translator,
+        translators,
         ct2s,
         text,
         tokens,
@@ -352,6 +376,7 @@ def compare(
       alpha=translator.search.alpha,
       beam_stop=translator.search.beam_stop,
       load_s=load_s,
+      dtype=str(translator.model.config.dtype),
       model=dict(
         d_model=trained.config.d_model,
         layers=[trained.config.encoder_layers, trained.config.decoder_layers],
@@ -371,6 +396,7 @@ def compare(
         threads=threads,
         checkpoint=checkpoint,
         env=cold_env,
+        dtype=dtypes[0],
       )
   return result
 
@@ -424,6 +450,7 @@ def cold_processes(
   threads: int,
   checkpoint: str = "auto",
   env: Mapping[str, str] | None = None,
+  dtype: str = "float32",
 ) -> dict[str, Any]:
   """End-to-end seconds of fresh processes translating `lines` (written to a file):
   `t2t-translate --output=/dev/null` twice, the compilation cache in a new directory that
@@ -455,6 +482,7 @@ def cold_processes(
         "--output=/dev/null",
         f"--beam_size={beam_size}",
         f"--batch_tokens={batch_tokens}",
+        f"--dtype={dtype}",
       ]
 
     def ct2(path: str, compute_type: str, model: str) -> list[str]:
@@ -492,6 +520,8 @@ def _search_lines(name: str, s: dict[str, Any], sentences: int) -> list[str]:
   search = s[T2T]
   for system, row in s["systems"].items():
     steps = row.get("hypothesis_steps", search["hypothesis_steps_run"])
+    if system == T2T and "dtype" in row:
+      system = f"{T2T} {row['dtype']}"
     lines.append(
       f"| {system} | {row['sentences_per_s']:.1f} | {row['tokens_per_s']:,.0f} | "
       f"{_fmt(row['bleu'], '.2f')} | {row['same_as_t2t_jax']}/{sentences} | "

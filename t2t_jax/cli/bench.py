@@ -39,7 +39,7 @@ from absl import flags
 from t2t_jax.bench import decode, peers, pipeline, report, timing, train
 from t2t_jax.cli import common, host
 from t2t_jax.data import sources as data_sources
-from t2t_jax.decoding import SearchConfig
+from t2t_jax.decoding import SearchConfig, precision
 
 flags.DEFINE_string("experiment", "tiny", "experiment (as for t2t-train), optionally NAME:ARG")
 PARTS = ("peak", "train", "decode", "pipeline")  # the default: all of them
@@ -72,6 +72,12 @@ flags.DEFINE_enum(
   ["exact", "heuristic"],
   "real-text decoding (--workdir with --vs=ctranslate2): t2t_jax's stopping rule "
   "(default: the workdir's config.beam_stop)",
+)
+flags.DEFINE_list(
+  "decode_dtypes",
+  ["float32"],
+  "real-text decoding (--workdir with --vs=ctranslate2): t2t_jax in each of these dtypes "
+  "(float32, bfloat16, auto: t2t-translate --dtype), the first the baseline of identical lines",
 )
 flags.DEFINE_boolean(
   "sampling",
@@ -166,7 +172,14 @@ def _train_part(
   results["train"] = result
 
 
-REAL_TEXT_FLAGS = ("decode_input", "decode_reference", "decode_batch_tokens", "checkpoint", "cold")
+REAL_TEXT_FLAGS = (
+  "decode_input",
+  "decode_reference",
+  "decode_batch_tokens",
+  "checkpoint",
+  "cold",
+  "decode_dtypes",
+)
 SERVE_FLAGS = ("decode_input", "checkpoint")  # also --parts=serve's
 
 
@@ -186,6 +199,12 @@ def _real_text() -> bool:
     if FLAGS.repeats < 1:
       raise _usage(f"--repeats={FLAGS.repeats} must be >= 1")
     common.check_checkpoint_flag("t2t-bench", FLAGS.checkpoint)
+    bad = [d for d in FLAGS.decode_dtypes if d not in precision.DTYPES] or not FLAGS.decode_dtypes
+    if bad:
+      raise _usage(
+        f"--decode_dtypes={','.join(FLAGS.decode_dtypes)}: each is one of "
+        f"{', '.join(precision.DTYPES)}"
+      )
   if FLAGS.decode_sentences is not None and FLAGS.decode_sentences < (0 if real else 1):
     raise _usage(f"--decode_sentences={FLAGS.decode_sentences} must be >= {0 if real else 1}")
   return real
@@ -235,6 +254,7 @@ def _real_text_part(results: dict, counter: timing.CompileCounter) -> None:
       cold=FLAGS.cold,
       counter=counter,
       beam_stop=FLAGS.beam_stop,
+      dtypes=FLAGS.decode_dtypes,
     )
   except (real_text.TextError, TranslateError, CheckpointSpecError) as e:
     raise SystemExit(f"t2t-bench: {e}") from None

@@ -4,6 +4,7 @@
               [--checkpoint=auto|latest|average:N|best[:N]|STEP|selected]
               [--beam_size=N] [--alpha=A] [--char_limit=5000] [--batch_limit=128]
               [--alternatives_limit=3] [--batch_window_ms=5] [--api_keys=FILE] [--metrics]
+              [--dtype=auto|float32|bfloat16]
 
 POST /translate takes q (a string or a list), source, target, format, alternatives and
 api_key as JSON, a form body or query parameters, and answers {"translatedText": ...};
@@ -20,6 +21,7 @@ from collections.abc import Sequence
 from absl import flags
 
 from t2t_jax.cli import common
+from t2t_jax.decoding import precision
 
 flags.DEFINE_string(
   "workdir", None, "a t2t-train workdir; several, comma-separated: their ensemble"
@@ -57,6 +59,12 @@ flags.DEFINE_enum(
   "what is compiled before /ready: one sentence per source length bucket (seconds), or every "
   "batch shape and n-best size a request can need, so none compiles later (minutes; needs "
   "--max_batch_rows)",
+)
+flags.DEFINE_enum(
+  "dtype",
+  "auto",
+  list(precision.DTYPES),
+  "the products' dtype, as t2t-translate's --dtype ('auto': bfloat16 on a CPU with AMX)",
 )
 flags.DEFINE_string(
   "api_keys", None, "a file of API keys, one a line: every request then needs one of them"
@@ -145,6 +153,7 @@ def main(argv: Sequence[str]) -> None:
     max_rows=FLAGS.max_batch_rows or None,
     alternatives_limit=FLAGS.alternatives_limit,
     warm_up=FLAGS.warm_up,
+    dtype=FLAGS.dtype,
   )
   try:
     model = worker.Model(model_settings)

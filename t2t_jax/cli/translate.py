@@ -48,7 +48,7 @@ from absl import flags
 
 from t2t_jax.cli import common, host
 from t2t_jax.data.trees import Tree
-from t2t_jax.decoding import SearchConfig
+from t2t_jax.decoding import SearchConfig, precision
 from t2t_jax.decoding.config import STOP_RULES
 from t2t_jax.decoding.translator import Hypothesis, TranslateError, Translator, load_config
 from t2t_jax.evaluation import evaluate
@@ -143,6 +143,14 @@ def _define_flags() -> flags.FlagValues:
     "when beam search stops a sentence: 'exact' (no live hypothesis can still win) or "
     "'heuristic' (none would if it ended now: faster, may differ) (default: the workdir's "
     "config.beam_stop, else exact)",
+  )
+  flags.DEFINE_enum(
+    "dtype",
+    "auto",
+    list(precision.DTYPES),
+    "the products' dtype (accumulation and logits stay float32): 'auto' is bfloat16 on a CPU "
+    "with AMX (amx_bf16 in /proc/cpuinfo), float32 on other CPUs, the model's own on an "
+    f"accelerator; ${precision.ENV} overrides what auto picks",
   )
   flags.DEFINE_string(
     "checkpoint",
@@ -351,7 +359,11 @@ def main(argv: Sequence[str]) -> None:
     _check_output(args.output)
     inputs = None if interactive else _read_inputs(args, parsing)
     translator = Translator.from_workdirs(
-      workdirs(args.workdir), args.checkpoint, batch_tokens=args.batch_tokens, search=search
+      workdirs(args.workdir),
+      args.checkpoint,
+      args.dtype,
+      batch_tokens=args.batch_tokens,
+      search=search,
     )
     nbest = args.nbest or (1 if args.scores else None)
     if interactive:

@@ -8,6 +8,7 @@ import dataclasses
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from absl import logging
@@ -15,7 +16,7 @@ from flax.typing import VariableDict
 
 from t2t_jax import data as data_lib
 from t2t_jax.data.tokenizer import Tokenizer
-from t2t_jax.decoding import batching, search
+from t2t_jax.decoding import batching, precision, search
 from t2t_jax.decoding import workdirs as workdirs_lib
 from t2t_jax.decoding.batching import source_buckets
 from t2t_jax.decoding.config import PAPER_SEARCH, SearchConfig
@@ -200,14 +201,18 @@ class Translator:
 
   @classmethod
   def from_workdirs(
-    cls, workdirs: Sequence[str], checkpoint_spec: str = "latest", **kwargs: Any
+    cls,
+    workdirs: Sequence[str],
+    checkpoint_spec: str = "latest",
+    dtype: str | None = None,
+    **kwargs: Any,
   ) -> "Translator":
     """`from_workdir` of one workdir, or the `ensemble` of several (the same checkpoint
     choice in each; search and vocabulary from the first). Before any checkpoint is read,
     the members' vocabulary files must have the same sha256, and their models the same
     vocabulary size and max_len: otherwise refused in one line naming both workdirs."""
     if len(workdirs) == 1:
-      return cls.from_workdir(workdirs[0], checkpoint_spec, **kwargs)
+      return cls.from_workdir(workdirs[0], checkpoint_spec, dtype, **kwargs)
     first = workdirs_lib.member_shape(workdirs[0])
     for workdir in workdirs[1:]:
       other = workdirs_lib.member_shape(workdir)
@@ -222,7 +227,7 @@ class Translator:
             f"ensemble: {workdir} has model {what}={getattr(other, what)} but "
             f"{workdirs[0]} has {getattr(first, what)}"
           )
-    members = [cls.from_workdir(w, checkpoint_spec, **kwargs) for w in workdirs]
+    members = [cls.from_workdir(w, checkpoint_spec, dtype, **kwargs) for w in workdirs]
     return cls.ensemble(members, **kwargs)
 
   def decoder(self) -> tuple[Any, Any]:
@@ -243,16 +248,26 @@ class Translator:
 
   @classmethod
   def from_workdir(
-    cls, workdir: str, checkpoint_spec: str = "latest", **kwargs: Any
+    cls,
+    workdir: str,
+    checkpoint_spec: str = "latest",
+    dtype: str | None = None,
+    **kwargs: Any,
   ) -> "Translator":
     """Loads config.json, the vocabulary and checkpoint(s) ('latest', 'average:N', 'best[:N]',
     'STEP');
     the search defaults to the config's (SearchConfig.from_config), `kwargs` go to
-    Translator()."""
+    Translator(). dtype: the products' dtype ('float32', 'bfloat16', or 'auto':
+    precision.decode_dtype); None: the config's."""
     config = load_config(workdir)
     checkpoint_spec = checkpoint.resolve_spec(workdir, checkpoint_spec)
     tokenizer = workdirs_lib.load_tokenizer(config, workdir)
-    model_cfg = TransformerConfig.from_dict(config.model.to_dict(), vocab_size=tokenizer.vocab_size)
+    model_dict = config.model.to_dict()
+    if dtype is not None:
+      platform = jax.default_backend()
+      configured = model_dict.get("dtype", "float32")
+      model_dict["dtype"] = precision.decode_dtype(dtype, configured, platform)
+    model_cfg = TransformerConfig.from_dict(model_dict, vocab_size=tokenizer.vocab_size)
     model = Transformer(model_cfg)
     shapes = workdirs_lib.param_shapes(model)
     params, steps = checkpoint.load_params(workdir, checkpoint_spec, shapes)

@@ -47,6 +47,7 @@ class ModelSettings:
   max_rows: int | None = None  # sentences per decoding batch at most (None: batch_tokens)
   alternatives_limit: int = 3  # n-best alternatives a request may ask for (-1: beam - 1)
   warm_up: str = "buckets"  # WARM_UPS: what load() compiles before the server is ready
+  dtype: str = "auto"  # the products' dtype (decoding.precision.decode_dtype)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,7 +89,11 @@ class Model:
     if s.warm_up == "all" and not s.max_rows:
       raise ValueError("warm_up='all' needs max_rows: it bounds the batch shapes to compile")
     translator = Translator.from_workdirs(
-      list(s.workdirs), s.checkpoint, batch_tokens=s.batch_tokens, max_rows=s.max_rows
+      list(s.workdirs),
+      s.checkpoint,
+      s.dtype,
+      batch_tokens=s.batch_tokens,
+      max_rows=s.max_rows,
     )
     start = time.perf_counter()
     if s.warm_up == "all":

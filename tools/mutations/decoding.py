@@ -5,6 +5,7 @@ from tools.mutations import Mutation
 
 M = Mutation
 STAGED = "tests/test_staged_search.py"
+PRECISION = "tests/test_precision.py"
 MUTATIONS = (
   M(
     "constraint_rule",
@@ -149,5 +150,53 @@ MUTATIONS = (
     "return repr(x)  # nan and inf are no JSON numbers",
     "return repr(round(x))  # nan and inf are no JSON numbers",
     ("tests/test_compilation.py",),
+  ),
+  M(
+    "precision_auto_ignores_amx",
+    "--dtype=auto decodes in float32 on a CPU with AMX (the bfloat16 choice is lost)",
+    "t2t_jax/decoding/precision.py",
+    'return "bfloat16" if cpu_has_amx(cpuinfo) else "float32"',
+    'return "float32"',
+    (PRECISION,),
+  ),
+  M(
+    "precision_amx_substring",
+    "AMX detection matches a substring of the flags line, not a whole flag",
+    "t2t_jax/decoding/precision.py",
+    'return "amx_bf16" in line.partition(":")[2].split()',
+    'return "amx_bf16" in line.partition(":")[2]',
+    (PRECISION,),
+  ),
+  M(
+    "precision_env_ignored",
+    "$T2T_DECODE_DTYPE no longer pins what auto picks",
+    "t2t_jax/decoding/precision.py",
+    'pinned = os.environ.get(ENV, "")',
+    'pinned = ""',
+    (PRECISION,),
+  ),
+  M(
+    "precision_dtype_dropped",
+    "Translator.from_workdir reads the dtype but decodes in the config's",
+    "t2t_jax/decoding/translator.py",
+    '      model_dict["dtype"] = precision.decode_dtype(dtype, configured, platform)',
+    "      precision.decode_dtype(dtype, configured, platform)",
+    (PRECISION,),
+  ),
+  M(
+    "precision_flag_dropped",
+    "t2t-translate's --dtype never reaches the Translator",
+    "t2t_jax/cli/translate.py",
+    "      args.checkpoint,\n      args.dtype,\n",
+    "      args.checkpoint,\n      None,\n",
+    (PRECISION,),
+  ),
+  M(
+    "precision_serve_dtype_dropped",
+    "t2t-serve's dtype setting never reaches its Translator",
+    "t2t_jax/serve/worker.py",
+    "      s.checkpoint,\n      s.dtype,\n",
+    "      s.checkpoint,\n      None,\n",
+    (PRECISION,),
   ),
 )

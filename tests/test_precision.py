@@ -1,0 +1,155 @@
+"""The compute dtype of decoding (decoding.precision): which dtype --dtype=auto picks, and that
+the dtype chosen is the one the Translator and t2t-translate decode in."""
+
+import numpy as np
+import pytest
+
+from t2t_jax.decoding import precision
+from tests import support
+
+FLAGS_AMX = "fpu vme sse avx512f amx_bf16 amx_tile amx_int8 avx512_fp16"
+FLAGS_PLAIN = "fpu vme sse avx2 avx512f avx512_bf16"
+
+
+def _cpuinfo(tmp_path, flags: str | None, extra: str = "") -> str:
+  path = tmp_path / "cpuinfo"
+  lines = ["processor\t: 0", "model name\t: Some CPU", extra]
+  if flags is not None:
+    lines.append(f"flags\t\t: {flags}")
+  lines.append("bugs\t\t: spectre_v1")
+  path.write_text("\n".join(lines) + "\n")
+  return str(path)
+
+
+@pytest.mark.parametrize(
+  "flags, extra, expected",
+  [
+    (FLAGS_AMX, "", True),
+    (FLAGS_PLAIN, "", False),  # avx512_bf16 converts, it does not multiply in tiles
+    (None, "", False),  # no flags line at all (not x86)
+    (FLAGS_PLAIN, "vmx flags\t: amx_bf16", False),  # only the flags line counts
+    ("fpu amx_bf16x amx_tile", "", False),  # whole flags, not substrings
+  ],
+)
+def test_cpu_has_amx_reads_the_flags_line(tmp_path, flags, extra, expected):
+  assert precision.cpu_has_amx(_cpuinfo(tmp_path, flags, extra)) is expected
+
+
+def test_cpu_has_amx_is_false_where_cpuinfo_is_unreadable(tmp_path):
+  assert precision.cpu_has_amx(str(tmp_path / "missing")) is False
+
+
+@pytest.mark.parametrize(
+  "requested, config_dtype, platform, amx, expected",
+  [
+    ("auto", "float32", "cpu", True, "bfloat16"),
+    ("auto", "float32", "cpu", False, "float32"),
+    ("auto", "bfloat16", "cpu", False, "float32"),  # emulated bfloat16 is slower
+    ("auto", "bfloat16", "gpu", False, "bfloat16"),  # an accelerator keeps the model's
+    ("auto", "float32", "tpu", True, "float32"),
+    ("float32", "float32", "cpu", True, "float32"),
+    ("bfloat16", "float32", "cpu", False, "bfloat16"),
+  ],
+)
+def test_decode_dtype_rule(tmp_path, monkeypatch, requested, config_dtype, platform, amx, expected):
+  monkeypatch.delenv(precision.ENV, raising=False)
+  cpuinfo = _cpuinfo(tmp_path, FLAGS_AMX if amx else FLAGS_PLAIN)
+  assert precision.decode_dtype(requested, config_dtype, platform, cpuinfo) == expected
+
+
+def test_the_environment_pins_what_auto_picks_and_bad_values_are_named(tmp_path, monkeypatch):
+  amx = _cpuinfo(tmp_path, FLAGS_AMX)
+  monkeypatch.setenv(precision.ENV, "float32")
+  assert precision.decode_dtype("auto", "float32", "cpu", amx) == "float32"
+  assert precision.decode_dtype("bfloat16", "float32", "cpu", amx) == "bfloat16"
+  monkeypatch.setenv(precision.ENV, "bfloat16")
+  assert precision.decode_dtype("auto", "float32", "gpu", amx) == "bfloat16"
+  monkeypatch.setenv(precision.ENV, "fp16")
+  with pytest.raises(ValueError, match=r"^\$T2T_DECODE_DTYPE='fp16': use float32 or bfloat16"):
+    precision.decode_dtype("auto", "float32", "cpu", amx)
+  with pytest.raises(ValueError, match="dtype 'half': use one of auto, float32, bfloat16"):
+    precision.decode_dtype("half", "float32", "cpu", amx)
+
+
+def _scores(translator, lines):
+  return np.array([hyps[0].score for hyps in translator.translate(lines, nbest=1)])
+
+
+@pytest.fixture(scope="module")
+def workdir_and_lines():
+  from t2t_jax import data
+  from t2t_jax.decoding.translator import load_config
+
+  workdir = support.small_trained_workdir()
+  pairs = data.get_datasets(load_config(workdir).data, workdir).test_pairs[:12]
+  return workdir, [s for s, _ in pairs]
+
+
+def test_bfloat16_decoding_scores_follow_float32_within_bfloat16_rounding(workdir_and_lines):
+  """Translator.from_workdir(dtype='bfloat16') decodes with bfloat16 products: its scores
+  differ from float32's (so the products really are bfloat16), by no more than bfloat16's
+  rounding of a few products allows."""
+  import jax.numpy as jnp
+
+  from t2t_jax.decoding.translator import Translator
+
+  workdir, lines = workdir_and_lines
+  f32 = Translator.from_workdir(workdir, dtype="float32")
+  bf16 = Translator.from_workdir(workdir, dtype="bfloat16")
+  assert f32.model.config.dtype == jnp.float32 and bf16.model.config.dtype == jnp.bfloat16
+  assert Translator.from_workdir(workdir).model.config.dtype == jnp.float32  # the config's
+  a, b = _scores(f32, lines), _scores(bf16, lines)
+  assert not np.array_equal(a, b)
+  np.testing.assert_allclose(b, a, rtol=0.05, atol=0.05)
+
+
+def test_t2t_translate_decodes_in_the_dtype_auto_picks(workdir_and_lines, tmp_path, monkeypatch):
+  """--dtype=auto (the default) decodes in bfloat16 on a CPU with AMX and in float32 on one
+  without; --dtype=float32 overrides it. Checked through the written scores, against the
+  Translator's in each dtype."""
+  from t2t_jax.decoding.translator import Translator
+  from tests.test_sampling import _translate
+
+  workdir, lines = workdir_and_lines
+  source = tmp_path / "in.txt"
+  source.write_text("".join(s + "\n" for s in lines))
+  expected = {
+    d: _scores(Translator.from_workdir(workdir, dtype=d), lines) for d in ("float32", "bfloat16")
+  }
+  monkeypatch.delenv(precision.ENV, raising=False)
+  for amx, flag, dtype in [
+    (True, [], "bfloat16"),
+    (False, [], "float32"),
+    (True, ["--dtype=float32"], "float32"),
+  ]:
+    monkeypatch.setattr(precision, "cpu_has_amx", lambda cpuinfo="", amx=amx: amx)
+    output = tmp_path / f"out_{amx}_{len(flag)}.txt"
+    _translate(
+      monkeypatch,
+      f"--workdir={workdir}",
+      "--scores",
+      f"--input={source}",
+      f"--output={output}",
+      *flag,
+    )
+    written = [float(line.split("\t")[0]) for line in output.read_text().splitlines()]
+    np.testing.assert_allclose(written, expected[dtype], rtol=1e-4, err_msg=(amx, flag))
+
+
+def test_t2t_serve_decodes_in_the_dtype_its_flag_names(workdir_and_lines, monkeypatch):
+  """t2t-serve's --dtype reaches the server's Translator; its default is auto's choice."""
+  import jax.numpy as jnp
+
+  from t2t_jax.serve import worker
+
+  workdir, lines = workdir_and_lines
+  monkeypatch.delenv(precision.ENV, raising=False)
+  monkeypatch.setattr(precision, "cpu_has_amx", lambda cpuinfo="": True)
+  for settings, dtype in [
+    (worker.ModelSettings(workdirs=(workdir,)), jnp.bfloat16),
+    (worker.ModelSettings(workdirs=(workdir,), dtype="float32"), jnp.float32),
+  ]:
+    model = worker.Model(settings)
+    model.load()
+    assert model._translator.model.config.dtype == dtype
+    assert len(model.translate(lines[:2])) == 2
