@@ -119,12 +119,14 @@ class Knobs(NamedTuple):
 
   @classmethod
   def of(cls, settings: SearchConfig) -> "Knobs":
+    # Numpy scalars copied to the device: jnp.float32(x) compiles a conversion program.
+    f32, i32 = (lambda x: jax.device_put(np.float32(x))), (lambda x: jax.device_put(np.int32(x)))
     return cls(
-      alpha=jnp.float32(settings.alpha),
-      temperature=jnp.float32(settings.sampling_temperature),
-      topk=jnp.int32(settings.sampling_topk),
-      topp=jnp.float32(settings.sampling_topp),
-      seed=jnp.int32(settings.sampling_seed),
+      alpha=f32(settings.alpha),
+      temperature=f32(settings.sampling_temperature),
+      topk=i32(settings.sampling_topk),
+      topp=f32(settings.sampling_topp),
+      seed=i32(settings.sampling_seed),
     )
 
 
@@ -495,7 +497,7 @@ def warm_up_stages(
       )
       outputs = _stage_outputs(rows, knobs.alpha)
       for target in targets:
-        keep = jnp.asarray(np.arange(target), jnp.int32)
+        keep = jax.device_put(np.arange(target, dtype=np.int32))
         entering.setdefault(target, _stage_take(rows, keep, knobs.alpha)[0])
       if segment + 1 < len(bounds):
         grown[size] = _stage_resize(rows, length=bounds[segment + 1])
@@ -522,11 +524,14 @@ def _prepared(
 ) -> tuple[Batch, Knobs, Decoding]:
   """`search_batch`'s (Batch, Knobs, Decoding): `decoding` are `Decoding.of`'s keywords."""
   ids = np.arange(np.shape(inputs)[0]) if sentence_ids is None else sentence_ids
+  # Cast on the host and copy: jnp.asarray compiles a conversion program for every new
+  # shape of int64 numpy input (sentence ids, keep lists).
+  as_int32 = lambda x: jax.device_put(np.asarray(x, np.int32))
   batch = Batch(
-    inputs=jnp.asarray(inputs, jnp.int32),
-    limits=jnp.asarray(max_lengths, jnp.int32),
-    prefix=None if prefix is None else jnp.asarray(prefix, jnp.int32),
-    sentence_ids=jnp.asarray(ids, jnp.int32),
+    inputs=as_int32(inputs),
+    limits=as_int32(max_lengths),
+    prefix=None if prefix is None else as_int32(prefix),
+    sentence_ids=as_int32(ids),
   )
   return batch, Knobs.of(search), Decoding.of(search, **decoding)
 

@@ -1085,7 +1085,7 @@ def run_in_stages(
       size = compacted_size(running.size, min_rows)
       filler = np.flatnonzero(done)[: size - running.size]
       keep = np.concatenate([running, filler])
-      rows, outputs = stages.take(rows, jnp.asarray(keep, jnp.int32))
+      rows, outputs = stages.take(rows, jax.device_put(keep.astype(np.int32)))  # no program
       collect(outputs, np.flatnonzero(real & done))
       origin = np.concatenate([origin[running], np.full(filler.size, -1)])
       stats.compactions += 1
