@@ -199,4 +199,20 @@ MUTATIONS = (
     "      s.checkpoint,\n      None,\n",
     (PRECISION,),
   ),
+  M(
+    "keep_list_conversion",
+    "each compaction's keep list is converted on the device: a program per new length",
+    "t2t_jax/decoding/search.py",
+    "stages.take(rows, jax.device_put(keep.astype(np.int32)))",
+    "stages.take(rows, jnp.asarray(keep, jnp.int32))",
+    (STAGED,),
+  ),
+  M(
+    "batch_conversion",
+    "the batch's int64 arrays are converted on the device: a program per new shape",
+    "t2t_jax/decoding/programs.py",
+    "as_int32 = lambda x: jax.device_put(np.asarray(x, np.int32))",
+    "as_int32 = lambda x: jnp.asarray(x, jnp.int32)",
+    (STAGED,),
+  ),
 )
