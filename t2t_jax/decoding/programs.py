@@ -436,7 +436,13 @@ def decode_in_stages(
   )
   stages = search.Stages(
     run=lambda rows, bound, until: _stage_run(
-      params, rows, knobs, jnp.int32(until), model=model, bound=bound, decoding=decoding
+      params,
+      rows,
+      knobs,
+      jax.device_put(np.int32(until)),
+      model=model,
+      bound=bound,
+      decoding=decoding,
     ),
     take=lambda rows, keep: _stage_take(rows, keep, knobs.alpha),
     outputs=lambda rows: _stage_outputs(rows, knobs.alpha),
@@ -491,7 +497,7 @@ def warm_up_stages(
   for segment, bound in enumerate(bounds):
     grown = {}
     for size, targets in sizes.items():  # largest first: each smaller size is taken from one
-      until = jnp.int32(size)
+      until = jax.device_put(np.int32(size))
       rows, _, _ = _stage_run(
         params, entering[size], knobs, until, model=model, bound=bound, decoding=decoding
       )
