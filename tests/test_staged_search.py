@@ -79,6 +79,53 @@ def _staged(beam_size, stats=None, *, final=None, stop="exact", constraint=None,
   return run
 
 
+def test_a_search_compiles_only_its_stage_programs():
+  """The programs a search compiles are its stages and nothing beside them: the batch's
+  arrays (int64 numpy here, as the Translator's batcher makes them), the knobs and the keep
+  lists of each compaction go to the device as int32 without a conversion program per new
+  shape (jnp.asarray(int64, jnp.int32) compiled one each). A conversion program compiles
+  once per process, so this is the file's first test: run alone or first (as
+  tools/mutation_check.py runs the file), it sees every program of its search compile."""
+  import logging
+  import re
+
+  model, params = _model_and_params()
+  rng = np.random.default_rng(11)
+  rows, src_len = 13, 11  # shapes no other test here uses: their programs are compiled anew
+  inputs = rng.integers(WORDS.start, VOCAB, size=(rows, src_len))
+  inputs[:, -1] = EOS_ID
+  limits = rng.integers(3, 30, size=rows)
+  compiled: list[str] = []
+
+  class Names(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+      found = re.search(r"Finished XLA compilation of (\S+)", record.getMessage())
+      if found:
+        compiled.append(found.group(1))
+
+  handler, logger = Names(), logging.getLogger("jax")
+  logger.addHandler(handler)
+  try:
+    with jax.log_compiles(True):
+      programs.search_batch(
+        params,
+        inputs,
+        limits,
+        model=model,
+        max_decode_len=32,
+        search=SearchConfig(beam_size=2, alpha=0.6, sampling_topk=7),
+        sentence_ids=np.arange(rows),
+      )
+  finally:
+    logger.removeHandler(handler)
+  # The stages by name, or (programs kept by compilation.stored) their exported form's call.
+  stages = {"_stage_start", "_stage_run", "_stage_take", "_stage_resize", "_outputs"}
+  stages.add("call_exported")
+  names = {n.removeprefix("jit(").removesuffix(")") for n in compiled}
+  assert names, "no compile message heard"
+  assert names <= stages, compiled
+
+
 @functools.cache
 def _forward(seed: int = 3, eos_bias: float = 2.0):
   """float64 next-token log-probabilities of every row, teacher-forced on the tokens so far:
@@ -389,49 +436,3 @@ def test_run_in_stages_halves_and_grows_on_a_counting_search():
   assert stats.resizes == 2 and stats.compactions >= 3
   # 16 rows to step 8 (half done), 8 to step 12, 4 to 14, 2 to 15, 1 to 16.
   assert stats.row_steps == 16 * 8 + 8 * 4 + 4 * 2 + 2 * 1 + 1 * 1
-
-
-def test_a_search_compiles_only_its_stage_programs():
-  """The programs a search compiles are its stages and nothing beside them: the batch's
-  arrays (int64 numpy here, as the Translator's batcher makes them), the knobs and the keep
-  lists of each compaction go to the device as int32 without a conversion program per new
-  shape (jnp.asarray(int64, jnp.int32) compiled one each)."""
-  import logging
-  import re
-
-  model, params = _model_and_params()
-  rng = np.random.default_rng(11)
-  rows, src_len = 13, 11  # shapes no other test here uses: their programs are compiled anew
-  inputs = rng.integers(WORDS.start, VOCAB, size=(rows, src_len))
-  inputs[:, -1] = EOS_ID
-  limits = rng.integers(3, 30, size=rows)
-  compiled: list[str] = []
-  jax.clear_caches()  # programs of other tests' shapes (the keep lists' powers of two) too
-
-  class Names(logging.Handler):
-    def emit(self, record: logging.LogRecord) -> None:
-      found = re.search(r"Finished XLA compilation of (\S+)", record.getMessage())
-      if found:
-        compiled.append(found.group(1))
-
-  handler, logger = Names(), logging.getLogger("jax")
-  logger.addHandler(handler)
-  try:
-    with jax.log_compiles(True):
-      programs.search_batch(
-        params,
-        inputs,
-        limits,
-        model=model,
-        max_decode_len=32,
-        search=SearchConfig(beam_size=2, alpha=0.6, sampling_topk=7),
-        sentence_ids=np.arange(rows),
-      )
-  finally:
-    logger.removeHandler(handler)
-  # The stages by name, or (programs kept by compilation.stored) their exported form's call.
-  stages = {"_stage_start", "_stage_run", "_stage_take", "_stage_resize", "_outputs"}
-  stages.add("call_exported")
-  names = {n.removeprefix("jit(").removesuffix(")") for n in compiled}
-  assert names, "no compile message heard"
-  assert names <= stages, compiled
