@@ -1,8 +1,10 @@
 """Helpers shared by the data tests and the benchmark: locating the offline corpora, configs."""
 
+import ast
 import atexit
 import fcntl
 import functools
+import gc
 import json
 import os
 import pathlib
@@ -193,3 +195,17 @@ def forked_commands(cases: list, root: str, out_dir: str) -> dict[str, dict[str,
   )
   assert proc.returncode == 0, proc.stderr[-3000:]
   return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def parse_source(path: "str | pathlib.Path") -> ast.Module:
+  """ast.parse of a file with the garbage collector paused. A collection during the parse
+  can run Python code (the warning of a coroutine another test left unawaited), and CPython
+  3.11 before 3.11.8 then fails the parse with "AST constructor recursion depth mismatch"."""
+  text = pathlib.Path(path).read_text(encoding="utf-8")
+  enabled = gc.isenabled()
+  gc.disable()
+  try:
+    return ast.parse(text, str(path))
+  finally:
+    if enabled:
+      gc.enable()

@@ -12,6 +12,7 @@ import pytest
 from t2t_jax import data
 from t2t_jax.data import sources
 from t2t_jax.data.sources import base
+from tests import support
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DATA = ROOT / "t2t_jax" / "data"
@@ -40,7 +41,7 @@ def _source_comparisons(path: pathlib.Path) -> list[str]:
   """`file:line` of every ==/!= that branches on the data source's name."""
   known = set(sources.names())
   found = []
-  for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+  for node in ast.walk(support.parse_source(path)):
     if not isinstance(node, ast.Compare):
       continue
     operands = [node.left, *node.comparators]
@@ -87,7 +88,7 @@ def _imports(tree: ast.Module, modules: dict[str, pathlib.Path]) -> list[tuple[s
 def _import_graph() -> dict[str, set[str]]:
   modules = _data_modules()
   return {
-    name: {target for target, _ in _imports(ast.parse(path.read_text()), modules)} - {name}
+    name: {target for target, _ in _imports(support.parse_source(path), modules)} - {name}
     for name, path in modules.items()
   }
 
@@ -135,7 +136,7 @@ def test_data_modules_are_imported_at_module_level_only():
   modules = _data_modules()
   late = []
   for name, path in modules.items():
-    tree = ast.parse(path.read_text())
+    tree = support.parse_source(path)
     top = {id(node) for node in tree.body}
     for node in tree.body:
       if isinstance(node, ast.FunctionDef) and node.name == "__getattr__":

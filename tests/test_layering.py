@@ -16,6 +16,7 @@ import pytest
 
 import t2t_jax
 from t2t_jax.run.workdir import Workdir
+from tests import support
 
 PACKAGE = pathlib.Path(t2t_jax.__file__).resolve().parent
 READERS = (
@@ -61,7 +62,7 @@ def _is_training(module: str) -> bool:
 
 @pytest.mark.parametrize("path", _sources(*READERS), ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_readers_do_not_import_training_in_their_source(path):
-  tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+  tree = support.parse_source(path)
   assert not [m for m in _imported(tree) if _is_training(m)]
 
 
@@ -123,7 +124,7 @@ def test_workdir_file_names_are_spelled_only_in_workdir(path):
   name = str(path.relative_to(PACKAGE))
   if name in {"run/workdir.py"} | OTHER_FORMATS:
     return
-  tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+  tree = support.parse_source(path)
   assert not [s for s in _string_constants(tree) if s in WORKDIR_FILES + (Workdir.CHECKPOINTS,)]
 
 
@@ -131,6 +132,6 @@ def test_workdir_file_names_are_spelled_only_in_workdir(path):
 def test_the_run_layer_imports_only_itself(path):
   """run/ sits under every other package (data imports run.files): importing any of them
   from it would make a circle."""
-  tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+  tree = support.parse_source(path)
   others = [m for m in _imported(tree) if m.startswith("t2t_jax") and m != "t2t_jax"]
   assert all(m == "t2t_jax.run" or m.startswith("t2t_jax.run.") for m in others), others

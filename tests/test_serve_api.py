@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from t2t_jax.serve import api
 from t2t_jax.serve.batching import Batcher, QueueFullError, padded_cost, split_results
+from tests import support
 
 PAIR = api.Pair("en", "de")
 LIMITS = api.Limits(char_limit=100, batch_limit=4, alternatives_limit=3)
@@ -340,7 +341,7 @@ def test_only_the_worker_calls_decoding_and_the_pure_modules_need_no_server_libr
 
   root = pathlib.Path(t2t_jax.serve.__file__).parent
   for path in sorted(root.glob("*.py")):
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = support.parse_source(path)
     modules = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
     modules += [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module]
     model_side = [m for m in modules if m.startswith(("t2t_jax.translate", "t2t_jax.decoding"))]
