@@ -199,8 +199,7 @@ def _real_text() -> bool:
     if FLAGS.repeats < 1:
       raise _usage(f"--repeats={FLAGS.repeats} must be >= 1")
     common.check_checkpoint_flag("t2t-bench", FLAGS.checkpoint)
-    bad = [d for d in FLAGS.decode_dtypes if d not in precision.DTYPES] or not FLAGS.decode_dtypes
-    if bad:
+    if not FLAGS.decode_dtypes or set(FLAGS.decode_dtypes) - set(precision.DTYPES):
       raise _usage(
         f"--decode_dtypes={','.join(FLAGS.decode_dtypes)}: each is one of "
         f"{', '.join(precision.DTYPES)}"
