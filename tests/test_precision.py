@@ -153,3 +153,13 @@ def test_t2t_serve_decodes_in_the_dtype_its_flag_names(workdir_and_lines, monkey
     model.load()
     assert model._translator.model.config.dtype == dtype
     assert len(model.translate(lines[:2])) == 2
+
+
+def test_a_bad_environment_pin_is_one_line_from_t2t_translate(workdir_and_lines, monkeypatch):
+  from tests.test_sampling import _translate
+
+  workdir, _ = workdir_and_lines
+  monkeypatch.setenv(precision.ENV, "fp16")
+  with pytest.raises(SystemExit) as e:
+    _translate(monkeypatch, f"--workdir={workdir}", "--input=/dev/null")
+  assert str(e.value) == "t2t-translate: $T2T_DECODE_DTYPE='fp16': use float32 or bfloat16"

@@ -266,7 +266,10 @@ class Translator:
     if dtype is not None:
       platform = jax.default_backend()
       configured = model_dict.get("dtype", "float32")
-      model_dict["dtype"] = precision.decode_dtype(dtype, configured, platform)
+      try:
+        model_dict["dtype"] = precision.decode_dtype(dtype, configured, platform)
+      except ValueError as e:  # a bad $T2T_DECODE_DTYPE: one line from the commands
+        raise TranslateError(str(e)) from None
     model_cfg = TransformerConfig.from_dict(model_dict, vocab_size=tokenizer.vocab_size)
     model = Transformer(model_cfg)
     shapes = workdirs_lib.param_shapes(model)

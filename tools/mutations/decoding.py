@@ -179,8 +179,8 @@ MUTATIONS = (
     "precision_dtype_dropped",
     "Translator.from_workdir reads the dtype but decodes in the config's",
     "t2t_jax/decoding/translator.py",
-    '      model_dict["dtype"] = precision.decode_dtype(dtype, configured, platform)',
-    "      precision.decode_dtype(dtype, configured, platform)",
+    '        model_dict["dtype"] = precision.decode_dtype(dtype, configured, platform)',
+    "        precision.decode_dtype(dtype, configured, platform)",
     (PRECISION,),
   ),
   M(
