@@ -327,9 +327,13 @@ def test_one_process_failing_stops_the_other(tmp_path, failure):
   elapsed = time.time() - start
   survivor = _log(out, 0)
   assert codes[0] != 0 and elapsed < 60, (codes, elapsed, survivor[-3000:])
-  assert (
-    "Terminating process because the JAX distributed service detected fatal errors" in survivor
-  ), survivor[-3000:]
+  # The survivor stops by whichever comes first: JAX's service noticing the missing
+  # heartbeats, or its own collective failing (Gloo's connection reset) and fail_fast.
+  stopped_by = (
+    "Terminating process because the JAX distributed service detected fatal errors",
+    "exiting now so that the other processes stop too",
+  )
+  assert any(line in survivor for line in stopped_by), survivor[-3000:]
   if failure == "kill":
     assert codes[1] == -signal.SIGKILL, codes
   if failure == "raise":
