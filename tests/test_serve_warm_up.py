@@ -195,13 +195,20 @@ def test_warm_up_calls_every_stage_program_once_per_shape(monkeypatch):
 
   def counting(params, batch, knobs, **kw):
     calls = real(params, batch, knobs, **kw)
-    made.append((batch.inputs.shape, kw["max_decode_len"], kw["decoding"].stop, calls))
+    made.append((batch.inputs.shape, kw, calls))
     return calls
 
   monkeypatch.setattr(programs, "warm_up_stages", counting)
   shapes, calls = translator.warm_up_batches(beam_size=4, nbests=[None, 1, 2])
   assert shapes == len(made) and calls == sum(m[-1] for m in made)
-  for (rows, _), max_decode_len, _, count in made:
-    bounds = search.segment_bounds(max_decode_len)
-    assert count == 1 + len(_predicted_calls(rows, bounds, programs.MIN_ROWS))
-  assert len({m[2] for m in made}) == 2  # nbest 1 shares the plain search's programs
+  for (rows, src_len), kw, count in made:
+    bounds = programs.stage_bounds(kw["max_decode_len"], kw["decoding"])
+    # a call's longest bucket, which compacted batches attend over, is any from src_len up
+    memories = [b for b in sorted(set(batching.source_buckets(24))) if b >= src_len]
+    assert kw["memory_lens"] == tuple(memories)
+    predicted = _predicted_calls(rows, bounds, programs.MIN_ROWS)
+    # the full batch's run, outputs and resize once; every other call once per memory
+    once = [c for c in predicted if c[0] != "take" and c[1] == rows]
+    assert count == 1 + len(once) + (len(predicted) - len(once)) * len(memories)
+  # nbest 1 shares the plain search's programs
+  assert len({m[1]["decoding"].stop for m in made}) == 2

@@ -23,6 +23,11 @@ def source_buckets(max_len: int) -> list[int]:
   return [min(b, max_len) for b in out]
 
 
+def source_bucket(max_len: int, source_len: int) -> int:
+  """The smallest of `source_buckets(max_len)` that holds `source_len` tokens."""
+  return next(b for b in source_buckets(max_len) if b >= source_len)
+
+
 def _round_up(n: int, multiple: int) -> int:
   return -(-n // multiple) * multiple
 

@@ -20,6 +20,7 @@ An ensemble's step combines its members' distributions (`search.ensemble_log_pro
 
 import dataclasses
 import functools
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -34,7 +35,7 @@ from t2t_jax.decoding import search
 from t2t_jax.decoding.config import PAPER_SEARCH, SearchConfig
 from t2t_jax.decoding.diverse import Diversity
 from t2t_jax.decoding.search import StageStats
-from t2t_jax.model import Transformer, beam_search_cache, map_self_attention_cache
+from t2t_jax.model import Transformer, beam_search_cache, map_self_attention_cache, pad_memory
 from t2t_jax.tokens import PAD_ID
 
 Members = tuple[Transformer, ...]
@@ -255,6 +256,15 @@ def _resize_cache(state: Any, length: int) -> Any:
   return state._replace(cache=(resize(model_caches, beam_size), slots.resize(length)))
 
 
+def _pad_memory(state: Any, length: int) -> Any:
+  """The state with its members' encoder keys/values padded to `length` source positions
+  (`pad_memory`), whether beam search's or a row search's."""
+  if isinstance(state, search._RowState):
+    return state._replace(cache=tuple(pad_memory(c, length) for c in state.cache))
+  model_caches, slots = state.cache
+  return state._replace(cache=(tuple(pad_memory(c, length) for c in model_caches), slots))
+
+
 # --- the programs ---------------------------------------------------------------------------------
 
 
@@ -369,13 +379,17 @@ _stage_outputs = compilation.stored(jax.jit(_outputs))
 
 
 @compilation.stored
-@jax.jit
+@functools.partial(jax.jit, static_argnames=("memory_len",))
 def _stage_take(
-  rows: Rows, keep: jax.Array, alpha: jax.Array
+  rows: Rows, keep: jax.Array, alpha: jax.Array, *, memory_len: int | None = None
 ) -> tuple[Rows, tuple[jax.Array, ...]]:
   """(the rows `keep`, every row's outputs): results of the rows leaving the batch are
-  read in the same program that drops them."""
-  return search._map_nonscalar(lambda x: x[keep], rows), _outputs(rows, alpha)
+  read in the same program that drops them. The rows kept have their encoder keys/values
+  padded to `memory_len` positions (None: as they are)."""
+  kept = search._map_nonscalar(lambda x: x[keep], rows)
+  if memory_len is not None:
+    kept = kept._replace(state=_pad_memory(kept.state, memory_len))
+  return kept, _outputs(rows, alpha)
 
 
 @compilation.stored
@@ -396,6 +410,15 @@ def _samples_ranked(
   return search.gather_beams(seqs, order), jnp.take_along_axis(log_probs, order, axis=1)
 
 
+def stage_bounds(max_decode_len: int, decoding: Decoding) -> list[int]:
+  """The cache's bounds (`search.segment_bounds`) of a staged search. A row search (greedy,
+  sampling) attends over one cache slot per position, beam search over beam_size: its
+  first segment is twice beam search's, which saves a resize and the stage programs of
+  the shortest cache for little more attention per step."""
+  first = search.FIRST_SEGMENT * (1 if decoding.mode == "beam" else 2)
+  return search.segment_bounds(max_decode_len, first)
+
+
 # The smallest batch a staged search compacts to: below it a step costs about the same, and
 # every smaller size would compile stages of its own.
 MIN_ROWS = 8
@@ -411,6 +434,7 @@ def decode_in_stages(
   decoding: Decoding,
   stats: search.StageStats | None = None,
   min_rows: int = MIN_ROWS,
+  memory_len: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
   """Decodes one batch with `search.run_in_stages`, the one search loop: sentences (samples)
   leave the batch (halving it) as they finish and the self-attention cache grows with the
@@ -423,8 +447,11 @@ def decode_in_stages(
   scores [batch, beam]), best first; greedy: (sequences [batch, 1, max_decode_len], log-probs
   [batch, 1]); sampling: (sequences [batch, num_samples, max_decode_len], log-probs [batch,
   num_samples]) ordered by length-normalised score, best first (ties: sample order).
-  `stats` is added to (`search.StageStats`)."""
-  bounds = search.segment_bounds(max_decode_len)
+  `stats` is added to (`search.StageStats`). memory_len: the source positions the encoder
+  keys/values of compacted batches are padded to (None: their own), so that batches of
+  several source lengths share the stage programs after their first compaction; the full
+  batch attends over its own length, where padding would cost the most."""
+  bounds = stage_bounds(max_decode_len, decoding)
   rows = _stage_start(
     params,
     batch,
@@ -444,7 +471,7 @@ def decode_in_stages(
       bound=bound,
       decoding=decoding,
     ),
-    take=lambda rows, keep: _stage_take(rows, keep, knobs.alpha),
+    take=lambda rows, keep: _stage_take(rows, keep, knobs.alpha, memory_len=memory_len),
     outputs=lambda rows: _stage_outputs(rows, knobs.alpha),
     resize=lambda rows, length: _stage_resize(rows, length=length),
   )
@@ -470,18 +497,21 @@ def warm_up_stages(
   max_decode_len: int,
   decoding: Decoding,
   min_rows: int = MIN_ROWS,
+  memory_lens: Sequence[int | None] = (None,),
 ) -> int:
   """Calls every program `decode_in_stages` can call for a batch of `batch`'s shape (its
-  contents do not matter), so that none of them compiles later; returns how many.
+  contents do not matter) with each of `memory_lens` as its memory_len, so that none of
+  them compiles later; returns how many.
 
   Which programs a search runs depends on when its sentences finish; these are all that
   `search.run_in_stages` can reach: at each of the cache's bounds, a run, the outputs and
   (below the last bound) the resize at every size of `search.stage_sizes`, and the take of
-  each size to each size it can be compacted to. A run is called with `until` = its rows,
-  so it compiles without taking a step. Every call gets rows made as the search makes
-  them (the start's, or a run's taken or resized), so that shapes and weak types, and so
-  the programs, are those a search will call."""
-  bounds = search.segment_bounds(max_decode_len)
+  each size to each size it can be compacted to; below the full size, once per memory
+  length. A run is called with `until` = its rows, so it compiles without taking a step.
+  Every call gets rows made as the search makes them (the start's, or a run's taken or
+  resized), so that shapes and weak types, and so the programs, are those a search will
+  call."""
+  bounds = stage_bounds(max_decode_len, decoding)
   full = batch.inputs.shape[0] * decoding.rows_per_sentence
   sizes = search.stage_sizes(full, min_rows)
   start = _stage_start(
@@ -493,21 +523,27 @@ def warm_up_stages(
     first=bounds[0],
     decoding=decoding,
   )
-  entering, calls = {full: start}, 1  # each size's rows as a run meets them
+  # (size, memory_len) -> the rows a run meets; the full batch's memory is its own (None)
+  entering, calls = {(full, None): start}, 1
   for segment, bound in enumerate(bounds):
-    grown = {}
-    for size, targets in sizes.items():  # largest first: each smaller size is taken from one
+    grown, ran = {}, set()
+    while todo := [key for key in entering if key not in ran]:
+      size, memory = key = max(todo, key=lambda k: k[0])  # largest first: takes fill smaller
+      ran.add(key)
       until = jax.device_put(np.int32(size))
       rows, _, _ = _stage_run(
-        params, entering[size], knobs, until, model=model, bound=bound, decoding=decoding
+        params, entering[key], knobs, until, model=model, bound=bound, decoding=decoding
       )
       outputs = _stage_outputs(rows, knobs.alpha)
-      for target in targets:
+      for target in sizes[size]:
         keep = jax.device_put(np.arange(target, dtype=np.int32))
-        entering.setdefault(target, _stage_take(rows, keep, knobs.alpha)[0])
+        for memory_len in memory_lens if memory is None else (memory,):
+          taken = _stage_take(rows, keep, knobs.alpha, memory_len=memory_len)
+          entering.setdefault((target, memory_len), taken[0])
+          calls += 1
       if segment + 1 < len(bounds):
-        grown[size] = _stage_resize(rows, length=bounds[segment + 1])
-      calls += 2 + len(targets)
+        grown[key] = _stage_resize(rows, length=bounds[segment + 1])
+      calls += 2
       if size == full:
         full_outputs = outputs
     calls += len(grown)  # the resizes made
@@ -558,6 +594,8 @@ def search_batch(
   stats: StageStats | None = None,
   constraint: Any = None,
   warm_up: bool = False,
+  memory_len: int | None = None,
+  memory_lens: Sequence[int | None] | None = None,
 ) -> jax.Array | tuple[jax.Array, jax.Array] | int:
   """Decodes one padded batch, the entry for code that holds a model and parameters but no
   Translator (benchmarks, A/B timing), through `decode_in_stages`.
@@ -575,6 +613,8 @@ def search_batch(
   Returns the best output per sentence, int32 [batch, max_decode_len]; with `nbest`,
   `decode_in_stages`' (sequences, scores). warm_up: decodes nothing, but calls every
   program a batch of this shape can need (`warm_up_stages`) and returns their number.
+  memory_len: `decode_in_stages`'; with warm_up, memory_lens (default [memory_len]) are
+  every memory_len a later search of this shape may be given.
   """
   batch, knobs, decoding = _prepared(
     search,
@@ -586,11 +626,11 @@ def search_batch(
     constraint=constraint,
     eos_only_at_limit=suppress_eos,
   )
+  common = dict(model=model, max_decode_len=max_decode_len, decoding=decoding)
   if warm_up:
-    return warm_up_stages(
-      params, batch, knobs, model=model, max_decode_len=max_decode_len, decoding=decoding
-    )
+    memory_lens = (memory_len,) if memory_lens is None else tuple(memory_lens)
+    return warm_up_stages(params, batch, knobs, memory_lens=memory_lens, **common)
   seqs, scores = decode_in_stages(
-    params, batch, knobs, model=model, max_decode_len=max_decode_len, decoding=decoding, stats=stats
+    params, batch, knobs, stats=stats, memory_len=memory_len, **common
   )
   return (seqs, scores) if nbest else seqs[:, 0]

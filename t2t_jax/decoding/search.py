@@ -169,11 +169,11 @@ def resize_positions(x: jax.Array, length: int) -> jax.Array:
 FIRST_SEGMENT = 16  # positions in beam search's first cache segment (see segment_bounds)
 
 
-def segment_bounds(max_decode_len: int) -> list[int]:
-  """Where beam search grows the cache: FIRST_SEGMENT, twice that, ... below max_decode_len,
-  then max_decode_len. Doubling keeps the cache at most twice the positions written while
-  compiling the step only log2(max_decode_len / FIRST_SEGMENT) + 1 times."""
-  bounds, bound = [], FIRST_SEGMENT
+def segment_bounds(max_decode_len: int, first: int | None = None) -> list[int]:
+  """Where a staged search grows the cache: `first` (default FIRST_SEGMENT), twice that, ...
+  below max_decode_len, then max_decode_len. Doubling keeps the cache at most twice the
+  positions written while compiling the step only log2(max_decode_len / first) + 1 times."""
+  bounds, bound = [], first or FIRST_SEGMENT
   while bound < max_decode_len:
     bounds.append(bound)
     bound *= 2

@@ -350,10 +350,22 @@ class Translator:
     sources = self.source_ids(sentences, source_name)
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     outputs: list = [None] * len(sources)
+    # Compacted batches attend over the call's longest source bucket, so that batches of
+    # every length share their programs after the first compaction (`decode_in_stages`).
+    memory_len = (
+      batching.source_bucket(self.model.config.max_len, len(sources[order[-1]]))
+      if sources
+      else None
+    )
     for batch in batching.batches(order, sources, self.batch_tokens, self.max_rows):
       batch_prefixes = None if prefix_ids is None else [prefix_ids[i] for i in batch]
       results = self._translate_batch(
-        [sources[i] for i in batch], settings, nbest, ids=batch, prefixes=batch_prefixes
+        [sources[i] for i in batch],
+        settings,
+        nbest,
+        ids=batch,
+        prefixes=batch_prefixes,
+        memory_len=memory_len,
       )
       for i, result in zip(batch, results):
         outputs[i] = result
@@ -466,7 +478,10 @@ class Translator:
     shapes = batching.batch_shapes(max_len, self.batch_tokens, extra, self.max_rows)
     params, model = self.decoder()
     calls = 0
+    buckets = sorted(set(batching.source_buckets(max_len)))
     for rows, src_len, max_decode_len in shapes:
+      # a call's longest bucket, the memory of its compacted batches, is any from src_len up
+      memory_lens = [bucket for bucket in buckets if bucket >= src_len]
       sources = [[EOS_ID]] * rows
       inputs, limits, _, _ = batching.padded_batch(
         max_len, sources, extra, (src_len, max_decode_len)
@@ -482,6 +497,7 @@ class Translator:
           final=final,
           constraint=self._constraint(settings),
           warm_up=True,
+          memory_lens=memory_lens,
         )
     if any(nbest is not None for nbest in nbests):
       _warm_up_hypotheses(settings.alpha)
@@ -529,10 +545,12 @@ class Translator:
     shape: tuple[int, int] | None = None,
     ids: Sequence[int] | None = None,
     prefixes: Sequence[Sequence[int]] | None = None,
+    memory_len: int | None = None,
   ) -> list[str] | list[list[Hypothesis]]:
     """Translates sentences (id lists) in one padded batch (`_padded_batch`); `ids` are
     their indices in the input, which key their samples when sampling; `prefixes` their
-    forced first target tokens."""
+    forced first target tokens; `memory_len` the source positions of compacted batches
+    (`programs.decode_in_stages`)."""
     inputs, limits, max_decode_len, prefix = batching.padded_batch(
       self.model.config.max_len, sources, settings.max_output_extra, shape, prefixes
     )
@@ -548,6 +566,7 @@ class Translator:
       stats=self.stats,
       constraint=self._constraint(settings),
       final=self._final(nbest, settings),
+      memory_len=memory_len,
     )
     if nbest is None:
       seqs = np.asarray(search_batch(params, inputs, limits, **kw))

@@ -13,6 +13,7 @@ from t2t_jax.model.transformer import (
   Transformer,
   beam_search_cache,
   map_self_attention_cache,
+  pad_memory,
   shift_right,
 )
 
@@ -24,5 +25,6 @@ __all__ = [
   "TransformerConfig",
   "beam_search_cache",
   "map_self_attention_cache",
+  "pad_memory",
   "shift_right",
 ]

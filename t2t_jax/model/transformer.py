@@ -290,6 +290,23 @@ def map_self_attention_cache(cache: VariableDict, fn: Callable[[Array], Array]) 
   return jax.tree_util.tree_map_with_path(apply, cache)
 
 
+def pad_memory(cache: VariableDict, length: int) -> VariableDict:
+  """`cache` with the encoder keys/values ([batch, heads, d, source]) and the source mask
+  ([batch, 1, 1, source]) padded to `length` source positions, masked: the decoder's
+  outputs are those of the unpadded cache, while caches of several source lengths take
+  one shape."""
+
+  def pad(path: jax.tree_util.KeyPath, x: Array) -> Array:
+    if getattr(path[-1], "key", None) not in ("cross_key", "cross_value", "cross_mask"):
+      return x
+    extra = length - x.shape[-1]
+    if extra < 0:
+      raise ValueError(f"cannot pad a memory of {x.shape[-1]} positions to {length}")
+    return jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, extra)])  # zeros; False in the mask
+
+  return jax.tree_util.tree_map_with_path(pad, cache)
+
+
 def beam_search_cache(cache: VariableDict, beam_size: int) -> VariableDict:
   """An `init_cache` cache made ready for `Transformer.decode_beam_step` with beam_size
   hypotheses per sentence: each self-attention cache gets beam_size slots per position

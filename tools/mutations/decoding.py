@@ -6,6 +6,8 @@ from tools.mutations import Mutation
 M = Mutation
 STAGED = "tests/test_staged_search.py"
 PRECISION = "tests/test_precision.py"
+MEMORY = "tests/test_memory_len.py"
+WARM_UP = "tests/test_serve_warm_up.py"
 MUTATIONS = (
   M(
     "constraint_rule",
@@ -214,5 +216,45 @@ MUTATIONS = (
     "as_int32 = lambda x: jax.device_put(np.asarray(x, np.int32))",
     "as_int32 = lambda x: jnp.asarray(x, jnp.int32)",
     (STAGED,),
+  ),
+  M(
+    "memory_pad_value",
+    "compacted batches' padded source mask is True: the decoder attends to the padding",
+    "t2t_jax/model/transformer.py",
+    "    return jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, extra)])",
+    "    return jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, extra)], constant_values=1)",
+    (MEMORY,),
+  ),
+  M(
+    "memory_take_ignored",
+    "compaction keeps each batch's own source length (no programs shared across lengths)",
+    "t2t_jax/decoding/programs.py",
+    "  if memory_len is not None:\n    kept = kept._replace",
+    "  if False:\n    kept = kept._replace",
+    (MEMORY,),
+  ),
+  M(
+    "memory_shortest_bucket",
+    "translate() gives compacted batches the first batch's bucket, not the call's longest",
+    "t2t_jax/decoding/translator.py",
+    "len(sources[order[-1]])",
+    "len(sources[order[0]])",
+    (MEMORY,),
+  ),
+  M(
+    "memory_warm_up_one_length",
+    "the server's warm-up compiles compacted programs for the batch's own length only",
+    "t2t_jax/decoding/translator.py",
+    "      memory_lens = [bucket for bucket in buckets if bucket >= src_len]",
+    "      memory_lens = [src_len]",
+    (WARM_UP,),
+  ),
+  M(
+    "row_first_segment_as_beam",
+    "greedy search and sampling start with beam search's short cache segment",
+    "t2t_jax/decoding/programs.py",
+    '  first = search.FIRST_SEGMENT * (1 if decoding.mode == "beam" else 2)',
+    "  first = search.FIRST_SEGMENT",
+    (MEMORY,),
   ),
 )
