@@ -23,9 +23,10 @@ def source_buckets(max_len: int) -> list[int]:
   return [min(b, max_len) for b in out]
 
 
-def source_bucket(max_len: int, source_len: int) -> int:
-  """The smallest of `source_buckets(max_len)` that holds `source_len` tokens."""
-  return next(b for b in source_buckets(max_len) if b >= source_len)
+def source_bucket(max_len: int, source_len: int, buckets: Sequence[int] | None = None) -> int:
+  """The smallest of `buckets` (default: `source_buckets(max_len)`) that holds
+  `source_len` tokens."""
+  return next(b for b in (buckets or source_buckets(max_len)) if b >= source_len)
 
 
 def _round_up(n: int, multiple: int) -> int:
@@ -48,7 +49,7 @@ def bucket_shape(
   `source_len`, and the power of two (from 16) at least that + max_output_extra, both
   within max_len. Batches of one bucket have one shape and share their compiled stages;
   each output's own limit stays its source + extra."""
-  bucket = next(b for b in (buckets or source_buckets(max_len)) if b >= source_len)
+  bucket = source_bucket(max_len, source_len, buckets)
   longest = search._power_of_two_at_least(max(bucket + max_output_extra, search.FIRST_SEGMENT))
   return bucket, min(longest, max_len)
 
