@@ -96,3 +96,39 @@ def test_thp_mode_parses_the_kernel_setting(tmp_path):
   path.write_text("always [madvise] never\n")
   assert host._thp_mode(str(path)) == "madvise"
   assert host._thp_mode(str(tmp_path / "missing")) == ""
+
+
+# Calls host's entry point for a module with use_huge_pages replaced by a stand-in that
+# stops the process and prints which of jax and the tool's module were imported by then.
+ENTRY_CHECK = r"""
+import json, sys
+from t2t_jax.cli import host
+module = sys.argv[1]
+class Reexecuted(Exception):
+  pass
+def reexecute():
+  raise Reexecuted([m for m in ("jax", module) if m in sys.modules])
+host.use_huge_pages = reexecute
+try:
+  getattr(host, module.rsplit(".", 1)[-1])()
+except Reexecuted as e:
+  print(json.dumps(e.args[0]))
+"""
+
+
+def test_console_scripts_reexecute_before_importing_jax():
+  """The tools that re-execute enter through host, which re-executes before the tool's
+  module (and jax) is imported: a start pays those imports once."""
+  from tests.test_cli_help import console_scripts
+
+  modules = [
+    "t2t_jax.cli." + target.split(":")[1]
+    for target in console_scripts().values()
+    if target.startswith("t2t_jax.cli.host:")
+  ]
+  assert sorted(modules) == [f"t2t_jax.cli.{n}" for n in ("bench", "score", "train", "translate")]
+  for module in modules:
+    out = subprocess.run(
+      [sys.executable, "-c", ENTRY_CHECK, module], check=True, capture_output=True, text=True
+    ).stdout
+    assert out.split() == ["[]"], (module, out)

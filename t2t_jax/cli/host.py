@@ -10,8 +10,13 @@ glibc reads tunables once, at process start, so `use_huge_pages()` re-executes t
 with the tunable added. It does nothing when T2T_HUGE_PAGES=0, off Linux, when the kernel's
 transparent huge pages are 'never', or when glibc.malloc.hugetlb is already set (by the
 user, or by the first execution). Library use (notebooks, tests) is never re-executed.
+
+The console scripts of the tools that re-execute enter through this module (`translate`,
+`train`, ...), which imports nothing heavy: the re-execution happens before the tool's
+module imports jax, so a start pays those imports once, not twice.
 """
 
+import importlib
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -55,3 +60,21 @@ def use_huge_pages(execv: Callable[[str, list[str]], object] = os.execv) -> None
   sys.stderr.flush()
   # sys.orig_argv is the command line as typed (`python -m mod ...` or a console script).
   execv(sys.executable, list(sys.orig_argv))
+
+
+def _entry(module: str) -> Callable[[], None]:
+  """A console-script entry point: re-executes with huge pages, then imports `module` (and
+  with it jax) and calls its run()."""
+
+  def run() -> None:
+    use_huge_pages()
+    importlib.import_module(module).run()
+
+  run.__qualname__ = run.__name__ = module.rsplit(".", 1)[-1]
+  return run
+
+
+train = _entry("t2t_jax.cli.train")
+translate = _entry("t2t_jax.cli.translate")
+score = _entry("t2t_jax.cli.score")
+bench = _entry("t2t_jax.cli.bench")
