@@ -424,6 +424,11 @@ with open(os.devnull, "w", encoding="utf-8") as out:
 """
 
 
+# What the t2t-translate console script runs (setup.cfg), so that a process re-executes
+# for huge pages before importing jax, as a user's does (`python -m` imports it first).
+T2T_TRANSLATE = "from t2t_jax.cli import host; host.translate()"
+
+
 def _timed_process(command: Sequence[str], env: Mapping[str, str]) -> float:
   """Wall seconds of a command run to its end; a failure raises with its stderr's end."""
   start = time.perf_counter()
@@ -474,8 +479,8 @@ def cold_processes(
     def translate(path: str) -> list[str]:
       return [
         sys.executable,
-        "-m",
-        "t2t_jax.cli.translate",
+        "-c",
+        T2T_TRANSLATE,
         f"--workdir={workdir}",
         f"--checkpoint={checkpoint}",
         f"--input={path}",
