@@ -20,7 +20,7 @@ An ensemble's step combines its members' distributions (`search.ensemble_log_pro
 
 import dataclasses
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -240,29 +240,32 @@ def _beam_model(
   return tokens_to_logits, reorder
 
 
+def _map_member_caches(state: Any, fn: Callable[[VariableDict], VariableDict]) -> Any:
+  """The state with `fn` applied to each member's model cache, whether beam search's
+  (member caches and the BeamSlots table) or a row search's (member caches)."""
+  if isinstance(state, search._RowState):
+    return state._replace(cache=tuple(map(fn, state.cache)))
+  model_caches, slots = state.cache
+  return state._replace(cache=(tuple(map(fn, model_caches)), slots))
+
+
 def _resize_cache(state: Any, length: int) -> Any:
   """The state with its cache cut or zero-padded to `length` positions: beam search's
-  (member caches with beam_size slots per position, and the BeamSlots table) or a row
-  search's (member caches, one slot per position)."""
-
-  def resize(caches: tuple, slots_per_position: int) -> tuple:
-    fn = lambda x: search.resize_positions(x, length * slots_per_position)
-    return tuple(map_self_attention_cache(c, fn) for c in caches)
-
-  if isinstance(state, search._RowState):
-    return state._replace(cache=resize(state.cache, 1))
+  (beam_size slots per position, and the BeamSlots table) or a row search's (one slot)."""
+  rows = isinstance(state, search._RowState)
+  slots_per_position = 1 if rows else state.live_seqs.shape[1]
+  fn = lambda x: search.resize_positions(x, length * slots_per_position)
+  state = _map_member_caches(state, lambda c: map_self_attention_cache(c, fn))
+  if rows:
+    return state
   model_caches, slots = state.cache
-  beam_size = state.live_seqs.shape[1]
-  return state._replace(cache=(resize(model_caches, beam_size), slots.resize(length)))
+  return state._replace(cache=(model_caches, slots.resize(length)))
 
 
 def _pad_memory(state: Any, length: int) -> Any:
   """The state with its members' encoder keys/values padded to `length` source positions
   (`pad_memory`), whether beam search's or a row search's."""
-  if isinstance(state, search._RowState):
-    return state._replace(cache=tuple(pad_memory(c, length) for c in state.cache))
-  model_caches, slots = state.cache
-  return state._replace(cache=(tuple(pad_memory(c, length) for c in model_caches), slots))
+  return _map_member_caches(state, lambda c: pad_memory(c, length))
 
 
 # --- the programs ---------------------------------------------------------------------------------
