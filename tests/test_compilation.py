@@ -260,7 +260,7 @@ def test_a_translator_in_a_new_process_traces_none_of_its_search_programs(tmp_pa
   def searched_or_initialized(run):  # the stages, and the init traced for the shapes
     return [n for n in run["traced"] if n.startswith("_stage") or n == "<lambda>"]
 
-  assert {"_stage_run", "_stage_start", "<lambda>"} <= set(searched_or_initialized(first))
+  assert {"_stage_first", "<lambda>"} <= set(searched_or_initialized(first))
   assert searched_or_initialized(second) == []
   assert second["out"] == first["out"]
 

@@ -30,29 +30,24 @@ def _stage_calls(batch_size: int, bounds: list[int], min_rows: int, rng) -> set:
   steps = rng.integers(1, rng.choice(bounds) + 1, rng.integers(1, 10))
   ends = rng.choice(steps, batch_size, p=rng.dirichlet(np.full(len(steps), 0.3)))
 
-  def run(rows, bound, until):
-    calls.add(("run", len(rows["end"]), bound))
+  def run(rows, bound, until, kind="run"):
+    calls.add((kind, len(rows["end"]), bound))
     step = rows["step"]
     while step < bound and np.sum(rows["end"] > step) > until:
       step += 1
-    return dict(rows, step=step), step, rows["end"] <= step
+    return dict(rows, step=step), step, rows["end"] <= step, (rows["end"],)
 
   def take(rows, keep):
     calls.add(("take", len(rows["end"]), len(keep), rows["bound"]))
-    return dict(rows, end=rows["end"][np.asarray(keep)]), (rows["end"],)
-
-  def outputs(rows):
-    calls.add(("outputs", len(rows["end"]), rows["bound"]))
-    return (rows["end"],)
+    return dict(rows, end=rows["end"][np.asarray(keep)])
 
   def resize(rows, length):
     calls.add(("resize", len(rows["end"]), rows["bound"], length))
     return dict(rows, bound=length)
 
+  first = lambda rows, bound, until: run(rows, bound, until, "first")
   rows = dict(end=ends, step=0, bound=bounds[0])
-  search.run_in_stages(
-    search.Stages(run, take, outputs, resize), rows, batch_size, bounds, min_rows
-  )
+  search.run_in_stages(search.Stages(run, take, resize, first), rows, batch_size, bounds, min_rows)
   return calls
 
 
@@ -62,7 +57,7 @@ def _predicted_calls(batch_size: int, bounds: list[int], min_rows: int) -> set:
   calls = set()
   for i, bound in enumerate(bounds):
     for size, targets in sizes.items():
-      calls |= {("run", size, bound), ("outputs", size, bound)}
+      calls.add(("first" if (size, i) == (batch_size, 0) else "run", size, bound))
       calls |= {("take", size, target, bound) for target in targets}
       if i + 1 < len(bounds):
         calls.add(("resize", size, bound, bounds[i + 1]))
@@ -188,7 +183,7 @@ def test_after_warm_up_a_burst_of_requests_compiles_nothing_and_answers_as_alone
 
 def test_warm_up_calls_every_stage_program_once_per_shape(monkeypatch):
   """The program calls warm_up_batches counts are the stage calls `warm_up_stages` makes:
-  one start per batch, and per stage table the runs, outputs, takes and resizes."""
+  per batch its first stage, and per stage table the runs, takes and resizes."""
   translator = _translator(24, batch_tokens=64, max_rows=16)
   made = []
   real = programs.warm_up_stages
@@ -207,8 +202,8 @@ def test_warm_up_calls_every_stage_program_once_per_shape(monkeypatch):
     memories = [b for b in sorted(set(batching.source_buckets(24))) if b >= src_len]
     assert kw["memory_lens"] == tuple(memories)
     predicted = _predicted_calls(rows, bounds, programs.MIN_ROWS)
-    # the full batch's run, outputs and resize once; every other call once per memory
+    # the full batch's stages and resizes once; every other call once per memory
     once = [c for c in predicted if c[0] != "take" and c[1] == rows]
-    assert count == 1 + len(once) + (len(predicted) - len(once)) * len(memories)
+    assert count == len(once) + (len(predicted) - len(once)) * len(memories)
   # nbest 1 shares the plain search's programs
   assert len({m[1]["decoding"].stop for m in made}) == 2

@@ -119,7 +119,7 @@ def test_a_search_compiles_only_its_stage_programs():
   finally:
     logger.removeHandler(handler)
   # The stages by name, or (programs kept by compilation.stored) their exported form's call.
-  stages = {"_stage_start", "_stage_run", "_stage_take", "_stage_resize", "_outputs"}
+  stages = {"_stage_first", "_stage_run", "_stage_take", "_stage_resize"}
   stages.add("call_exported")
   names = {n.removeprefix("jit(").removesuffix(")") for n in compiled}
   assert names, "no compile message heard"
@@ -415,19 +415,20 @@ def test_run_in_stages_halves_and_grows_on_a_counting_search():
   grows through every bound, and row-steps are counted."""
   batch, bounds = 16, [4, 8, 16]
 
+  outputs = lambda rows: (rows["left"] * 10,)
+
   def run(rows, bound, until):
     step, cache, left = rows["step"], rows["cache"], rows["left"]
     while step < bound and np.sum(left > step) > until:
       step += 1
     assert cache.shape[0] == bound, "the cache has the current bound's length"
-    return dict(rows, step=step), step, left <= step
+    rows = dict(rows, step=step)
+    return rows, step, left <= step, outputs(rows)
 
-  outputs = lambda rows: (rows["left"] * 10,)
   rows = dict(step=0, cache=np.zeros(bounds[0]), left=np.arange(1, batch + 1))
   stages = search.Stages(
     run=run,
-    take=lambda rows, keep: (dict(rows, left=rows["left"][np.asarray(keep)]), outputs(rows)),
-    outputs=outputs,
+    take=lambda rows, keep: dict(rows, left=rows["left"][np.asarray(keep)]),
     resize=lambda rows, n: dict(rows, cache=np.zeros(n)),
   )
   stats = search.StageStats()

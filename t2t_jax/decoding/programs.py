@@ -271,9 +271,7 @@ def _pad_memory(state: Any, length: int) -> Any:
 # --- the programs ---------------------------------------------------------------------------------
 
 
-@compilation.stored
-@functools.partial(jax.jit, static_argnames=("model", "max_decode_len", "first", "decoding"))
-def _stage_start(
+def _start(
   params: Any,
   batch: Batch,
   knobs: Knobs,
@@ -320,6 +318,9 @@ def _stage_start(
   return Rows(state, inputs)
 
 
+Stage = tuple[Rows, jax.Array, jax.Array, tuple[jax.Array, jax.Array]]
+
+
 @functools.partial(compilation.stored, donate=("rows",))
 @functools.partial(
   jax.jit, static_argnames=("model", "bound", "decoding"), donate_argnames=("rows",)
@@ -333,9 +334,10 @@ def _stage_run(
   model: Transformer | Members,
   bound: int,
   decoding: Decoding,
-) -> tuple[Rows, jax.Array, jax.Array]:
-  """Search steps until step == bound or at most `until` rows are not done; (rows, step,
-  done [rows]), in one program so that a stage is one call."""
+) -> Stage:
+  """A stage (`search.Stages.run`) in one program: search steps until step == bound or at
+  most `until` rows are not done; (rows, step, done [rows], every row's `_outputs`, which
+  the host reads only for the rows that leave the batch or when the batch ends)."""
   member_params, models = as_members(params, model)
   rules = decoding.rules(rows.inputs.prefix is not None)
   if decoding.mode == "beam":
@@ -353,7 +355,8 @@ def _stage_run(
       diversity=decoding.diversity,
     )
     done = search.beam_done(state, rows.inputs.limits, knobs.alpha, decoding.stop)
-    return rows._replace(state=state), state.step, done
+    rows = rows._replace(state=state)
+    return rows, state.step, done, _outputs(rows, knobs.alpha)
   pick = search.greedy_pick
   if decoding.mode == "sample":
     pick = search.SamplePick(knobs.temperature, knobs.topk, knobs.topp)
@@ -366,7 +369,8 @@ def _stage_run(
     bound=bound,
     until=until,
   )
-  return rows._replace(state=state), state.step, state.finished
+  rows = rows._replace(state=state)
+  return rows, state.step, state.finished, _outputs(rows, knobs.alpha)
 
 
 def _outputs(rows: Rows, alpha: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -378,21 +382,37 @@ def _outputs(rows: Rows, alpha: jax.Array) -> tuple[jax.Array, jax.Array]:
   return search.beam_outputs(state, alpha)
 
 
-_stage_outputs = compilation.stored(jax.jit(_outputs))
+@compilation.stored
+@functools.partial(jax.jit, static_argnames=("model", "max_decode_len", "bound", "decoding"))
+def _stage_first(
+  params: Any,
+  batch: Batch,
+  knobs: Knobs,
+  until: jax.Array,
+  *,
+  model: Transformer | Members,
+  max_decode_len: int,
+  bound: int,
+  decoding: Decoding,
+) -> Stage:
+  """The start (`_start`, its cache `bound` positions long) and the first stage in one
+  program (`search.Stages.first`): the full batch's first run is always right after its
+  start, so a separate program for each would compile and call two where one does."""
+  rows = _start(
+    params, batch, knobs, model=model, max_decode_len=max_decode_len, first=bound, decoding=decoding
+  )
+  return _stage_run(params, rows, knobs, until, model=model, bound=bound, decoding=decoding)
 
 
 @compilation.stored
 @functools.partial(jax.jit, static_argnames=("memory_len",))
-def _stage_take(
-  rows: Rows, keep: jax.Array, alpha: jax.Array, *, memory_len: int | None = None
-) -> tuple[Rows, tuple[jax.Array, ...]]:
-  """(the rows `keep`, every row's outputs): results of the rows leaving the batch are
-  read in the same program that drops them. The rows kept have their encoder keys/values
-  padded to `memory_len` positions (None: as they are)."""
+def _stage_take(rows: Rows, keep: jax.Array, *, memory_len: int | None = None) -> Rows:
+  """The rows `keep`, their encoder keys/values padded to `memory_len` positions (None: as
+  they are)."""
   kept = search._map_nonscalar(lambda x: x[keep], rows)
   if memory_len is not None:
     kept = kept._replace(state=_pad_memory(kept.state, memory_len))
-  return kept, _outputs(rows, alpha)
+  return kept
 
 
 @compilation.stored
@@ -455,33 +475,27 @@ def decode_in_stages(
   several source lengths share the stage programs after their first compaction; the full
   batch attends over its own length, where padding would cost the most."""
   bounds = stage_bounds(max_decode_len, decoding)
-  rows = _stage_start(
-    params,
-    batch,
-    knobs,
-    model=model,
-    max_decode_len=max_decode_len,
-    first=bounds[0],
-    decoding=decoding,
-  )
+  common = dict(model=model, decoding=decoding)
   stages = search.Stages(
     run=lambda rows, bound, until: _stage_run(
+      params, rows, knobs, jax.device_put(np.int32(until)), bound=bound, **common
+    ),
+    take=lambda rows, keep: _stage_take(rows, keep, memory_len=memory_len),
+    resize=lambda rows, length: _stage_resize(rows, length=length),
+    first=lambda batch, bound, until: _stage_first(
       params,
-      rows,
+      batch,
       knobs,
       jax.device_put(np.int32(until)),
-      model=model,
+      max_decode_len=max_decode_len,
       bound=bound,
-      decoding=decoding,
+      **common,
     ),
-    take=lambda rows, keep: _stage_take(rows, keep, knobs.alpha, memory_len=memory_len),
-    outputs=lambda rows: _stage_outputs(rows, knobs.alpha),
-    resize=lambda rows, length: _stage_resize(rows, length=length),
   )
   size = batch.inputs.shape[0]
   per = decoding.rows_per_sentence
   seqs, scores = search.run_in_stages(
-    stages, rows, size * per, bounds, min_rows=min_rows, stats=stats
+    stages, batch, size * per, bounds, min_rows=min_rows, stats=stats
   )
   if decoding.mode != "sample":
     return seqs, scores
@@ -507,52 +521,52 @@ def warm_up_stages(
   them compiles later; returns how many.
 
   Which programs a search runs depends on when its sentences finish; these are all that
-  `search.run_in_stages` can reach: at each of the cache's bounds, a run, the outputs and
-  (below the last bound) the resize at every size of `search.stage_sizes`, and the take of
-  each size to each size it can be compacted to; below the full size, once per memory
-  length. A run is called with `until` = its rows, so it compiles without taking a step.
-  Every call gets rows made as the search makes them (the start's, or a run's taken or
-  resized), so that shapes and weak types, and so the programs, are those a search will
-  call."""
+  `search.run_in_stages` can reach: the first stage (start and run in one program), then
+  at each of the cache's bounds a run and (below the last bound) the resize at every size
+  of `search.stage_sizes`, and the take of each size to each size it can be compacted to;
+  below the full size, once per memory length. A stage is called with `until` = its rows,
+  so it compiles without taking a step. Every call gets rows made as the search makes
+  them (the first stage's, or a run's taken or resized), so that shapes and weak types, and
+  so the programs, are those a search will call."""
   bounds = stage_bounds(max_decode_len, decoding)
   full = batch.inputs.shape[0] * decoding.rows_per_sentence
   sizes = search.stage_sizes(full, min_rows)
-  start = _stage_start(
+  common = dict(model=model, decoding=decoding)
+  first = _stage_first(
     params,
     batch,
     knobs,
-    model=model,
+    jax.device_put(np.int32(full)),
     max_decode_len=max_decode_len,
-    first=bounds[0],
-    decoding=decoding,
+    bound=bounds[0],
+    **common,
   )
-  # (size, memory_len) -> the rows a run meets; the full batch's memory is its own (None)
-  entering, calls = {(full, None): start}, 1
+  # (size, memory_len) -> the rows a run at this bound meets (None: the full batch's first
+  # stage, which has run); the full batch's memory is its own (None)
+  entering, calls = {(full, None): None}, 1
   for segment, bound in enumerate(bounds):
     grown, ran = {}, set()
     while todo := [key for key in entering if key not in ran]:
       size, memory = key = max(todo, key=lambda k: k[0])  # largest first: takes fill smaller
       ran.add(key)
-      until = jax.device_put(np.int32(size))
-      rows, _, _ = _stage_run(
-        params, entering[key], knobs, until, model=model, bound=bound, decoding=decoding
-      )
-      outputs = _stage_outputs(rows, knobs.alpha)
+      if entering[key] is None:
+        rows = first[0]
+      else:
+        until = jax.device_put(np.int32(size))
+        rows = _stage_run(params, entering[key], knobs, until, bound=bound, **common)[0]
+        calls += 1
       for target in sizes[size]:
         keep = jax.device_put(np.arange(target, dtype=np.int32))
         for memory_len in memory_lens if memory is None else (memory,):
-          taken = _stage_take(rows, keep, knobs.alpha, memory_len=memory_len)
-          entering.setdefault((target, memory_len), taken[0])
+          taken = _stage_take(rows, keep, memory_len=memory_len)
+          entering.setdefault((target, memory_len), taken)
           calls += 1
       if segment + 1 < len(bounds):
         grown[key] = _stage_resize(rows, length=bounds[segment + 1])
-      calls += 2
-      if size == full:
-        full_outputs = outputs
-    calls += len(grown)  # the resizes made
+        calls += 1
     entering = grown
   if decoding.mode == "sample":
-    seqs, scores = jax.device_get(full_outputs)
+    seqs, scores = jax.device_get(first[3])
     size, per = batch.inputs.shape[0], decoding.rows_per_sentence
     _samples_ranked(seqs.reshape(size, per, max_decode_len), scores.reshape(size, per), knobs.alpha)
     calls += 1

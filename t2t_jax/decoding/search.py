@@ -620,11 +620,14 @@ def _once_or_staged(
   `run_in_stages` (halving the batch down to one row as rows finish; each stage jitted)."""
   if not staged:
     return outputs(run(rows, 0)[0])
-  take = jax.jit(lambda rows, keep: (_map_nonscalar(lambda x: x[keep], rows), outputs(rows)))
+
+  def stage(rows: Any, bound: int, until: jax.Array) -> tuple:
+    rows, step, done = run(rows, until)
+    return rows, step, done, outputs(rows)
+
   stages = Stages(
-    run=jax.jit(lambda rows, bound, until: run(rows, until), static_argnums=1),
-    take=take,
-    outputs=jax.jit(outputs),
+    run=jax.jit(stage, static_argnums=1),
+    take=jax.jit(lambda rows, keep: _map_nonscalar(lambda x: x[keep], rows)),
     resize=None,
   )
   size = jnp.shape(rows[1].limits)[0]
@@ -986,13 +989,15 @@ class Stages(NamedTuple):
   the scalar step.
   """
 
-  run: Callable[[Any, int, int], tuple[Any, jax.Array, jax.Array]]  # (rows, bound, until)
-  # -> (rows, step, done): steps until step == bound (the cache's positions) or at most
-  # `until` rows are not done; then the scalar step and bool [rows] whose results are final
-  take: Callable[[Any, jax.Array], tuple[Any, tuple[jax.Array, ...]]]  # (rows, keep int32
-  # [n]) -> (those rows in order, the `outputs` of every row before taking)
-  outputs: Callable[[Any], tuple[jax.Array, ...]]  # each row's results, leading dim rows
+  run: Callable[[Any, int, int], tuple[Any, jax.Array, jax.Array, tuple[jax.Array, ...]]]
+  # (rows, bound, until) -> (rows, step, done, outputs): steps until step == bound (the
+  # cache's positions) or at most `until` rows are not done; then the scalar step, bool
+  # [rows] whose results are final, and every row's results so far (leading dim rows)
+  take: Callable[[Any, jax.Array], Any]  # (rows, keep int32 [n]) -> those rows in order
   resize: Callable[[Any, int], Any] | None  # (rows, n) -> the cache grown to n positions
+  first: Callable[[Any, int, int], tuple] | None = None  # the first stage, as `run`, from
+  # what `run_in_stages` is given (None: `run`): a program that starts the search (encoder,
+  # caches) and runs its first stage in one call
 
 
 @dataclasses.dataclass
@@ -1052,8 +1057,8 @@ def run_in_stages(
   written and at least half of the rows stepped are running, at every batch size. Each
   (rows, bound) pair compiles once; powers of two keep the pairs few.
 
-  Returns the `stages.outputs` of the batch_size original rows, as numpy arrays, each row
-  taken when it was done (frozen from then on, so the same whatever runs beside it).
+  Returns the outputs (`Stages.run`) of the batch_size original rows, as numpy arrays, each
+  row taken when it was done (frozen from then on, so the same whatever runs beside it).
   `stats`, when given, is added to.
   """
   origin = np.arange(batch_size)  # each current row's original row; -1: padding
@@ -1069,9 +1074,11 @@ def run_in_stages(
     for result, x in zip(results, outputs):
       result[origin[which]] = x[which]
 
+  stage = stages.first or stages.run
   while True:
     until = size // 2 if size > min_rows else 0
-    rows, step_now, done = stages.run(rows, bounds[segment], until)
+    rows, step_now, done, outputs = stage(rows, bounds[segment], until)
+    stage = stages.run
     before, (step, done) = step, jax.device_get((step_now, done))
     step = int(step)  # a Python int: the sums in `stats` must not wrap at 2^31
     stats.stages += 1
@@ -1079,13 +1086,13 @@ def run_in_stages(
     real = origin >= 0
     running = np.flatnonzero(real & ~done)
     if running.size == 0 or step >= bounds[-1]:
-      collect(stages.outputs(rows), np.flatnonzero(real))
+      collect(outputs, np.flatnonzero(real))
       return tuple(results)
     if running.size <= until:
       size = compacted_size(running.size, min_rows)
       filler = np.flatnonzero(done)[: size - running.size]
       keep = np.concatenate([running, filler])
-      rows, outputs = stages.take(rows, jax.device_put(keep.astype(np.int32)))  # no program
+      rows = stages.take(rows, jax.device_put(keep.astype(np.int32)))  # no program
       collect(outputs, np.flatnonzero(real & done))
       origin = np.concatenate([origin[running], np.full(filler.size, -1)])
       stats.compactions += 1

@@ -34,6 +34,16 @@ MUTATIONS = (
     (STAGED,),
   ),
   M(
+    "stage_outputs_before_run",
+    "a stage returns the outputs of the rows it was given, not of the rows after its steps",
+    "t2t_jax/decoding/programs.py",
+    "    rows = rows._replace(state=state)\n"
+    "    return rows, state.step, done, _outputs(rows, knobs.alpha)\n",
+    "    ran = rows._replace(state=state)\n"
+    "    return ran, state.step, done, _outputs(rows, knobs.alpha)\n",
+    (STAGED,),
+  ),
+  M(
     "sample_step_key",
     "every sampling step draws with the same key: fold_in(k, step) becomes fold_in(k, 0)",
     "t2t_jax/decoding/search.py",
