@@ -1055,7 +1055,8 @@ def run_in_stages(
   the next of `bounds` (`segment_bounds`; the first is its length already). A stage runs
   only as long as neither is due, so the cache is never longer than twice what has been
   written and at least half of the rows stepped are running, at every batch size. Each
-  (rows, bound) pair compiles once; powers of two keep the pairs few.
+  (rows, bound) pair compiles once; powers of two keep the pairs few. `rows` is what the
+  first stage starts from (`Stages.first`'s input when it is given, else the rows).
 
   Returns the outputs (`Stages.run`) of the batch_size original rows, as numpy arrays, each
   row taken when it was done (frozen from then on, so the same whatever runs beside it).
