@@ -106,6 +106,16 @@ def test_compile_counter_sums_compile_seconds():
   assert count == 1 and seconds > 0
 
 
+def test_ms_per_hypothesis_step_divides_each_pass_by_the_steps_it_ran():
+  """t2t_jax's steps are those its search ran (its statistics), not those its outputs
+  needed; another system's are its own row's."""
+  search = {"hypothesis_steps_run": 8000, "hypothesis_steps_needed": 5000}
+  assert real_text.ms_per_hypothesis_step({"median_s": 2.0}, search) == pytest.approx(0.25)
+  other = {"median_s": 3.0, "hypothesis_steps": 6000}
+  assert real_text.ms_per_hypothesis_step(other, search) == pytest.approx(0.5)
+  assert real_text.ms_per_hypothesis_step({"median_s": 1.0, "hypothesis_steps": 0}, search) is None
+
+
 @pytest.fixture(scope="module")
 def text_files():
   """(workdir, source file, reference file): the shared SentencePiece workdir and its test
@@ -172,6 +182,8 @@ def test_every_system_translates_the_text_in_both_searches(comparison):
       assert 0 <= row["same_as_t2t_jax"] <= LINES, (name, system)
       assert row["bleu"] is not None and row["output_tokens"] >= LINES, (name, system)
       assert row["sentences_per_s"] > 0 and row["setup_s"] > 0 and len(row["seconds"]) == 1
+      steps = row.get("hypothesis_steps", search["t2t_jax"]["hypothesis_steps_run"])
+      assert row["ms_per_hypothesis_step"] == pytest.approx(1e3 * row["median_s"] / steps)
     assert systems["t2t_jax"]["same_as_t2t_jax"] == LINES
     for system in ("ctranslate2 float32", "ctranslate2 int8"):
       assert (
@@ -201,7 +213,7 @@ def test_the_search_statistics_count_one_pass(comparison):
     "| t2t_jax float32 |",
     "| t2t_jax bfloat16 |",
     "| ctranslate2 int8 |",
-    "hypothesis-steps",
+    "hypothesis-steps | ms per hypothesis-step |",
     "beam search, beam 4",
     "greedy search, beam 1",
   ):

@@ -24,7 +24,8 @@ Set-up is reported apart: t2t_jax's first pass compiles the search for each batc
 CTranslate2 loads its model and runs a first pass. The search statistics say how much work
 each search did beside how much the outputs needed: t2t_jax's `Translator.stats` of one
 pass, and for CTranslate2 beam x the sum of its output lengths (it drops finished sentences
-at every step, so that is what it runs, up to the padding inside a batch).
+at every step, so that is what it runs, up to the padding inside a batch); the seconds of a
+pass over its hypothesis-steps give each system's cost of a step.
 
 `cold_processes` times what a user waits for in a fresh process: t2t-translate of the file
 twice (the second finds JAX's persistent compilation cache the first filled) and a fresh
@@ -275,6 +276,8 @@ def _one_search(
   for row in rows.values():
     row["t2t_jax_speedup"] = base / row["sentences_per_s"]
   search = _search_stats(translator.stats, beam_size)
+  for row in rows.values():
+    row["ms_per_hypothesis_step"] = ms_per_hypothesis_step(row, search)
   search.update(
     first_pass_compiles=first[T2T][0],
     first_pass_compile_s=first[T2T][1],
@@ -510,6 +513,13 @@ def cold_processes(
   return out
 
 
+def ms_per_hypothesis_step(row: dict[str, Any], search: dict[str, Any]) -> float | None:
+  """What a step costs apart from how many a search runs: a system's median pass in
+  milliseconds over the hypothesis-steps it ran (t2t_jax's: its search statistics')."""
+  steps = row.get("hypothesis_steps", search["hypothesis_steps_run"])
+  return 1e3 * row["median_s"] / steps if steps else None
+
+
 def _fmt(value: float | None, spec: str) -> str:
   return "n/a" if value is None else format(value, spec)
 
@@ -519,8 +529,8 @@ def _search_lines(name: str, s: dict[str, Any], sentences: int) -> list[str]:
     f"{name} search, beam {s['beam_size']} (CTranslate2 max_decoding_length "
     f"{s['max_decoding_length']}):",
     "| system | sentences/s | tokens/s | sacreBLEU | same output as t2t_jax | set-up s | "
-    "hypothesis-steps |",
-    "|---|---:|---:|---:|---:|---:|---:|",
+    "hypothesis-steps | ms per hypothesis-step |",
+    "|---|---:|---:|---:|---:|---:|---:|---:|",
   ]
   search = s[T2T]
   for system, row in s["systems"].items():
@@ -530,7 +540,7 @@ def _search_lines(name: str, s: dict[str, Any], sentences: int) -> list[str]:
     lines.append(
       f"| {system} | {row['sentences_per_s']:.1f} | {row['tokens_per_s']:,.0f} | "
       f"{_fmt(row['bleu'], '.2f')} | {row['same_as_t2t_jax']}/{sentences} | "
-      f"{row['setup_s']:.1f} | {steps:,} |"
+      f"{row['setup_s']:.1f} | {steps:,} | {_fmt(row['ms_per_hypothesis_step'], '.4f')} |"
     )
   lines.append(
     f"t2t_jax search, one pass: {search['batches']} batches, {search['sentences']} sentences "

@@ -1,5 +1,6 @@
 """The researcher's tools: the moving average of the parameters (config.ema_decay), the paired
-significance tests of t2t-compare, and the training profile (config.profile_steps)."""
+significance tests of t2t-compare, the training profile (config.profile_steps) and the
+real-text benchmark's figures (t2t-bench --vs=ctranslate2)."""
 
 from tools.mutations import Mutation
 
@@ -102,5 +103,13 @@ MUTATIONS = (
     "if start <= number <= end and",
     "if start < number <= end and",
     ("tests/test_profile.py",),
+  ),
+  M(
+    "bench_step_cost_per_needed_step",
+    "t2t-bench's ms per hypothesis-step divides t2t_jax's pass by the steps its outputs needed",
+    "t2t_jax/bench/real_text.py",
+    'steps = row.get("hypothesis_steps", search["hypothesis_steps_run"])\n  return',
+    'steps = row.get("hypothesis_steps", search["hypothesis_steps_needed"])\n  return',
+    ("tests/test_bench_real_text.py",),
   ),
 )
