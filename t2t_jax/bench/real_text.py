@@ -513,10 +513,15 @@ def cold_processes(
   return out
 
 
+def _hypothesis_steps(row: dict[str, Any], search: dict[str, Any]) -> int:
+  """The hypothesis-steps a system ran: its row's, t2t_jax's from its search statistics."""
+  return row.get("hypothesis_steps", search["hypothesis_steps_run"])
+
+
 def ms_per_hypothesis_step(row: dict[str, Any], search: dict[str, Any]) -> float | None:
   """What a step costs apart from how many a search runs: a system's median pass in
-  milliseconds over the hypothesis-steps it ran (t2t_jax's: its search statistics')."""
-  steps = row.get("hypothesis_steps", search["hypothesis_steps_run"])
+  milliseconds over the hypothesis-steps it ran."""
+  steps = _hypothesis_steps(row, search)
   return 1e3 * row["median_s"] / steps if steps else None
 
 
@@ -534,7 +539,7 @@ def _search_lines(name: str, s: dict[str, Any], sentences: int) -> list[str]:
   ]
   search = s[T2T]
   for system, row in s["systems"].items():
-    steps = row.get("hypothesis_steps", search["hypothesis_steps_run"])
+    steps = _hypothesis_steps(row, search)
     if system == T2T and "dtype" in row:
       system = f"{T2T} {row['dtype']}"
     lines.append(

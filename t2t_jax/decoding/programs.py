@@ -476,20 +476,15 @@ def decode_in_stages(
   batch attends over its own length, where padding would cost the most."""
   bounds = stage_bounds(max_decode_len, decoding)
   common = dict(model=model, decoding=decoding)
+  on_device = lambda until: jax.device_put(np.int32(until))  # as warm_up_stages passes it
   stages = search.Stages(
     run=lambda rows, bound, until: _stage_run(
-      params, rows, knobs, jax.device_put(np.int32(until)), bound=bound, **common
+      params, rows, knobs, on_device(until), bound=bound, **common
     ),
     take=lambda rows, keep: _stage_take(rows, keep, memory_len=memory_len),
     resize=lambda rows, length: _stage_resize(rows, length=length),
     first=lambda batch, bound, until: _stage_first(
-      params,
-      batch,
-      knobs,
-      jax.device_put(np.int32(until)),
-      max_decode_len=max_decode_len,
-      bound=bound,
-      **common,
+      params, batch, knobs, on_device(until), max_decode_len=max_decode_len, bound=bound, **common
     ),
   )
   size = batch.inputs.shape[0]

@@ -108,8 +108,8 @@ MUTATIONS = (
     "bench_step_cost_per_needed_step",
     "t2t-bench's ms per hypothesis-step divides t2t_jax's pass by the steps its outputs needed",
     "t2t_jax/bench/real_text.py",
-    'steps = row.get("hypothesis_steps", search["hypothesis_steps_run"])\n  return',
-    'steps = row.get("hypothesis_steps", search["hypothesis_steps_needed"])\n  return',
+    "steps = _hypothesis_steps(row, search)\n  return",
+    'steps = search["hypothesis_steps_needed"]\n  return',
     ("tests/test_bench_real_text.py",),
   ),
 )
