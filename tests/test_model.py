@@ -101,22 +101,20 @@ def test_packed_row_equals_separate_pairs(tiny_setup):
   np.testing.assert_allclose(packed[0, 3:7], alone2[0], atol=1e-5)
 
 
-@pytest.mark.parametrize(
-  "norm,positional,share", [("post", "sinusoidal", True), ("pre", "learned", False)]
-)
-def test_cached_decoding_matches_teacher_forcing(norm, positional, share):
-  cfg = TINY.replace(norm=norm, positional=positional, share_embeddings=share)
-  model = Transformer(cfg)
-  rng = np.random.default_rng(4)
-  inputs, targets = _random_batch(rng, 3, 7, 6, pad_from=[(3, 6), (7, 6), (5, 6)])
-  params = jit_init(model, jax.random.PRNGKey(1), inputs, targets)
-  full = jit_apply(model, {"params": params}, inputs, targets)
+def _cached_decoding(model, length):
+  """Jitted (start(params, inputs) -> cache, step(params, cache, ids) -> (logits, cache)):
+  a decode cache of `length` positions and one decoder position at a time."""
 
   @jax.jit
   def start(params, inputs):
     encoded = model.apply({"params": params}, inputs, method=Transformer.encode)
     _, variables = model.apply(
-      {"params": params}, encoded, inputs, 6, method=Transformer.init_cache, mutable=["cache"]
+      {"params": params},
+      encoded,
+      inputs,
+      length,
+      method=Transformer.init_cache,
+      mutable=["cache"],
     )
     return variables["cache"]
 
@@ -127,11 +125,32 @@ def test_cached_decoding_matches_teacher_forcing(norm, positional, share):
     )
     return logits, variables["cache"]
 
+  return start, step
+
+
+def _decode_as_teacher_forcing(model, params, inputs, targets, tolerance):
+  """Decodes `targets` one position at a time from a cache, each step's logits within
+  `tolerance` of the teacher-forced pass's; returns the cache after the last step."""
+  full = jit_apply(model, {"params": params}, inputs, targets)
+  start, step = _cached_decoding(model, targets.shape[1])
   cache = start(params, inputs)
   decoder_inputs = shift_right(targets)
-  for t in range(6):
+  for t in range(targets.shape[1]):
     logits, cache = step(params, cache, decoder_inputs[:, t : t + 1])
-    np.testing.assert_allclose(logits, full[:, t], atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(logits, full[:, t], atol=tolerance, rtol=tolerance)
+  return cache
+
+
+@pytest.mark.parametrize(
+  "norm,positional,share", [("post", "sinusoidal", True), ("pre", "learned", False)]
+)
+def test_cached_decoding_matches_teacher_forcing(norm, positional, share):
+  cfg = TINY.replace(norm=norm, positional=positional, share_embeddings=share)
+  model = Transformer(cfg)
+  rng = np.random.default_rng(4)
+  inputs, targets = _random_batch(rng, 3, 7, 6, pad_from=[(3, 6), (7, 6), (5, 6)])
+  params = jit_init(model, jax.random.PRNGKey(1), inputs, targets)
+  _decode_as_teacher_forcing(model, params, inputs, targets, tolerance=1e-5)
 
 
 def _analytic_params(vocab, d_model, d_ff, layers_enc, layers_dec, shared=True, pre=False):
@@ -318,3 +337,74 @@ def test_bfloat16_logits_are_accumulated_in_float32(share_embeddings):
   want = jnp.einsum("...d,vd->...v", y.astype(jnp.float32), w)
   want = want if bias is None else want + bias
   np.testing.assert_allclose(logits, want, rtol=1e-6, atol=1e-6)
+
+
+def _dot_generals(jaxpr):
+  """Every dot_general equation of a jaxpr, those of its inner jaxprs included."""
+  for eqn in jaxpr.eqns:
+    if eqn.primitive.name == "dot_general":
+      yield eqn
+    for value in eqn.params.values():
+      for inner in value if isinstance(value, (tuple, list)) else (value,):
+        inner = getattr(inner, "jaxpr", inner)
+        if hasattr(inner, "eqns"):
+          yield from _dot_generals(inner)
+
+
+def test_bfloat16_products_on_a_cpu_have_float32_outputs():
+  """On a CPU every bfloat16 x bfloat16 product of a bfloat16 model, in the forward pass and
+  in a decode step, writes float32 (layers._cpu_accumulation: XLA:CPU hands those to its
+  bfloat16 kernels and runs bfloat16-output ones in float32). A Dense layer's values are the
+  float64 product of its bfloat16-rounded input and kernel, rounded once to bfloat16."""
+  from t2t_jax.model import layers
+
+  model = Transformer(TINY.replace(dtype="bfloat16"))
+  inputs, targets = _random_batch(np.random.default_rng(7), 2, 7, 6)
+  params = jit_init(model, jax.random.PRNGKey(2), inputs, targets)
+  cache = jax.eval_shape(_cached_decoding(model, 6)[0], params, inputs)
+  passes = {
+    "forward": jax.make_jaxpr(lambda p: model.apply({"params": p}, inputs, targets))(params),
+    "decode step": jax.make_jaxpr(
+      lambda p, c: model.apply(
+        {"params": p, "cache": c},
+        targets[:, :1],
+        method=Transformer.decode_step,
+        mutable=["cache"],
+      )
+    )(params, cache),
+  }
+  for name, closed in passes.items():
+    bf16 = [
+      e for e in _dot_generals(closed.jaxpr) if all(v.aval.dtype == jnp.bfloat16 for v in e.invars)
+    ]
+    assert len(bf16) >= 4 * TINY.num_layers, name  # the projections at least
+    assert {e.outvars[0].aval.dtype for e in bf16} == {jnp.dtype(jnp.float32)}, name
+
+  dense = layers._dense(TINY.replace(dtype="bfloat16"), 24, use_bias=False)
+  x = jnp.asarray(np.random.default_rng(8).normal(size=(5, 32)), jnp.bfloat16)
+  variables = dense.init(jax.random.PRNGKey(3), x)
+  got = np.asarray(jax.jit(dense.apply)(variables, x), np.float64)
+  kernel = variables["params"]["kernel"].astype(jnp.bfloat16)
+  want = np.asarray(x, np.float64) @ np.asarray(kernel, np.float64)
+  want = np.asarray(jnp.asarray(want, jnp.float32).astype(jnp.bfloat16), np.float64)
+  np.testing.assert_allclose(got, want, rtol=2**-8, atol=0)
+
+
+def test_a_bfloat16_model_decodes_with_float32_self_attention_caches_on_a_cpu():
+  """On a CPU a bfloat16 model's self-attention caches are float32 (XLA:CPU would convert a
+  bfloat16 cache in full to float32 and back at every step); what a step writes there is its
+  bfloat16 keys and values, exactly, and cached decoding follows teacher forcing."""
+  model = Transformer(TINY.replace(dtype="bfloat16"))
+  inputs, targets = _random_batch(np.random.default_rng(9), 2, 7, 6)
+  params = jit_init(model, jax.random.PRNGKey(4), inputs, targets)
+  cache = _decode_as_teacher_forcing(model, params, inputs, targets, tolerance=0.05)
+  written = [
+    x
+    for path, x in jax.tree_util.tree_leaves_with_path(cache)
+    if getattr(path[-1], "key", None) in ("cached_key", "cached_value")
+  ]
+  assert len(written) == 2 * TINY.num_layers
+  for x in written:
+    assert x.dtype == jnp.float32
+    assert np.count_nonzero(x) > 0
+    np.testing.assert_array_equal(x, x.astype(jnp.bfloat16).astype(jnp.float32))

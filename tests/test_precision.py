@@ -8,7 +8,8 @@ from t2t_jax.decoding import precision
 from tests import support
 
 FLAGS_AMX = "fpu vme sse avx512f amx_bf16 amx_tile amx_int8 avx512_fp16"
-FLAGS_PLAIN = "fpu vme sse avx2 avx512f avx512_bf16"
+FLAGS_AVX512_BF16 = "fpu vme sse avx2 avx512f avx512_bf16 avx512_vnni"
+FLAGS_PLAIN = "fpu vme sse avx2 avx512f avx512_vnni avx512_fp16"
 
 
 def _cpuinfo(tmp_path, flags: str | None, extra: str = "") -> str:
@@ -25,35 +26,39 @@ def _cpuinfo(tmp_path, flags: str | None, extra: str = "") -> str:
   "flags, extra, expected",
   [
     (FLAGS_AMX, "", True),
-    (FLAGS_PLAIN, "", False),  # avx512_bf16 converts, it does not multiply in tiles
+    (FLAGS_AVX512_BF16, "", True),
+    (FLAGS_PLAIN, "", False),  # AVX-512 without its bfloat16 dot products
     (None, "", False),  # no flags line at all (not x86)
     (FLAGS_PLAIN, "vmx flags\t: amx_bf16", False),  # only the flags line counts
-    ("fpu amx_bf16x amx_tile", "", False),  # whole flags, not substrings
+    ("fpu amx_bf16x amx_tile avx512_bf16_", "", False),  # whole flags, not substrings
   ],
 )
-def test_cpu_has_amx_reads_the_flags_line(tmp_path, flags, extra, expected):
-  assert precision.cpu_has_amx(_cpuinfo(tmp_path, flags, extra)) is expected
+def test_cpu_multiplies_bf16_reads_the_flags_line(tmp_path, flags, extra, expected):
+  assert precision.cpu_multiplies_bf16(_cpuinfo(tmp_path, flags, extra)) is expected
 
 
-def test_cpu_has_amx_is_false_where_cpuinfo_is_unreadable(tmp_path):
-  assert precision.cpu_has_amx(str(tmp_path / "missing")) is False
+def test_cpu_multiplies_bf16_is_false_where_cpuinfo_is_unreadable(tmp_path):
+  assert precision.cpu_multiplies_bf16(str(tmp_path / "missing")) is False
 
 
 @pytest.mark.parametrize(
-  "requested, config_dtype, platform, amx, expected",
+  "requested, config_dtype, platform, flags, expected",
   [
-    ("auto", "float32", "cpu", True, "bfloat16"),
-    ("auto", "float32", "cpu", False, "float32"),
-    ("auto", "bfloat16", "cpu", False, "float32"),  # emulated bfloat16 is slower
-    ("auto", "bfloat16", "gpu", False, "bfloat16"),  # an accelerator keeps the model's
-    ("auto", "float32", "tpu", True, "float32"),
-    ("float32", "float32", "cpu", True, "float32"),
-    ("bfloat16", "float32", "cpu", False, "bfloat16"),
+    ("auto", "float32", "cpu", FLAGS_AMX, "bfloat16"),
+    ("auto", "float32", "cpu", FLAGS_AVX512_BF16, "bfloat16"),
+    ("auto", "float32", "cpu", FLAGS_PLAIN, "float32"),
+    ("auto", "bfloat16", "cpu", FLAGS_PLAIN, "float32"),  # converted bfloat16 is slower
+    ("auto", "bfloat16", "gpu", FLAGS_PLAIN, "bfloat16"),  # an accelerator keeps the model's
+    ("auto", "float32", "tpu", FLAGS_AMX, "float32"),
+    ("float32", "float32", "cpu", FLAGS_AMX, "float32"),
+    ("bfloat16", "float32", "cpu", FLAGS_PLAIN, "bfloat16"),
   ],
 )
-def test_decode_dtype_rule(tmp_path, monkeypatch, requested, config_dtype, platform, amx, expected):
+def test_decode_dtype_rule(
+  tmp_path, monkeypatch, requested, config_dtype, platform, flags, expected
+):
   monkeypatch.delenv(precision.ENV, raising=False)
-  cpuinfo = _cpuinfo(tmp_path, FLAGS_AMX if amx else FLAGS_PLAIN)
+  cpuinfo = _cpuinfo(tmp_path, flags)
   assert precision.decode_dtype(requested, config_dtype, platform, cpuinfo) == expected
 
 
@@ -104,9 +109,9 @@ def test_bfloat16_decoding_scores_follow_float32_within_bfloat16_rounding(workdi
 
 
 def test_t2t_translate_decodes_in_the_dtype_auto_picks(workdir_and_lines, tmp_path, monkeypatch):
-  """--dtype=auto (the default) decodes in bfloat16 on a CPU with AMX and in float32 on one
-  without; --dtype=float32 overrides it. Checked through the written scores, against the
-  Translator's in each dtype."""
+  """--dtype=auto (the default) decodes in bfloat16 on a CPU that multiplies bfloat16 in
+  hardware and in float32 on one that does not; --dtype=float32 overrides it. Checked
+  through the written scores, against the Translator's in each dtype."""
   from t2t_jax.decoding.translator import Translator
   from tests.test_sampling import _translate
 
@@ -122,7 +127,7 @@ def test_t2t_translate_decodes_in_the_dtype_auto_picks(workdir_and_lines, tmp_pa
     (False, [], "float32"),
     (True, ["--dtype=float32"], "float32"),
   ]:
-    monkeypatch.setattr(precision, "cpu_has_amx", lambda cpuinfo="", amx=amx: amx)
+    monkeypatch.setattr(precision, "cpu_multiplies_bf16", lambda cpuinfo="", amx=amx: amx)
     output = tmp_path / f"out_{amx}_{len(flag)}.txt"
     _translate(
       monkeypatch,
@@ -144,7 +149,7 @@ def test_t2t_serve_decodes_in_the_dtype_its_flag_names(workdir_and_lines, monkey
 
   workdir, lines = workdir_and_lines
   monkeypatch.delenv(precision.ENV, raising=False)
-  monkeypatch.setattr(precision, "cpu_has_amx", lambda cpuinfo="": True)
+  monkeypatch.setattr(precision, "cpu_multiplies_bf16", lambda cpuinfo="": True)
   for settings, dtype in [
     (worker.ModelSettings(workdirs=(workdir,)), jnp.bfloat16),
     (worker.ModelSettings(workdirs=(workdir,), dtype="float32"), jnp.float32),

@@ -64,7 +64,8 @@ flags.DEFINE_enum(
   "dtype",
   "auto",
   list(precision.DTYPES),
-  "the products' dtype, as t2t-translate's --dtype ('auto': bfloat16 on a CPU with AMX)",
+  "the products' dtype, as t2t-translate's --dtype ('auto': bfloat16 on a CPU with amx_bf16 "
+  "or avx512_bf16)",
 )
 flags.DEFINE_string(
   "api_keys", None, "a file of API keys, one a line: every request then needs one of them"

@@ -149,7 +149,8 @@ def _define_flags() -> flags.FlagValues:
     "auto",
     list(precision.DTYPES),
     "the products' dtype (accumulation and logits stay float32): 'auto' is bfloat16 on a CPU "
-    "with AMX (amx_bf16 in /proc/cpuinfo), float32 on other CPUs, the model's own on an "
+    "whose flags in /proc/cpuinfo list amx_bf16 or avx512_bf16, float32 on other CPUs, the "
+    "model's own on an "
     f"accelerator; ${precision.ENV} overrides what auto picks",
   )
   flags.DEFINE_string(

@@ -54,8 +54,26 @@ def flat_dot_general(
       preferred_element_type=preferred_element_type,
     )
   k = math.prod(rhs.shape[:n])
-  out = jax.lax.dot_general(lhs.reshape(-1, k), rhs.reshape(k, -1), (((1,), (0,)), ((), ())))
-  return out.reshape(lhs.shape[: lhs.ndim - n] + rhs.shape[n:])
+  out = jax.lax.dot_general(
+    lhs.reshape(-1, k),
+    rhs.reshape(k, -1),
+    (((1,), (0,)), ((), ())),
+    preferred_element_type=_cpu_accumulation(lhs.dtype),
+  )
+  return out.astype(lhs.dtype).reshape(lhs.shape[: lhs.ndim - n] + rhs.shape[n:])
+
+
+def _on_cpu() -> bool:
+  return jax.default_backend() == "cpu"
+
+
+def _cpu_accumulation(dtype: DTypeLike) -> DTypeLike | None:
+  """float32 for a bfloat16 product on a CPU, else None (the inputs' dtype). XLA:CPU runs a
+  bfloat16 x bfloat16 -> bfloat16 product in float32, slower than float32 itself, but hands
+  one with a float32 output to its bfloat16 kernels (AVX512-BF16, AMX: about twice float32's
+  speed, docs/performance.md). The values are the same (both accumulate in float32 and round
+  once); on an accelerator the bfloat16 output is what the kernel writes anyway."""
+  return jnp.float32 if jnp.dtype(dtype) == jnp.bfloat16 and _on_cpu() else None
 
 
 def _dense(
@@ -191,12 +209,18 @@ class MultiHeadAttention(nn.Module):
     the cache is never reordered.
 
     When the cache does not exist yet (it is being created from a [batch, max_len] dummy
-    target), this only allocates zeros of that shape; the caller discards the output.
+    target), this only allocates zeros of that shape; the caller discards the output. On a
+    CPU the cache is float32 whatever the compute dtype (bfloat16 keys and values are exact
+    in it): XLA:CPU would update a bfloat16 cache by converting all of it to float32 and
+    back at every step.
     """
     have_cache = self.has_variable("cache", "cached_key")
-    cached_key = self.variable("cache", "cached_key", lambda: _to_cache_layout(jnp.zeros_like(key)))
+    dtype = jnp.float32 if _on_cpu() else key.dtype
+    cached_key = self.variable(
+      "cache", "cached_key", lambda: _to_cache_layout(jnp.zeros_like(key, dtype))
+    )
     cached_value = self.variable(
-      "cache", "cached_value", lambda: _to_cache_layout(jnp.zeros_like(value))
+      "cache", "cached_value", lambda: _to_cache_layout(jnp.zeros_like(value, dtype))
     )
     cache_index = self.variable("cache", "cache_index", lambda: jnp.array(0, jnp.int32))
     if not have_cache:
@@ -210,9 +234,12 @@ class MultiHeadAttention(nn.Module):
       )
     index = cache_index.value
     start = (0, 0, 0, index * q_len)
-    cached_key.value = jax.lax.dynamic_update_slice(cached_key.value, _to_cache_layout(key), start)
+    dtype = cached_key.value.dtype
+    cached_key.value = jax.lax.dynamic_update_slice(
+      cached_key.value, _to_cache_layout(key).astype(dtype), start
+    )
     cached_value.value = jax.lax.dynamic_update_slice(
-      cached_value.value, _to_cache_layout(value), start
+      cached_value.value, _to_cache_layout(value).astype(dtype), start
     )
     cache_index.value = index + 1
     seen = (jnp.arange(max_len) < (index + 1) * q_len)[None, None, None, :]
