@@ -96,8 +96,9 @@ def pytest_configure(config):
   os.environ.setdefault("XLA_FLAGS", f"--xla_force_host_platform_device_count=8 {FAST_COMPILE}")
   if not _platform_left_to_jax(config):
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
-  # What --dtype=auto picks (decoding.precision): float32 on every CPU, AMX or not, so that
-  # the tests' exact comparisons mean the same everywhere; tests of the choice unset it.
+  # What --dtype=auto picks (decoding.precision): float32 on every CPU, bfloat16 products
+  # in hardware or not, so that the tests' exact comparisons mean the same everywhere;
+  # tests of the choice unset it.
   os.environ.setdefault("T2T_DECODE_DTYPE", "float32")
   _share_compilations(config)
   _share_workdirs(config)
