@@ -21,7 +21,9 @@ from tests import support
 from tests.test_score import _IdTokenizer
 
 
-def _stage_calls(batch_size: int, bounds: list[int], min_rows: int, rng) -> set:
+def _stage_calls(
+  batch_size: int, bounds: list[int], min_rows: int, rng, compacted_bound: int = 0
+) -> set:
   """The (stage, size, bound, ...) calls `run_in_stages` makes when rows finish at random
   steps: a stand-in search whose rows are numpy (row r done once step >= its end)."""
   calls = set()
@@ -37,9 +39,9 @@ def _stage_calls(batch_size: int, bounds: list[int], min_rows: int, rng) -> set:
       step += 1
     return dict(rows, step=step), step, rows["end"] <= step, (rows["end"],)
 
-  def take(rows, keep):
-    calls.add(("take", len(rows["end"]), len(keep), rows["bound"]))
-    return dict(rows, end=rows["end"][np.asarray(keep)])
+  def take(rows, keep, length):
+    calls.add(("take", len(rows["end"]), len(keep), rows["bound"], length))
+    return dict(rows, end=rows["end"][np.asarray(keep)], bound=length or rows["bound"])
 
   def resize(rows, length):
     calls.add(("resize", len(rows["end"]), rows["bound"], length))
@@ -47,35 +49,89 @@ def _stage_calls(batch_size: int, bounds: list[int], min_rows: int, rng) -> set:
 
   first = lambda rows, bound, until: run(rows, bound, until, "first")
   rows = dict(end=ends, step=0, bound=bounds[0])
-  search.run_in_stages(search.Stages(run, take, resize, first), rows, batch_size, bounds, min_rows)
+  stages = search.Stages(run, take, resize, first)
+  search.run_in_stages(stages, rows, batch_size, bounds, min_rows, None, compacted_bound)
   return calls
 
 
-def _predicted_calls(batch_size: int, bounds: list[int], min_rows: int) -> set:
-  """The calls `programs.warm_up_stages` makes, from `search.stage_sizes`."""
+def _predicted_calls(
+  batch_size: int, bounds: list[int], min_rows: int, compacted_bound: int = 0
+) -> set:
+  """The calls `programs.warm_up_stages` makes, from `search.stage_sizes`: below the full
+  size, only at the bounds from compacted_bound on."""
   sizes = search.stage_sizes(batch_size, min_rows)
   calls = set()
   for i, bound in enumerate(bounds):
+    after = search.compacted_segment(bounds, i, compacted_bound)
+    length = bounds[after] if after > i else None
     for size, targets in sizes.items():
+      if size < batch_size and bound < compacted_bound and i + 1 < len(bounds):
+        continue
       calls.add(("first" if (size, i) == (batch_size, 0) else "run", size, bound))
-      calls |= {("take", size, target, bound) for target in targets}
+      calls |= {("take", size, target, bound, length) for target in targets}
       if i + 1 < len(bounds):
         calls.add(("resize", size, bound, bounds[i + 1]))
   return calls
 
 
-@pytest.mark.parametrize("batch_size,min_rows", [(64, 8), (32, 1), (12, 8), (4, 8), (48, 4)])
-def test_stage_sizes_hold_every_call_a_staged_search_makes_and_no_other(batch_size, min_rows):
+@pytest.mark.parametrize(
+  "batch_size,min_rows,compacted_bound",
+  [(64, 8, 0), (32, 1, 0), (12, 8, 0), (4, 8, 0), (48, 4, 0), (64, 8, 32), (32, 1, 64)],
+)
+def test_stage_sizes_hold_every_call_a_staged_search_makes_and_no_other(
+  batch_size, min_rows, compacted_bound
+):
   """Against a brute-force search over random finishing steps: every call is predicted, and
   over enough runs every predicted call is made (the table is no loose superset)."""
   rng = np.random.default_rng(batch_size)
   bounds = search.segment_bounds(64)
-  predicted = _predicted_calls(batch_size, bounds, min_rows)
+  predicted = _predicted_calls(batch_size, bounds, min_rows, compacted_bound)
   seen: set = set()
   for _ in range(800):
-    seen |= _stage_calls(batch_size, bounds, min_rows, rng)
+    seen |= _stage_calls(batch_size, bounds, min_rows, rng, compacted_bound)
   assert seen <= predicted, sorted(seen - predicted)
   assert seen == predicted, sorted(predicted - seen)
+
+
+def test_warm_up_stages_makes_the_predicted_calls_on_the_rows_a_search_makes(monkeypatch):
+  """`programs.warm_up_stages` with stand-in programs that record each call and the cache
+  length of the rows it is given: exactly the calls `_predicted_calls` holds (brute force
+  checks those against the search), each run on rows whose cache has its bound's length,
+  as a search's are (a take below COMPACTED_BOUND grows the cache)."""
+  from types import SimpleNamespace
+
+  calls = set()
+
+  def stage(rows, bound, kind):
+    assert rows["bound"] == bound, (kind, rows, bound)
+    calls.add((kind, rows["size"], bound))
+    return rows, None, None, None
+
+  def first(params, batch, knobs, until, *, max_decode_len, bound, **_):
+    return stage(dict(size=batch.inputs.shape[0], bound=bound), bound, "first")
+
+  def take(rows, keep, *, memory_len, length):
+    calls.add(("take", rows["size"], len(keep), rows["bound"], length))
+    return dict(size=len(keep), bound=length or rows["bound"])
+
+  def resize(rows, *, length):
+    calls.add(("resize", rows["size"], rows["bound"], length))
+    return dict(rows, bound=length)
+
+  monkeypatch.setattr(programs, "_stage_first", first)
+  monkeypatch.setattr(
+    programs, "_stage_run", lambda p, rows, k, u, *, bound, **_: stage(rows, bound, "run")
+  )
+  monkeypatch.setattr(programs, "_stage_take", take)
+  monkeypatch.setattr(programs, "_stage_resize", resize)
+  decoding = SimpleNamespace(mode="beam", rows_per_sentence=1)
+  batch = SimpleNamespace(inputs=np.zeros((64, 5), np.int32))
+  count = programs.warm_up_stages(
+    None, batch, None, model=None, max_decode_len=64, decoding=decoding, min_rows=8
+  )
+  bounds = programs.stage_bounds(64, decoding)
+  assert calls == _predicted_calls(64, bounds, 8, programs.COMPACTED_BOUND)
+  assert count == len(calls)
 
 
 @pytest.mark.parametrize(
@@ -201,7 +257,7 @@ def test_warm_up_calls_every_stage_program_once_per_shape(monkeypatch):
     # a call's longest bucket, which compacted batches attend over, is any from src_len up
     memories = [b for b in sorted(set(batching.source_buckets(24))) if b >= src_len]
     assert kw["memory_lens"] == tuple(memories)
-    predicted = _predicted_calls(rows, bounds, programs.MIN_ROWS)
+    predicted = _predicted_calls(rows, bounds, programs.MIN_ROWS, programs.COMPACTED_BOUND)
     # the full batch's stages and resizes once; every other call once per memory
     once = [c for c in predicted if c[0] != "take" and c[1] == rows]
     assert count == len(once) + (len(predicted) - len(once)) * len(memories)

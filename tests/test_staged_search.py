@@ -409,10 +409,12 @@ def test_search_refuses_a_constraint_without_its_sources():
     )
 
 
-def test_run_in_stages_halves_and_grows_on_a_counting_search():
+@pytest.mark.parametrize("compacted_bound,resizes", [(0, 2), (16, 1)])
+def test_run_in_stages_halves_and_grows_on_a_counting_search(compacted_bound, resizes):
   """The driver alone, on a stand-in search whose row r is done after r + 1 steps: each
   row's result is taken when it was done, batches shrink to powers of two, the cache
-  grows through every bound, and row-steps are counted."""
+  grows through every bound, and row-steps are counted. With compacted_bound=16 the
+  compaction at step 8 (cache 8) grows the cache to 16 in its take, not by a resize."""
   batch, bounds = 16, [4, 8, 16]
 
   outputs = lambda rows: (rows["left"] * 10,)
@@ -428,12 +430,18 @@ def test_run_in_stages_halves_and_grows_on_a_counting_search():
   rows = dict(step=0, cache=np.zeros(bounds[0]), left=np.arange(1, batch + 1))
   stages = search.Stages(
     run=run,
-    take=lambda rows, keep: dict(rows, left=rows["left"][np.asarray(keep)]),
+    take=lambda rows, keep, length: dict(
+      rows,
+      left=rows["left"][np.asarray(keep)],
+      cache=rows["cache"] if length is None else np.zeros(length),
+    ),
     resize=lambda rows, n: dict(rows, cache=np.zeros(n)),
   )
   stats = search.StageStats()
-  (out,) = search.run_in_stages(stages, rows, batch, bounds, stats=stats)
+  (out,) = search.run_in_stages(
+    stages, rows, batch, bounds, stats=stats, compacted_bound=compacted_bound
+  )
   np.testing.assert_array_equal(out, np.arange(1, batch + 1) * 10)
-  assert stats.resizes == 2 and stats.compactions >= 3
+  assert stats.resizes == resizes and stats.compactions >= 3
   # 16 rows to step 8 (half done), 8 to step 12, 4 to 14, 2 to 15, 1 to 16.
   assert stats.row_steps == 16 * 8 + 8 * 4 + 4 * 2 + 2 * 1 + 1 * 1

@@ -405,13 +405,17 @@ def _stage_first(
 
 
 @compilation.stored
-@functools.partial(jax.jit, static_argnames=("memory_len",))
-def _stage_take(rows: Rows, keep: jax.Array, *, memory_len: int | None = None) -> Rows:
-  """The rows `keep`, their encoder keys/values padded to `memory_len` positions (None: as
-  they are)."""
+@functools.partial(jax.jit, static_argnames=("memory_len", "length"))
+def _stage_take(
+  rows: Rows, keep: jax.Array, *, memory_len: int | None = None, length: int | None = None
+) -> Rows:
+  """The rows `keep`, their encoder keys/values padded to `memory_len` positions and their
+  self-attention caches grown to `length` (None: as they are)."""
   kept = search._map_nonscalar(lambda x: x[keep], rows)
   if memory_len is not None:
     kept = kept._replace(state=_pad_memory(kept.state, memory_len))
+  if length is not None:
+    kept = kept._replace(state=_resize_cache(kept.state, length))
   return kept
 
 
@@ -440,6 +444,13 @@ def stage_bounds(max_decode_len: int, decoding: Decoding) -> list[int]:
   the shortest cache for little more attention per step."""
   first = search.FIRST_SEGMENT * (1 if decoding.mode == "beam" else 2)
   return search.segment_bounds(max_decode_len, first)
+
+
+# The shortest cache of a compacted batch (`search.run_in_stages`' compacted_bound): beam
+# search's full batch starts on FIRST_SEGMENT positions, where it does most of its steps,
+# but a batch compacted before step 32 would run a few steps each at several sizes, each
+# size a stage program of its own; a compaction there grows the cache to 32 instead.
+COMPACTED_BOUND = 2 * search.FIRST_SEGMENT
 
 
 # The smallest batch a staged search compacts to: below it a step costs about the same, and
@@ -481,7 +492,7 @@ def decode_in_stages(
     run=lambda rows, bound, until: _stage_run(
       params, rows, knobs, on_device(until), bound=bound, **common
     ),
-    take=lambda rows, keep: _stage_take(rows, keep, memory_len=memory_len),
+    take=lambda rows, keep, length: _stage_take(rows, keep, memory_len=memory_len, length=length),
     resize=lambda rows, length: _stage_resize(rows, length=length),
     first=lambda batch, bound, until: _stage_first(
       params, batch, knobs, on_device(until), max_decode_len=max_decode_len, bound=bound, **common
@@ -490,7 +501,13 @@ def decode_in_stages(
   size = batch.inputs.shape[0]
   per = decoding.rows_per_sentence
   seqs, scores = search.run_in_stages(
-    stages, batch, size * per, bounds, min_rows=min_rows, stats=stats
+    stages,
+    batch,
+    size * per,
+    bounds,
+    min_rows=min_rows,
+    stats=stats,
+    compacted_bound=COMPACTED_BOUND,
   )
   if decoding.mode != "sample":
     return seqs, scores
@@ -518,11 +535,12 @@ def warm_up_stages(
   Which programs a search runs depends on when its sentences finish; these are all that
   `search.run_in_stages` can reach: the first stage (start and run in one program), then
   at each of the cache's bounds a run and (below the last bound) the resize at every size
-  of `search.stage_sizes`, and the take of each size to each size it can be compacted to;
-  below the full size, once per memory length. A stage is called with `until` = its rows,
-  so it compiles without taking a step. Every call gets rows made as the search makes
-  them (the first stage's, or a run's taken or resized), so that shapes and weak types, and
-  so the programs, are those a search will call."""
+  of `search.stage_sizes` that meets it, and the take of each size to each size it can be
+  compacted to (growing the cache to COMPACTED_BOUND below it: the smaller sizes then
+  start at that bound); below the full size, once per memory length. A stage is called
+  with `until` = its rows, so it compiles without taking a step. Every call gets rows made
+  as the search makes them (the first stage's, or a run's taken or resized), so that shapes
+  and weak types, and so the programs, are those a search will call."""
   bounds = stage_bounds(max_decode_len, decoding)
   full = batch.inputs.shape[0] * decoding.rows_per_sentence
   sizes = search.stage_sizes(full, min_rows)
@@ -536,30 +554,32 @@ def warm_up_stages(
     bound=bounds[0],
     **common,
   )
-  # (size, memory_len) -> the rows a run at this bound meets (None: the full batch's first
-  # stage, which has run); the full batch's memory is its own (None)
-  entering, calls = {(full, None): None}, 1
+  # segment -> (size, memory_len) -> the rows a run at its bound meets (None: the full
+  # batch's first stage, which has run); the full batch's memory is its own (None)
+  entering, calls = {0: {(full, None): None}}, 1
   for segment, bound in enumerate(bounds):
-    grown, ran = {}, set()
-    while todo := [key for key in entering if key not in ran]:
+    here, ran = entering.setdefault(segment, {}), set()
+    after = search.compacted_segment(bounds, segment, COMPACTED_BOUND)
+    length = bounds[after] if after > segment else None
+    while todo := [key for key in here if key not in ran]:
       size, memory = key = max(todo, key=lambda k: k[0])  # largest first: takes fill smaller
       ran.add(key)
-      if entering[key] is None:
+      if here[key] is None:
         rows = first[0]
       else:
         until = jax.device_put(np.int32(size))
-        rows = _stage_run(params, entering[key], knobs, until, bound=bound, **common)[0]
+        rows = _stage_run(params, here[key], knobs, until, bound=bound, **common)[0]
         calls += 1
       for target in sizes[size]:
         keep = jax.device_put(np.arange(target, dtype=np.int32))
         for memory_len in memory_lens if memory is None else (memory,):
-          taken = _stage_take(rows, keep, memory_len=memory_len)
-          entering.setdefault((target, memory_len), taken)
+          taken = _stage_take(rows, keep, memory_len=memory_len, length=length)
+          entering.setdefault(after, {}).setdefault((target, memory_len), taken)
           calls += 1
       if segment + 1 < len(bounds):
-        grown[key] = _stage_resize(rows, length=bounds[segment + 1])
+        grown = _stage_resize(rows, length=bounds[segment + 1])
+        entering.setdefault(segment + 1, {}).setdefault(key, grown)
         calls += 1
-    entering = grown
   if decoding.mode == "sample":
     seqs, scores = jax.device_get(first[3])
     size, per = batch.inputs.shape[0], decoding.rows_per_sentence

@@ -627,7 +627,9 @@ def _once_or_staged(
 
   stages = Stages(
     run=jax.jit(stage, static_argnums=1),
-    take=jax.jit(lambda rows, keep: _map_nonscalar(lambda x: x[keep], rows)),
+    take=jax.jit(
+      lambda rows, keep, length: _map_nonscalar(lambda x: x[keep], rows), static_argnums=2
+    ),
     resize=None,
   )
   size = jnp.shape(rows[1].limits)[0]
@@ -993,7 +995,8 @@ class Stages(NamedTuple):
   # (rows, bound, until) -> (rows, step, done, outputs): steps until step == bound (the
   # cache's positions) or at most `until` rows are not done; then the scalar step, bool
   # [rows] whose results are final, and every row's results so far (leading dim rows)
-  take: Callable[[Any, jax.Array], Any]  # (rows, keep int32 [n]) -> those rows in order
+  take: Callable[[Any, jax.Array, int | None], Any]  # (rows, keep int32 [n], length) ->
+  # those rows in order, the cache grown to `length` positions (None: as it is)
   resize: Callable[[Any, int], Any] | None  # (rows, n) -> the cache grown to n positions
   first: Callable[[Any, int, int], tuple] | None = None  # the first stage, as `run`, from
   # what `run_in_stages` is given (None: `run`): a program that starts the search (encoder,
@@ -1040,6 +1043,14 @@ def stage_sizes(batch_size: int, min_rows: int = 1) -> dict[int, tuple[int, ...]
   return dict(sorted(table.items(), reverse=True))
 
 
+def compacted_segment(bounds: Sequence[int], segment: int, compacted_bound: int) -> int:
+  """The segment of `bounds` a batch compacted in `segment` continues in: the first whose
+  bound is at least compacted_bound, and never an earlier one."""
+  while segment + 1 < len(bounds) and bounds[segment] < compacted_bound:
+    segment += 1
+  return segment
+
+
 def run_in_stages(
   stages: Stages,
   rows: Any,
@@ -1047,6 +1058,7 @@ def run_in_stages(
   bounds: Sequence[int],
   min_rows: int = 1,
   stats: StageStats | None = None,
+  compacted_bound: int = 0,
 ) -> tuple[np.ndarray, ...]:
   """Runs a search to its end in jitted stages chosen on the host, as CTranslate2 does
   step by step: whenever at most half of the rows are still running, those are gathered
@@ -1055,8 +1067,11 @@ def run_in_stages(
   the next of `bounds` (`segment_bounds`; the first is its length already). A stage runs
   only as long as neither is due, so the cache is never longer than twice what has been
   written and at least half of the rows stepped are running, at every batch size. Each
-  (rows, bound) pair compiles once; powers of two keep the pairs few. `rows` is what the
-  first stage starts from (`Stages.first`'s input when it is given, else the rows).
+  (rows, bound) pair compiles once; powers of two keep the pairs few. A compacted batch's
+  cache is at least `compacted_bound` positions long (`compacted_segment`: its take grows
+  it), so that no batch below the full size runs on the shortest caches, whose stages would
+  compile for a few steps each. `rows` is what the first stage starts from
+  (`Stages.first`'s input when it is given, else the rows).
 
   Returns the outputs (`Stages.run`) of the batch_size original rows, as numpy arrays, each
   row taken when it was done (frozen from then on, so the same whatever runs beside it).
@@ -1093,7 +1108,10 @@ def run_in_stages(
       size = compacted_size(running.size, min_rows)
       filler = np.flatnonzero(done)[: size - running.size]
       keep = np.concatenate([running, filler])
-      rows = stages.take(rows, jax.device_put(keep.astype(np.int32)))  # no program
+      grown = compacted_segment(bounds, segment, compacted_bound)
+      length = bounds[grown] if grown > segment else None
+      segment = grown
+      rows = stages.take(rows, jax.device_put(keep.astype(np.int32)), length)  # no program
       collect(outputs, np.flatnonzero(real & done))
       origin = np.concatenate([origin[running], np.full(filler.size, -1)])
       stats.compactions += 1

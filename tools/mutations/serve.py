@@ -107,8 +107,8 @@ MUTATIONS = (
     "serve_warm_up_grows_only_the_full_batch",
     "the warm-up resizes the cache of the full batch only: a compacted batch compiles its resize",
     "t2t_jax/decoding/programs.py",
-    "      if segment + 1 < len(bounds):\n        grown[key]",
-    "      if segment + 1 < len(bounds) and size == full:\n        grown[key]",
+    "      if segment + 1 < len(bounds):\n        grown = _stage_resize",
+    "      if segment + 1 < len(bounds) and size == full:\n        grown = _stage_resize",
     WARM_UP,
   ),
   M(
