@@ -79,12 +79,11 @@ def test_a_padded_memory_changes_no_output(beam_size):
 
 class _Runs:
   """Records each stage run's (rows, source positions of its memory, cache bound): with
-  the model, decoding and weak types alike, the key of its program. The first program
-  (start and first runs) counts as a run at its last bound over the batch's own sources."""
+  the model, decoding and weak types alike, the key of its program."""
 
   def __init__(self, monkeypatch):
     self.keys: list[tuple[int, int, int]] = []
-    real, real_first = programs._stage_run, programs._stage_first
+    real = programs._stage_run
 
     def recording(params, rows, knobs, until, **kw):
       leaves = jax.tree_util.tree_leaves_with_path(rows)
@@ -92,12 +91,7 @@ class _Runs:
       self.keys.append((memory.shape[0], memory.shape[-1], kw["bound"]))
       return real(params, rows, knobs, until, **kw)
 
-    def recording_first(params, batch, knobs, until, **kw):
-      self.keys.append((*batch.inputs.shape, kw["bounds"][-1]))
-      return real_first(params, batch, knobs, until, **kw)
-
     monkeypatch.setattr(programs, "_stage_run", recording)
-    monkeypatch.setattr(programs, "_stage_first", recording_first)
 
 
 def test_batches_of_two_source_lengths_share_their_compacted_programs(monkeypatch):
@@ -159,22 +153,14 @@ def test_translate_gives_compacted_batches_the_calls_longest_bucket(monkeypatch)
   assert {memory for _, memory in seen} == {None}
 
 
-def test_row_searches_start_with_a_longer_cache_than_beam_search(monkeypatch):
+def test_row_searches_start_with_a_longer_cache_than_beam_search():
   """Greedy search attends over one cache slot per position: its first cache segment is
   twice beam search's (32 positions, not 16), so outputs of 17-30 tokens never grow it;
-  beam search, beam_size slots per position, starts at 16 and grows to 32 inside its first
-  program (`programs.first_stage_bound`), so neither calls a resize."""
+  beam search, beam_size slots per position, grows its cache at 16."""
   model, params = _model_and_params(eos_bias=-30.0)  # no EOS: outputs run to their limits
   inputs = _padded_inputs(4, 6, 6, seed=1)
   limits = np.full(4, 30)
-  resizes, openings = {}, []
-  real_first = programs._stage_first
-
-  def recording_first(params, batch, knobs, until, **kw):
-    openings.append(kw["bounds"])
-    return real_first(params, batch, knobs, until, **kw)
-
-  monkeypatch.setattr(programs, "_stage_first", recording_first)
+  resizes = {}
   for beam_size in (1, 2):
     stats = programs.StageStats()
     programs.search_batch(
@@ -187,5 +173,4 @@ def test_row_searches_start_with_a_longer_cache_than_beam_search(monkeypatch):
       stats=stats,
     )
     resizes[beam_size] = stats.resizes
-  assert resizes == {1: 0, 2: 0}
-  assert openings == [(32,), (16, 32)]
+  assert resizes == {1: 0, 2: 1}

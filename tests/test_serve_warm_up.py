@@ -22,7 +22,7 @@ from tests.test_score import _IdTokenizer
 
 
 def _stage_calls(
-  batch_size: int, bounds: list[int], min_rows: int, rng, first_bound: int = 0
+  batch_size: int, bounds: list[int], min_rows: int, rng, compacted_bound: int = 0
 ) -> set:
   """The (stage, size, bound, ...) calls `run_in_stages` makes when rows finish at random
   steps: a stand-in search whose rows are numpy (row r done once step >= its end)."""
@@ -33,69 +33,62 @@ def _stage_calls(
   ends = rng.choice(steps, batch_size, p=rng.dirichlet(np.full(len(steps), 0.3)))
 
   def run(rows, bound, until, kind="run"):
-    assert rows["bound"] == bound, (kind, rows["bound"], bound)
     calls.add((kind, len(rows["end"]), bound))
     step = rows["step"]
     while step < bound and np.sum(rows["end"] > step) > until:
       step += 1
     return dict(rows, step=step), step, rows["end"] <= step, (rows["end"],)
 
-  def take(rows, keep):
-    calls.add(("take", len(rows["end"]), len(keep), rows["bound"]))
-    return dict(rows, end=rows["end"][np.asarray(keep)])
+  def take(rows, keep, length):
+    calls.add(("take", len(rows["end"]), len(keep), rows["bound"], length))
+    return dict(rows, end=rows["end"][np.asarray(keep)], bound=length or rows["bound"])
 
   def resize(rows, length):
     calls.add(("resize", len(rows["end"]), rows["bound"], length))
     return dict(rows, bound=length)
 
-  def first(rows, opening, until):
-    """As `programs._stage_first`: runs at each bound of `opening`, growing between."""
-    calls.add(("first", len(rows["end"]), opening))
-    for bound in opening:
-      rows = dict(rows, bound=bound)
-      out = run(rows, bound, until, "first-run")
-      rows = out[0]
-    return out
-
+  first = lambda rows, bound, until: run(rows, bound, until, "first")
   rows = dict(end=ends, step=0, bound=bounds[0])
   stages = search.Stages(run, take, resize, first)
-  search.run_in_stages(stages, rows, batch_size, bounds, min_rows, None, first_bound)
-  return {c for c in calls if c[0] != "first-run"}
+  search.run_in_stages(stages, rows, batch_size, bounds, min_rows, None, compacted_bound)
+  return calls
 
 
 def _predicted_calls(
-  batch_size: int, bounds: list[int], min_rows: int, first_bound: int = 0
+  batch_size: int, bounds: list[int], min_rows: int, compacted_bound: int = 0
 ) -> set:
-  """The calls `programs.warm_up_stages` makes, from `search.stage_sizes`: the first
-  program through `search.opening_bounds`, then every size at every bound from there on."""
+  """The calls `programs.warm_up_stages` makes, from `search.stage_sizes`: below the full
+  size, only at the bounds from compacted_bound on."""
   sizes = search.stage_sizes(batch_size, min_rows)
-  opening = search.opening_bounds(bounds, first_bound)
-  calls = {("first", batch_size, opening)}
-  for i in range(len(opening) - 1, len(bounds)):
+  calls = set()
+  for i, bound in enumerate(bounds):
+    after = search.compacted_segment(bounds, i, compacted_bound)
+    length = bounds[after] if after > i else None
     for size, targets in sizes.items():
-      if (size, i) != (batch_size, len(opening) - 1):
-        calls.add(("run", size, bounds[i]))
-      calls |= {("take", size, target, bounds[i]) for target in targets}
+      if size < batch_size and bound < compacted_bound and i + 1 < len(bounds):
+        continue
+      calls.add(("first" if (size, i) == (batch_size, 0) else "run", size, bound))
+      calls |= {("take", size, target, bound, length) for target in targets}
       if i + 1 < len(bounds):
-        calls.add(("resize", size, bounds[i], bounds[i + 1]))
+        calls.add(("resize", size, bound, bounds[i + 1]))
   return calls
 
 
 @pytest.mark.parametrize(
-  "batch_size,min_rows,first_bound",
+  "batch_size,min_rows,compacted_bound",
   [(64, 8, 0), (32, 1, 0), (12, 8, 0), (4, 8, 0), (48, 4, 0), (64, 8, 32), (32, 1, 64)],
 )
 def test_stage_sizes_hold_every_call_a_staged_search_makes_and_no_other(
-  batch_size, min_rows, first_bound
+  batch_size, min_rows, compacted_bound
 ):
   """Against a brute-force search over random finishing steps: every call is predicted, and
   over enough runs every predicted call is made (the table is no loose superset)."""
   rng = np.random.default_rng(batch_size)
   bounds = search.segment_bounds(64)
-  predicted = _predicted_calls(batch_size, bounds, min_rows, first_bound)
+  predicted = _predicted_calls(batch_size, bounds, min_rows, compacted_bound)
   seen: set = set()
   for _ in range(800):
-    seen |= _stage_calls(batch_size, bounds, min_rows, rng, first_bound)
+    seen |= _stage_calls(batch_size, bounds, min_rows, rng, compacted_bound)
   assert seen <= predicted, sorted(seen - predicted)
   assert seen == predicted, sorted(predicted - seen)
 
@@ -104,30 +97,31 @@ def test_warm_up_stages_makes_the_predicted_calls_on_the_rows_a_search_makes(mon
   """`programs.warm_up_stages` with stand-in programs that record each call and the cache
   length of the rows it is given: exactly the calls `_predicted_calls` holds (brute force
   checks those against the search), each run on rows whose cache has its bound's length,
-  as a search's are (the first program leaves its rows at first_stage_bound())."""
+  as a search's are (a take below COMPACTED_BOUND grows the cache)."""
   from types import SimpleNamespace
 
   calls = set()
 
-  def run(rows, bound):
-    assert rows["bound"] == bound, (rows, bound)
-    calls.add(("run", rows["size"], bound))
+  def stage(rows, bound, kind):
+    assert rows["bound"] == bound, (kind, rows, bound)
+    calls.add((kind, rows["size"], bound))
     return rows, None, None, None
 
-  def first(params, batch, knobs, until, *, max_decode_len, bounds, **_):
-    calls.add(("first", batch.inputs.shape[0], bounds))
-    return dict(size=batch.inputs.shape[0], bound=bounds[-1]), None, None, None
+  def first(params, batch, knobs, until, *, max_decode_len, bound, **_):
+    return stage(dict(size=batch.inputs.shape[0], bound=bound), bound, "first")
 
-  def take(rows, keep, *, memory_len):
-    calls.add(("take", rows["size"], len(keep), rows["bound"]))
-    return dict(size=len(keep), bound=rows["bound"])
+  def take(rows, keep, *, memory_len, length):
+    calls.add(("take", rows["size"], len(keep), rows["bound"], length))
+    return dict(size=len(keep), bound=length or rows["bound"])
 
   def resize(rows, *, length):
     calls.add(("resize", rows["size"], rows["bound"], length))
     return dict(rows, bound=length)
 
   monkeypatch.setattr(programs, "_stage_first", first)
-  monkeypatch.setattr(programs, "_stage_run", lambda p, rows, k, u, *, bound, **_: run(rows, bound))
+  monkeypatch.setattr(
+    programs, "_stage_run", lambda p, rows, k, u, *, bound, **_: stage(rows, bound, "run")
+  )
   monkeypatch.setattr(programs, "_stage_take", take)
   monkeypatch.setattr(programs, "_stage_resize", resize)
   decoding = SimpleNamespace(mode="beam", rows_per_sentence=1)
@@ -136,7 +130,7 @@ def test_warm_up_stages_makes_the_predicted_calls_on_the_rows_a_search_makes(mon
     None, batch, None, model=None, max_decode_len=64, decoding=decoding, min_rows=8
   )
   bounds = programs.stage_bounds(64, decoding)
-  assert calls == _predicted_calls(64, bounds, 8, programs.first_stage_bound())
+  assert calls == _predicted_calls(64, bounds, 8, programs.COMPACTED_BOUND)
   assert count == len(calls)
 
 
@@ -263,7 +257,7 @@ def test_warm_up_calls_every_stage_program_once_per_shape(monkeypatch):
     # a call's longest bucket, which compacted batches attend over, is any from src_len up
     memories = [b for b in sorted(set(batching.source_buckets(24))) if b >= src_len]
     assert kw["memory_lens"] == tuple(memories)
-    predicted = _predicted_calls(rows, bounds, programs.MIN_ROWS, programs.first_stage_bound())
+    predicted = _predicted_calls(rows, bounds, programs.MIN_ROWS, programs.COMPACTED_BOUND)
     # the full batch's stages and resizes once; every other call once per memory
     once = [c for c in predicted if c[0] != "take" and c[1] == rows]
     assert count == len(once) + (len(predicted) - len(once)) * len(memories)

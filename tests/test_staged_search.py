@@ -409,13 +409,12 @@ def test_search_refuses_a_constraint_without_its_sources():
     )
 
 
-@pytest.mark.parametrize("with_first,resizes", [(False, 2), (True, 1)])
-def test_run_in_stages_halves_and_grows_on_a_counting_search(with_first, resizes):
+@pytest.mark.parametrize("compacted_bound,resizes", [(0, 2), (16, 1)])
+def test_run_in_stages_halves_and_grows_on_a_counting_search(compacted_bound, resizes):
   """The driver alone, on a stand-in search whose row r is done after r + 1 steps: each
   row's result is taken when it was done, batches shrink to powers of two, the cache
-  grows through every bound, and row-steps are counted. With a first stage and
-  first_bound=8, that stage runs at bounds 4 and 8 (growing the cache in between), so the
-  host grows it only once more."""
+  grows through every bound, and row-steps are counted. With compacted_bound=16 the
+  compaction at step 8 (cache 8) grows the cache to 16 in its take, not by a resize."""
   batch, bounds = 16, [4, 8, 16]
 
   outputs = lambda rows: (rows["left"] * 10,)
@@ -428,21 +427,20 @@ def test_run_in_stages_halves_and_grows_on_a_counting_search(with_first, resizes
     rows = dict(rows, step=step)
     return rows, step, left <= step, outputs(rows)
 
-  def first(rows, opening, until):
-    assert opening == (4, 8)
-    for bound in opening:
-      rows, *rest = run(dict(rows, cache=np.zeros(bound)), bound, until)
-    return (rows, *rest)
-
   rows = dict(step=0, cache=np.zeros(bounds[0]), left=np.arange(1, batch + 1))
   stages = search.Stages(
     run=run,
-    take=lambda rows, keep: dict(rows, left=rows["left"][np.asarray(keep)]),
+    take=lambda rows, keep, length: dict(
+      rows,
+      left=rows["left"][np.asarray(keep)],
+      cache=rows["cache"] if length is None else np.zeros(length),
+    ),
     resize=lambda rows, n: dict(rows, cache=np.zeros(n)),
-    first=first if with_first else None,
   )
   stats = search.StageStats()
-  (out,) = search.run_in_stages(stages, rows, batch, bounds, stats=stats, first_bound=8)
+  (out,) = search.run_in_stages(
+    stages, rows, batch, bounds, stats=stats, compacted_bound=compacted_bound
+  )
   np.testing.assert_array_equal(out, np.arange(1, batch + 1) * 10)
   assert stats.resizes == resizes and stats.compactions >= 3
   # 16 rows to step 8 (half done), 8 to step 12, 4 to 14, 2 to 15, 1 to 16.

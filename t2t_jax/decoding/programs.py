@@ -383,7 +383,7 @@ def _outputs(rows: Rows, alpha: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 
 @compilation.stored
-@functools.partial(jax.jit, static_argnames=("model", "max_decode_len", "bounds", "decoding"))
+@functools.partial(jax.jit, static_argnames=("model", "max_decode_len", "bound", "decoding"))
 def _stage_first(
   params: Any,
   batch: Batch,
@@ -392,39 +392,30 @@ def _stage_first(
   *,
   model: Transformer | Members,
   max_decode_len: int,
-  bounds: tuple[int, ...],
+  bound: int,
   decoding: Decoding,
 ) -> Stage:
-  """The start (`_start`, its cache bounds[0] positions long) and the first stages in one
-  program (`search.Stages.first`): a run at each of `bounds`, the cache grown to the next
-  between them (a run that stops at `until` leaves the next ones no step). The full batch
-  always starts this way, so one program does what a start, runs and resizes would each
-  compile and call for."""
+  """The start (`_start`, its cache `bound` positions long) and the first stage in one
+  program (`search.Stages.first`): the full batch's first run is always right after its
+  start, so a separate program for each would compile and call two where one does."""
   rows = _start(
-    params,
-    batch,
-    knobs,
-    model=model,
-    max_decode_len=max_decode_len,
-    first=bounds[0],
-    decoding=decoding,
+    params, batch, knobs, model=model, max_decode_len=max_decode_len, first=bound, decoding=decoding
   )
-  for i, bound in enumerate(bounds):
-    if i:
-      rows = rows._replace(state=_resize_cache(rows.state, bound))
-    stage = _stage_run(params, rows, knobs, until, model=model, bound=bound, decoding=decoding)
-    rows = stage[0]
-  return stage
+  return _stage_run(params, rows, knobs, until, model=model, bound=bound, decoding=decoding)
 
 
 @compilation.stored
-@functools.partial(jax.jit, static_argnames=("memory_len",))
-def _stage_take(rows: Rows, keep: jax.Array, *, memory_len: int | None = None) -> Rows:
-  """The rows `keep`, their encoder keys/values padded to `memory_len` positions (None: as
-  they are)."""
+@functools.partial(jax.jit, static_argnames=("memory_len", "length"))
+def _stage_take(
+  rows: Rows, keep: jax.Array, *, memory_len: int | None = None, length: int | None = None
+) -> Rows:
+  """The rows `keep`, their encoder keys/values padded to `memory_len` positions and their
+  self-attention caches grown to `length` (None: as they are)."""
   kept = search._map_nonscalar(lambda x: x[keep], rows)
   if memory_len is not None:
     kept = kept._replace(state=_pad_memory(kept.state, memory_len))
+  if length is not None:
+    kept = kept._replace(state=_resize_cache(kept.state, length))
   return kept
 
 
@@ -455,13 +446,11 @@ def stage_bounds(max_decode_len: int, decoding: Decoding) -> list[int]:
   return search.segment_bounds(max_decode_len, first)
 
 
-def first_stage_bound() -> int:
-  """The cache's length when the full batch leaves its first program (`search.run_in_stages`'
-  first_bound): beam search starts on FIRST_SEGMENT positions, where it does most of its
-  steps, and grows to twice that inside the program; a batch compacted before would
-  otherwise run a few steps each at several sizes on the short cache, each size a stage
-  program of its own."""
-  return 2 * search.FIRST_SEGMENT
+# The shortest cache of a compacted batch (`search.run_in_stages`' compacted_bound): beam
+# search's full batch starts on FIRST_SEGMENT positions, where it does most of its steps,
+# but a batch compacted before step 32 would run a few steps each at several sizes, each
+# size a stage program of its own; a compaction there grows the cache to 32 instead.
+COMPACTED_BOUND = 2 * search.FIRST_SEGMENT
 
 
 # The smallest batch a staged search compacts to: below it a step costs about the same, and
@@ -503,10 +492,10 @@ def decode_in_stages(
     run=lambda rows, bound, until: _stage_run(
       params, rows, knobs, on_device(until), bound=bound, **common
     ),
-    take=lambda rows, keep: _stage_take(rows, keep, memory_len=memory_len),
+    take=lambda rows, keep, length: _stage_take(rows, keep, memory_len=memory_len, length=length),
     resize=lambda rows, length: _stage_resize(rows, length=length),
-    first=lambda batch, bounds, until: _stage_first(
-      params, batch, knobs, on_device(until), max_decode_len=max_decode_len, bounds=bounds, **common
+    first=lambda batch, bound, until: _stage_first(
+      params, batch, knobs, on_device(until), max_decode_len=max_decode_len, bound=bound, **common
     ),
   )
   size = batch.inputs.shape[0]
@@ -518,7 +507,7 @@ def decode_in_stages(
     bounds,
     min_rows=min_rows,
     stats=stats,
-    first_bound=first_stage_bound(),
+    compacted_bound=COMPACTED_BOUND,
   )
   if decoding.mode != "sample":
     return seqs, scores
@@ -544,16 +533,15 @@ def warm_up_stages(
   them compiles later; returns how many.
 
   Which programs a search runs depends on when its sentences finish; these are all that
-  `search.run_in_stages` can reach: the first program (start and runs through
-  `search.opening_bounds`), then from the cache's bound there on a run and (below the
-  last bound) the resize at every size of `search.stage_sizes` that meets it, and the take
-  of each size to each size it can be compacted to; below the full size, once per memory
-  length. A stage is called with `until` = its rows, so it compiles without taking a step.
-  Every call gets rows made as the search makes them (the first program's, or a run's
-  taken or resized), so that shapes and weak types, and so the programs, are those a
-  search will call."""
+  `search.run_in_stages` can reach: the first stage (start and run in one program), then
+  at each of the cache's bounds a run and (below the last bound) the resize at every size
+  of `search.stage_sizes` that meets it, and the take of each size to each size it can be
+  compacted to (growing the cache to COMPACTED_BOUND below it: the smaller sizes then
+  start at that bound); below the full size, once per memory length. A stage is called
+  with `until` = its rows, so it compiles without taking a step. Every call gets rows made
+  as the search makes them (the first stage's, or a run's taken or resized), so that shapes
+  and weak types, and so the programs, are those a search will call."""
   bounds = stage_bounds(max_decode_len, decoding)
-  opening = search.opening_bounds(bounds, first_stage_bound())
   full = batch.inputs.shape[0] * decoding.rows_per_sentence
   sizes = search.stage_sizes(full, min_rows)
   common = dict(model=model, decoding=decoding)
@@ -563,14 +551,16 @@ def warm_up_stages(
     knobs,
     jax.device_put(np.int32(full)),
     max_decode_len=max_decode_len,
-    bounds=opening,
+    bound=bounds[0],
     **common,
   )
   # segment -> (size, memory_len) -> the rows a run at its bound meets (None: the full
-  # batch's first program, which has run); the full batch's memory is its own (None)
-  entering, calls = {len(opening) - 1: {(full, None): None}}, 1
+  # batch's first stage, which has run); the full batch's memory is its own (None)
+  entering, calls = {0: {(full, None): None}}, 1
   for segment, bound in enumerate(bounds):
     here, ran = entering.setdefault(segment, {}), set()
+    after = search.compacted_segment(bounds, segment, COMPACTED_BOUND)
+    length = bounds[after] if after > segment else None
     while todo := [key for key in here if key not in ran]:
       size, memory = key = max(todo, key=lambda k: k[0])  # largest first: takes fill smaller
       ran.add(key)
@@ -583,8 +573,8 @@ def warm_up_stages(
       for target in sizes[size]:
         keep = jax.device_put(np.arange(target, dtype=np.int32))
         for memory_len in memory_lens if memory is None else (memory,):
-          taken = _stage_take(rows, keep, memory_len=memory_len)
-          here.setdefault((target, memory_len), taken)
+          taken = _stage_take(rows, keep, memory_len=memory_len, length=length)
+          entering.setdefault(after, {}).setdefault((target, memory_len), taken)
           calls += 1
       if segment + 1 < len(bounds):
         grown = _stage_resize(rows, length=bounds[segment + 1])

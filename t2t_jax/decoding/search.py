@@ -627,7 +627,9 @@ def _once_or_staged(
 
   stages = Stages(
     run=jax.jit(stage, static_argnums=1),
-    take=jax.jit(lambda rows, keep: _map_nonscalar(lambda x: x[keep], rows)),
+    take=jax.jit(
+      lambda rows, keep, length: _map_nonscalar(lambda x: x[keep], rows), static_argnums=2
+    ),
     resize=None,
   )
   size = jnp.shape(rows[1].limits)[0]
@@ -993,12 +995,12 @@ class Stages(NamedTuple):
   # (rows, bound, until) -> (rows, step, done, outputs): steps until step == bound (the
   # cache's positions) or at most `until` rows are not done; then the scalar step, bool
   # [rows] whose results are final, and every row's results so far (leading dim rows)
-  take: Callable[[Any, jax.Array], Any]  # (rows, keep int32 [n]) -> those rows, in order
+  take: Callable[[Any, jax.Array, int | None], Any]  # (rows, keep int32 [n], length) ->
+  # those rows in order, the cache grown to `length` positions (None: as it is)
   resize: Callable[[Any, int], Any] | None  # (rows, n) -> the cache grown to n positions
-  first: Callable[[Any, tuple[int, ...], int], tuple] | None = None  # the first stage, from
-  # what `run_in_stages` is given (None: `run`): (input, bounds, until) -> as `run`, a
-  # program that starts the search (encoder, caches) and runs as `run` at each of `bounds`,
-  # growing the cache to the next between them (`opening_bounds`), in one call
+  first: Callable[[Any, int, int], tuple] | None = None  # the first stage, as `run`, from
+  # what `run_in_stages` is given (None: `run`): a program that starts the search (encoder,
+  # caches) and runs its first stage in one call
 
 
 @dataclasses.dataclass
@@ -1041,11 +1043,12 @@ def stage_sizes(batch_size: int, min_rows: int = 1) -> dict[int, tuple[int, ...]
   return dict(sorted(table.items(), reverse=True))
 
 
-def opening_bounds(bounds: Sequence[int], first_bound: int) -> tuple[int, ...]:
-  """The bounds `Stages.first` runs through: those below first_bound and the first at it
-  (all of them when none is)."""
-  last = next((i for i, b in enumerate(bounds) if b >= first_bound), len(bounds) - 1)
-  return tuple(bounds[: last + 1])
+def compacted_segment(bounds: Sequence[int], segment: int, compacted_bound: int) -> int:
+  """The segment of `bounds` a batch compacted in `segment` continues in: the first whose
+  bound is at least compacted_bound, and never an earlier one."""
+  while segment + 1 < len(bounds) and bounds[segment] < compacted_bound:
+    segment += 1
+  return segment
 
 
 def run_in_stages(
@@ -1055,7 +1058,7 @@ def run_in_stages(
   bounds: Sequence[int],
   min_rows: int = 1,
   stats: StageStats | None = None,
-  first_bound: int = 0,
+  compacted_bound: int = 0,
 ) -> tuple[np.ndarray, ...]:
   """Runs a search to its end in jitted stages chosen on the host, as CTranslate2 does
   step by step: whenever at most half of the rows are still running, those are gathered
@@ -1064,14 +1067,11 @@ def run_in_stages(
   the next of `bounds` (`segment_bounds`; the first is its length already). A stage runs
   only as long as neither is due, so the cache is never longer than twice what has been
   written and at least half of the rows stepped are running, at every batch size. Each
-  (rows, bound) pair compiles once; powers of two keep the pairs few.
-
-  `Stages.first`, when given, runs through `opening_bounds(bounds, first_bound)` in one
-  call, so every batch leaves it with a cache at least first_bound positions long: no
-  batch below the full size runs on the shorter caches (whose stages would compile for a
-  few steps each), and the full batch needs no resize and run programs of its own there.
-  `rows` is what the first stage starts from (`Stages.first`'s input when it is given,
-  else the rows).
+  (rows, bound) pair compiles once; powers of two keep the pairs few. A compacted batch's
+  cache is at least `compacted_bound` positions long (`compacted_segment`: its take grows
+  it), so that no batch below the full size runs on the shortest caches, whose stages would
+  compile for a few steps each. `rows` is what the first stage starts from
+  (`Stages.first`'s input when it is given, else the rows).
 
   Returns the outputs (`Stages.run`) of the batch_size original rows, as numpy arrays, each
   row taken when it was done (frozen from then on, so the same whatever runs beside it).
@@ -1090,11 +1090,7 @@ def run_in_stages(
     for result, x in zip(results, outputs):
       result[origin[which]] = x[which]
 
-  stage = stages.run
-  if stages.first is not None:
-    opening = opening_bounds(bounds, first_bound)
-    segment = len(opening) - 1
-    stage = lambda rows, bound, until: stages.first(rows, opening, until)
+  stage = stages.first or stages.run
   while True:
     until = size // 2 if size > min_rows else 0
     rows, step_now, done, outputs = stage(rows, bounds[segment], until)
@@ -1112,7 +1108,10 @@ def run_in_stages(
       size = compacted_size(running.size, min_rows)
       filler = np.flatnonzero(done)[: size - running.size]
       keep = np.concatenate([running, filler])
-      rows = stages.take(rows, jax.device_put(keep.astype(np.int32)))  # no program
+      grown = compacted_segment(bounds, segment, compacted_bound)
+      length = bounds[grown] if grown > segment else None
+      segment = grown
+      rows = stages.take(rows, jax.device_put(keep.astype(np.int32)), length)  # no program
       collect(outputs, np.flatnonzero(real & done))
       origin = np.concatenate([origin[running], np.full(filler.size, -1)])
       stats.compactions += 1
