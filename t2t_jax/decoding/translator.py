@@ -4,8 +4,10 @@ Used by notebooks, t2t-translate and the trainer's evaluation. Sentences are sor
 for batching and put back in input order; padded shapes are rounded so that few compile.
 """
 
+import concurrent.futures
 import dataclasses
-from collections.abc import Iterable, Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -51,6 +53,13 @@ class DecodeStats(search.StageStats):
   sentences: int = 0
   rows: int = 0
   needed_row_steps: int = 0
+
+
+def default_batch_threads() -> int:
+  """Batches translate() decodes at once by default: 2 where JAX runs on the CPU (one
+  batch's small compacted stages leave a core idle, docs/performance.md), 1 on an
+  accelerator, where each batch holds its own device memory."""
+  return 2 if jax.default_backend() == "cpu" else 1
 
 
 _LINE_BREAKS = str.maketrans({"\n": " ", "\r": " ", "\t": " "})
@@ -120,7 +129,8 @@ class Translator:
   what the searches did (`DecodeStats`). constraint: the grammar every search obeys when
   search.constrained (`task_constraint`; from_workdir sets the workdir's). The other
   keyword arguments are what from_workdir and ensemble know: the checkpoint steps, the
-  target language, the workdirs, an ensemble's members and their steps.
+  target language, the workdirs, an ensemble's members and their steps; batch_threads,
+  how many batches translate() decodes at once (`default_batch_threads`).
 
   Building one changes nothing outside it: JAX's persistent compilation cache is the
   caller's (t2t-translate turns it on; API and notebook users call
@@ -144,6 +154,7 @@ class Translator:
     members: Sequence[tuple[Transformer, VariableDict]] = (),
     member_steps: Sequence[Sequence[int]] = (),
     max_rows: int | None = None,
+    batch_threads: int | None = None,
   ) -> None:
     self.search = search.override(max_output_extra=max_output_extra, beam_stop=beam_stop)
     # The grammar of the task's outputs (parsing workdirs: `constraints.TreeConstraint`,
@@ -165,6 +176,12 @@ class Translator:
     # an ensemble's checkpoint steps per member
     self.member_steps: list[list[int]] = [list(m) for m in member_steps]
     self.stats = DecodeStats()  # summed over every batch translated; reassign to reset
+    self._stats_lock = threading.Lock()
+    # Batches translate() decodes at once, each from a thread of its own (None:
+    # `default_batch_threads()`).
+    self.batch_threads = default_batch_threads() if batch_threads is None else batch_threads
+    if self.batch_threads < 1:
+      raise TranslateError(f"batch_threads={self.batch_threads}: must be at least 1")
 
   @classmethod
   def ensemble(cls, translators: Sequence["Translator"], **kwargs: Any) -> "Translator":
@@ -186,6 +203,7 @@ class Translator:
     kwargs.setdefault("search", first.search)
     kwargs.setdefault("batch_tokens", first.batch_tokens)
     kwargs.setdefault("max_rows", first.max_rows)
+    kwargs.setdefault("batch_threads", first.batch_threads)
     kwargs.setdefault("constraint", first.constraint)
     return cls(
       first.model,
@@ -357,19 +375,33 @@ class Translator:
       if sources
       else None
     )
-    for batch in batching.batches(order, sources, self.batch_tokens, self.max_rows):
-      batch_prefixes = None if prefix_ids is None else [prefix_ids[i] for i in batch]
-      results = self._translate_batch(
+    batches = list(batching.batches(order, sources, self.batch_tokens, self.max_rows))
+
+    def translate_batch(batch: list[int]) -> list:
+      return self._translate_batch(
         [sources[i] for i in batch],
         settings,
         nbest,
         ids=batch,
-        prefixes=batch_prefixes,
+        prefixes=None if prefix_ids is None else [prefix_ids[i] for i in batch],
         memory_len=memory_len,
       )
+
+    for batch, results in zip(batches, self._each_batch(translate_batch, batches)):
       for i, result in zip(batch, results):
         outputs[i] = result
     return outputs
+
+  def _each_batch(self, fn: Callable[[list[int]], list], batches: list[list[int]]) -> Iterable:
+    """fn of each batch, in order: up to `batch_threads` batches at once. Batches are
+    independent, so the results are those of one at a time; on a CPU a batch's small
+    compacted stages and its host work leave a core idle that another batch's steps use
+    (docs/performance.md)."""
+    threads = min(self.batch_threads, len(batches))
+    if threads <= 1:
+      return map(fn, batches)
+    with concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="t2t-batch") as pool:
+      return list(pool.map(fn, batches))
 
   def _prefix_ids(
     self, prefixes: Sequence[str] | None, count: int, prefix_name: str, source_name: str
@@ -557,36 +589,42 @@ class Translator:
     sentence_ids = np.zeros(inputs.shape[0], np.int32)
     sentence_ids[: len(sources)] = range(len(sources)) if ids is None else ids
     params, model = self.decoder()
+    stages = search.StageStats()  # this batch's, added to self.stats with the rest (_count)
     kw = dict(
       model=model,
       max_decode_len=max_decode_len,
       search=settings,
       sentence_ids=sentence_ids,
       prefix=prefix,
-      stats=self.stats,
+      stats=stages,
       constraint=self._constraint(settings),
       final=self._final(nbest, settings),
       memory_len=memory_len,
     )
     if nbest is None:
       seqs = np.asarray(search_batch(params, inputs, limits, **kw))
-      self._count(len(sources), seqs.shape[0], seqs[: len(sources)])
+      self._count(len(sources), seqs.shape[0], seqs[: len(sources)], stages)
       return [one_line(self.tokenizer.decode(row)) for row in seqs[: len(sources)]]
     found = search_batch(params, inputs, limits, nbest=True, **kw)
     seqs, scores = (np.asarray(x) for x in found)
-    self._count(len(sources), seqs.shape[0], seqs[: len(sources), 0])
+    self._count(len(sources), seqs.shape[0], seqs[: len(sources), 0], stages)
     beam, alpha = settings.beam_size, settings.alpha
     return [
       _hypotheses(self.tokenizer, seqs[r], scores[r], beam, alpha, nbest)
       for r in range(len(sources))
     ]
 
-  def _count(self, sentences: int, rows: int, best: np.ndarray) -> None:
-    """Adds a batch to `stats` (best: int32 [sentences, max_decode_len], PAD after EOS)."""
-    self.stats.batches += 1
-    self.stats.sentences += sentences
-    self.stats.rows += rows
-    self.stats.needed_row_steps += int(np.sum(best != PAD_ID))
+  def _count(self, sentences: int, rows: int, best: np.ndarray, stages: search.StageStats) -> None:
+    """Adds a batch to `stats` (best: int32 [sentences, max_decode_len], PAD after EOS;
+    stages: its search's), under a lock: batches may finish together (`_each_batch`)."""
+    with self._stats_lock:
+      stats = self.stats
+      for field in dataclasses.fields(stages):
+        setattr(stats, field.name, getattr(stats, field.name) + getattr(stages, field.name))
+      stats.batches += 1
+      stats.sentences += sentences
+      stats.rows += rows
+      stats.needed_row_steps += int(np.sum(best != PAD_ID))
 
   def attention_weights(self, source: str, target: str) -> dict[str, np.ndarray | list[str]]:
     """Every layer's and head's attention for one pair, teacher-forced on `target`.

@@ -1,0 +1,69 @@
+"""translate() decodes several batches at once (`Translator.batch_threads`): the outputs,
+n-best lists and statistics are those of one batch at a time, batches do run together,
+and the default is two threads on a CPU, one on an accelerator."""
+
+import dataclasses
+import threading
+
+import pytest
+
+from t2t_jax.decoding import translator as translator_lib
+from t2t_jax.decoding.translator import TranslateError, Translator
+from tests import support
+from tests.test_score import _IdTokenizer
+
+# sentences of 1-20 tokens: with batch_tokens=48 several batches of several shapes
+LINES = [" ".join(str(3 + (i * 5 + j) % 40) for j in range(1 + i % 20)) for i in range(40)]
+
+
+def _translator(batch_threads: int | None) -> Translator:
+  model, params = support.small_model(seed=5, max_len=32)
+  return Translator(
+    model, params, _IdTokenizer(), max_output_extra=6, batch_tokens=48, batch_threads=batch_threads
+  )
+
+
+def test_batches_decoded_together_give_the_outputs_and_stats_of_one_at_a_time():
+  """1, 2 and 3 threads: the same texts, the same n-best texts and scores, and the same
+  summed search statistics (each batch's added under a lock)."""
+  runs = {}
+  for threads in (1, 2, 3):
+    translator = _translator(threads)
+    plain = translator.translate(LINES, beam_size=3)
+    nbest = translator.translate(LINES, beam_size=3, nbest=2)
+    runs[threads] = plain, nbest, dataclasses.asdict(translator.stats)
+  plain, nbest, stats = runs[1]
+  assert stats["batches"] >= 6 * 2, stats  # several batches per call, two calls
+  for threads in (2, 3):
+    assert runs[threads][0] == plain
+    got = runs[threads][1]
+    assert got == nbest  # texts, scores and log-probs, exactly
+    assert runs[threads][2] == stats
+
+
+def test_two_batch_threads_decode_two_batches_at_once(monkeypatch):
+  """The first two batches meet at a barrier inside their decoding: one at a time, the
+  first would wait there alone until the barrier broke."""
+  translator = _translator(2)
+  barrier, calls, lock = threading.Barrier(2, timeout=60), [], threading.Lock()
+  real = translator._translate_batch
+
+  def meeting(*args, **kwargs):
+    with lock:
+      calls.append(threading.get_ident())
+      first_two = len(calls) <= 2
+    if first_two:
+      barrier.wait()
+    return real(*args, **kwargs)
+
+  monkeypatch.setattr(translator, "_translate_batch", meeting)
+  assert translator.translate(LINES, beam_size=2) == _translator(1).translate(LINES, beam_size=2)
+  assert len(calls) > 2 and len(set(calls[:2])) == 2
+
+
+def test_batch_threads_default_to_two_on_a_cpu_and_one_on_an_accelerator(monkeypatch):
+  assert _translator(None).batch_threads == translator_lib.default_batch_threads() == 2
+  monkeypatch.setattr(translator_lib.jax, "default_backend", lambda: "gpu")
+  assert translator_lib.default_batch_threads() == 1
+  with pytest.raises(TranslateError, match="batch_threads=0: must be at least 1"):
+    _translator(0)
