@@ -3,10 +3,13 @@ n-best lists and statistics are those of one batch at a time, batches do run tog
 and the default is two threads on a CPU, one on an accelerator."""
 
 import dataclasses
+import sys
 import threading
 
+import numpy as np
 import pytest
 
+from t2t_jax.decoding import search
 from t2t_jax.decoding import translator as translator_lib
 from t2t_jax.decoding.translator import TranslateError, Translator
 from tests import support
@@ -34,6 +37,8 @@ def test_batches_decoded_together_give_the_outputs_and_stats_of_one_at_a_time():
     runs[threads] = plain, nbest, dataclasses.asdict(translator.stats)
   plain, nbest, stats = runs[1]
   assert stats["batches"] >= 6 * 2, stats  # several batches per call, two calls
+  assert stats["row_steps"] >= stats["needed_row_steps"] > 0, stats
+  assert stats["stages"] >= stats["batches"] and stats["resizes"] > 0, stats
   for threads in (2, 3):
     assert runs[threads][0] == plain
     got = runs[threads][1]
@@ -41,11 +46,45 @@ def test_batches_decoded_together_give_the_outputs_and_stats_of_one_at_a_time():
     assert runs[threads][2] == stats
 
 
+def test_batches_finishing_together_lose_no_statistics():
+  """Eight threads adding 3,000 batches each to one Translator's stats, switching threads
+  as often as Python allows: every count arrives (`_count` adds under a lock)."""
+  translator = _translator(1)
+  interval = sys.getswitchinterval()
+  sys.setswitchinterval(1e-6)
+  best = np.array([[5, 6, 0]], np.int32)
+  one = search.StageStats(row_steps=2, stages=1, compactions=1, resizes=1)
+
+  def add():
+    for _ in range(3000):
+      translator._count(1, 2, best, one)
+
+  try:
+    threads = [threading.Thread(target=add) for _ in range(8)]
+    for t in threads:
+      t.start()
+    for t in threads:
+      t.join()
+  finally:
+    sys.setswitchinterval(interval)
+  n = 8 * 3000
+  assert dataclasses.asdict(translator.stats) == dict(
+    row_steps=2 * n,
+    stages=n,
+    compactions=n,
+    resizes=n,
+    batches=n,
+    sentences=n,
+    rows=2 * n,
+    needed_row_steps=2 * n,
+  )
+
+
 def test_two_batch_threads_decode_two_batches_at_once(monkeypatch):
   """The first two batches meet at a barrier inside their decoding: one at a time, the
   first would wait there alone until the barrier broke."""
   translator = _translator(2)
-  barrier, calls, lock = threading.Barrier(2, timeout=60), [], threading.Lock()
+  barrier, calls, lock = threading.Barrier(2, timeout=20), [], threading.Lock()
   real = translator._translate_batch
 
   def meeting(*args, **kwargs):

@@ -8,6 +8,7 @@ STAGED = "tests/test_staged_search.py"
 PRECISION = "tests/test_precision.py"
 MEMORY = "tests/test_memory_len.py"
 WARM_UP = "tests/test_serve_warm_up.py"
+BATCH_THREADS = "tests/test_batch_threads.py"
 MUTATIONS = (
   M(
     "constraint_rule",
@@ -306,5 +307,37 @@ MUTATIONS = (
     '  first = search.FIRST_SEGMENT * (1 if decoding.mode == "beam" else 2)',
     "  first = search.FIRST_SEGMENT",
     (MEMORY,),
+  ),
+  M(
+    "batch_threads_one_at_a_time",
+    "translate() decodes its batches one at a time whatever batch_threads says",
+    "t2t_jax/decoding/translator.py",
+    "    threads = min(self.batch_threads, len(batches))",
+    "    threads = 1",
+    (BATCH_THREADS,),
+  ),
+  M(
+    "batch_stats_without_stages",
+    "a batch's search statistics never reach Translator.stats",
+    "t2t_jax/decoding/translator.py",
+    "      for field in dataclasses.fields(stages):",
+    "      for field in dataclasses.fields(stages)[:0]:",
+    (BATCH_THREADS,),
+  ),
+  M(
+    "batch_stats_unlocked",
+    "batches that finish together add to Translator.stats without the lock",
+    "t2t_jax/decoding/translator.py",
+    "    with self._stats_lock:\n      stats = self.stats",
+    "    if True:\n      stats = self.stats",
+    (BATCH_THREADS,),
+  ),
+  M(
+    "batch_threads_default_one",
+    "translate() decodes one batch at a time on a CPU too by default",
+    "t2t_jax/decoding/translator.py",
+    '  return 2 if jax.default_backend() == "cpu" else 1',
+    "  return 1",
+    (BATCH_THREADS,),
   ),
 )
