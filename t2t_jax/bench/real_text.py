@@ -54,8 +54,11 @@ from t2t_jax.tokens import EOS_ID
 T2T = "t2t_jax"
 CTRANSLATE2_NOTE = (
   "CTranslate2 hypothesis-steps: beam x the sum of its output lengths (it drops finished "
-  "sentences every step, so this is what it runs, up to padding inside a batch)"
+  "sentences every step, so this is what it runs, up to padding inside a batch); "
+  "'N batches at once': inter_threads=N, each batch on threads/N cores (intra_threads), "
+  "else inter_threads=1 on all of them"
 )
+CT2_BATCHES = 2  # CTranslate2's inter_threads in its second configuration
 
 
 class TextError(ValueError):
@@ -138,12 +141,18 @@ class _Ct2:
   path: str
 
 
-def _load_ct2(path: str, compute_type: str, threads: int) -> _Ct2:
+def _load_ct2(path: str, compute_type: str, threads: int, batches: int = 1) -> _Ct2:
+  """CTranslate2 on `threads` cores: `batches` batches translated at once (inter_threads),
+  each on threads // batches of them (intra_threads)."""
   import ctranslate2
 
   start = time.perf_counter()
   translator = ctranslate2.Translator(
-    path, device="cpu", compute_type=compute_type, inter_threads=1, intra_threads=threads
+    path,
+    device="cpu",
+    compute_type=compute_type,
+    inter_threads=batches,
+    intra_threads=max(1, threads // batches),
   )
   return _Ct2(translator, time.perf_counter() - start, path)
 
@@ -351,7 +360,13 @@ def compare(
     index = {token: i for i, token in enumerate(trained.vocabulary)}
     tokens = [[trained.vocabulary[t] for t in seq if t != EOS_ID] for seq in ids]
     decode = lambda pieces: translator.tokenizer.decode([index[p] for p in pieces])
-    ct2s = {f"ctranslate2 {c}": _load_ct2(paths[c], c, threads) for c in compute_types}
+    ct2s = {}
+    for c in compute_types:
+      ct2s[f"ctranslate2 {c}"] = _load_ct2(paths[c], c, threads)
+      if threads >= 2:  # as t2t_jax decodes two batches at once on a CPU (batch_threads)
+        ct2s[f"ctranslate2 {c}, {CT2_BATCHES} batches at once"] = _load_ct2(
+          paths[c], c, threads, CT2_BATCHES
+        )
     searches = {}
     for name, beam in [("beam", beam_size), ("greedy", 1)][1 if beam_size == 1 else 0 :]:
       searches[name] = _one_search(
