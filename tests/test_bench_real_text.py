@@ -245,3 +245,12 @@ def test_cold_processes_time_each_command_end_to_end(text_files, tmp_path):
   printed = "\n".join(real_text._cold_lines(cold))
   assert "| CTranslate2 float32, load + translate |" in printed
   assert "| t2t-translate of the first line alone, its programs cached (start-up) |" in printed
+
+
+def test_compile_seconds_count_overlapping_compilations_once():
+  """Two batches compiling at once (0-2 s and 1-3 s) are 3 s of compiling, not 4; one
+  reported after a longer one that covered it adds no second; every one is counted."""
+  counter = CompileCounter()
+  for start, end in [(0.0, 2.0), (1.0, 3.0), (5.0, 6.0), (5.5, 5.8)]:
+    counter.add(start, end)
+  assert counter.snapshot() == (4, 4.0)
