@@ -625,6 +625,49 @@ def test_beam_search_equals_reference_with_a_large_tied_vocabulary():
     np.testing.assert_array_equal(scores, ref_scores)
 
 
+def test_greedy_search_equals_reference_with_a_large_tied_vocabulary():
+  """Vocabulary 2000 (16 chunks of 125: the argmax through the chunk maxima), logits full of
+  ties within and across chunks, 48 sentences of limits 2..12: the tokens numpy's argmax
+  picks (the first maximum) and their log-softmax in float64, as one program and staged."""
+  vocab, batch, max_decode_len = 2000, 48, 12
+  assert decode._chunked(vocab)
+  embedding = jax.random.normal(jax.random.PRNGKey(9), (vocab, 6)) * 0.7
+  rng = np.random.default_rng(9)
+  max_lengths = rng.integers(2, max_decode_len + 1, size=batch).astype(np.int32)
+  cache = {
+    "state": jax.random.normal(jax.random.PRNGKey(10), (batch, 6)),
+    "step": jnp.array(0, jnp.int32),
+  }
+  lm = _hashed_lm(embedding)
+  step = jax.jit(lm)
+  ids, state = np.full((batch, 1), BOS_ID, np.int32), cache
+  ref_seqs = np.full((batch, max_decode_len), PAD_ID, np.int32)
+  ref_log_probs, done, ties = np.zeros(batch), np.zeros(batch, bool), 0
+  for t in range(max_decode_len):
+    logits, state = step(jnp.asarray(ids), state)
+    logits = np.asarray(logits, np.float64)
+    log_probs = (
+      logits
+      - np.log(np.sum(np.exp(logits - logits.max(-1, keepdims=True)), -1))[:, None]
+      - logits.max(-1, keepdims=True)
+    )
+    at_max = (logits == logits.max(-1, keepdims=True)) & ~done[:, None]
+    ties += int(np.sum(at_max.reshape(batch, -1, 125).any(-1).sum(-1) > 1))
+    tokens = np.where(t + 1 >= max_lengths, EOS_ID, np.argmax(logits, -1))
+    tokens = np.where(done, PAD_ID, tokens)
+    ref_log_probs += np.where(done, 0.0, log_probs[np.arange(batch), tokens])
+    ref_seqs[:, t] = tokens
+    done |= tokens == EOS_ID
+    ids = tokens[:, None].astype(np.int32)
+  assert done.all() and ties >= 10, ties  # steps whose tied maxima lie in several chunks
+  kwargs = dict(max_lengths=max_lengths, max_decode_len=max_decode_len, eos_id=EOS_ID)
+  once = jax.jit(lambda c: decode.greedy_search(lm, c, **kwargs))
+  for search in (once, lambda c: decode.greedy_search(lm, c, staged=True, **kwargs)):
+    seqs, log_probs = search(cache)
+    np.testing.assert_array_equal(seqs, ref_seqs)
+    np.testing.assert_allclose(log_probs, ref_log_probs, rtol=1e-5)
+
+
 @pytest.mark.parametrize("eos_id", [1, 130, 999])
 def test_chunked_top_tokens_equal_lax_top_k_without_eos(eos_id):
   """The pruned top-k over chunks (EOS left out, the row max with EOS) against lax.top_k and

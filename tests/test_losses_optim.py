@@ -53,6 +53,37 @@ def test_argmax_matches_numpy_with_ties_and_nan():
     np.testing.assert_array_equal(got, np.asarray(jnp.argmax(x, axis=axis)))
 
 
+def test_argmax_in_chunks_matches_numpy_with_ties_and_inf():
+  """A vocabulary-sized axis goes through the chunk maxima (`search._first_max_index`): the
+  first maximum overall, where ties fall in one chunk or in several, in the first chunk or
+  the last. A row holding a NaN gets the index of a NaN or of its maximum (XLA:CPU's max
+  reductions may skip NaNs, so which one is not numpy's rule)."""
+  rng = np.random.default_rng(11)
+  vocab = 1000  # 8 chunks of 125
+  assert search._chunked(vocab)
+  x = rng.integers(-50, 50, size=(12, vocab)).astype(np.float32)
+  x[0, [130, 140, 900]] = 99  # ties in two chunks
+  x[1, [998, 999]] = 99  # the last chunk
+  x[2, [0, 124]] = 99  # the first chunk, both ends
+  x[3, :] = -np.inf
+  x[4, :] = 7.0  # all equal
+  x[5, 125] = np.inf
+  x[6, :] = np.where(x[6] > -1, -1.0, x[6])
+  x[6, [300, 3]] = [-0.0, 0.0]  # equal zeros: the first
+  x[7, [900, 5]] = 98  # the maximum in the last chunk but one, after an earlier tie below it
+  x[7, 901] = 99
+  for axis, data in ((-1, x), (0, x.T.copy())):
+    got = np.asarray(jax.jit(search.argmax, static_argnums=1)(data, axis))
+    np.testing.assert_array_equal(got, np.argmax(data, axis=axis))
+    np.testing.assert_array_equal(got, np.asarray(jnp.argmax(data, axis=axis)))
+  x[8, 500], x[8, 200] = np.nan, 99  # NaN after the maximum
+  x[9, [5, 700]], x[9, 3] = np.nan, 99  # NaN after it in the same chunk, and later
+  x[10, 40], x[10, 600] = np.nan, 99  # NaN first
+  got = np.asarray(jax.jit(search.argmax)(x))
+  for row in (8, 9, 10):
+    assert np.isnan(x[row, got[row]]) or x[row, got[row]] == np.nanmax(x[row])
+
+
 def test_target_is_top_is_argmax_except_ties():
   rng = np.random.default_rng(8)
   logits = rng.normal(size=(4, 7, 50)).astype(np.float32)

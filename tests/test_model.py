@@ -153,6 +153,41 @@ def test_cached_decoding_matches_teacher_forcing(norm, positional, share):
   _decode_as_teacher_forcing(model, params, inputs, targets, tolerance=1e-5)
 
 
+def test_self_attention_caches_keep_each_position_on_its_slot_axis():
+  """Keys are cached [batch, heads, d, length], values [batch, heads, length, d] (one
+  position's values adjacent); `map_self_attention_cache` hands each its slot axis, so
+  resizing and beam slots cut the positions, never d. After 3 of 6 steps, exactly the
+  first 3 positions are written (what is written there: the teacher-forcing tests)."""
+  from t2t_jax.model import map_self_attention_cache
+
+  model = Transformer(TINY)
+  inputs, targets = _random_batch(np.random.default_rng(5), 2, 7, 6)
+  params = jit_init(model, jax.random.PRNGKey(2), inputs, targets)
+  start, step = _cached_decoding(model, 6)
+  cache = start(params, inputs)
+  ids = shift_right(targets)
+  for t in range(3):
+    _, cache = step(params, cache, ids[:, t : t + 1])
+  heads, d = TINY.num_heads, TINY.d_model // TINY.num_heads
+  attn = cache["decoder"]["layer_0"]["self_attention"]
+  assert attn["cached_key"].shape == (2, heads, d, 6)
+  assert attn["cached_value"].shape == (2, heads, 6, d)
+  assert np.abs(attn["cached_key"][..., :3]).min() > 0 and not attn["cached_key"][..., 3:].any()
+  assert np.abs(attn["cached_value"][:, :, :3]).sum(-1).min() > 0
+  assert not attn["cached_value"][:, :, 3:].any()
+  axes = {}
+
+  def record(x, axis):
+    axes[x.shape] = axis
+    return x[(slice(None),) * axis + (slice(0, 4),)]
+
+  cut = map_self_attention_cache(cache, record)
+  assert axes == {(2, heads, d, 6): 3, (2, heads, 6, d): 2}
+  assert cut["decoder"]["layer_1"]["self_attention"]["cached_value"].shape == (2, heads, 4, d)
+  assert cut["decoder"]["layer_1"]["self_attention"]["cached_key"].shape == (2, heads, d, 4)
+  assert cut["decoder"]["layer_1"]["cross_attention"]["cross_key"].shape[:3] == (2, heads, d)
+
+
 def _analytic_params(vocab, d_model, d_ff, layers_enc, layers_dec, shared=True, pre=False):
   """Parameters of the model, counted by hand from the paper's description."""
   mha = 4 * d_model * d_model + 3 * d_model  # W^Q, W^K, W^V, W^O; biases but on W^K

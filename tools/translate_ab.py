@@ -2,13 +2,15 @@
 worktree of an older commit, say) or this one, and writes the outputs, so that two versions
 can be compared on real text: speed, compilations and identical lines.
 
-    python tools/translate_ab.py TREE WORKDIR INPUT OUTPUT [BEAM]
+    python tools/translate_ab.py TREE WORKDIR INPUT OUTPUT [BEAM [DTYPE]]
     cmp OLD_OUTPUT NEW_OUTPUT
 
 Run it for each tree in turn, alternating, on an idle machine. It prints one JSON line: the
 first (compiling) pass, two timed passes, sentences/s of the faster, the programs the first
 pass compiled and their seconds, and the search statistics where the tree has them. JAX's
-persistent compilation cache is off, so each run compiles what it needs.
+persistent compilation cache is off, so each run compiles what it needs. DTYPE (float32,
+bfloat16 or auto) is what `Translator.from_workdir` decodes in; without it, the model's
+configured dtype.
 """
 
 import json
@@ -18,7 +20,9 @@ import threading
 import time
 
 
-def main(tree: str, workdir: str, input_path: str, output: str, beam: int = 4) -> None:
+def main(
+  tree: str, workdir: str, input_path: str, output: str, beam: int = 4, dtype: str | None = None
+) -> None:
   sys.path.insert(0, os.path.abspath(tree))
   os.environ["T2T_COMPILATION_CACHE"] = "off"
   import jax
@@ -45,7 +49,7 @@ def main(tree: str, workdir: str, input_path: str, output: str, beam: int = 4) -
   jax.monitoring.register_event_duration_secs_listener(listen)
   with open(input_path, encoding="utf-8") as f:
     lines = [line.rstrip("\n") for line in f]
-  tr = translate.Translator.from_workdir(workdir)
+  tr = translate.Translator.from_workdir(workdir, dtype=dtype)
   start = time.perf_counter()
   hyps = tr.translate(lines, beam_size=beam)
   first, first_compiles = time.perf_counter() - start, list(compiles)
@@ -65,6 +69,7 @@ def main(tree: str, workdir: str, input_path: str, output: str, beam: int = 4) -
       dict(
         tree=tree,
         beam=beam,
+        dtype=dtype,
         first_s=round(first, 2),
         steady_s=[round(t, 2) for t in times],
         sentences_per_s=round(len(lines) / min(times), 1),
@@ -77,6 +82,6 @@ def main(tree: str, workdir: str, input_path: str, output: str, beam: int = 4) -
 
 
 if __name__ == "__main__":
-  if len(sys.argv) not in (5, 6):
+  if len(sys.argv) not in (5, 6, 7):
     raise SystemExit(__doc__)
-  main(*sys.argv[1:5], *(int(b) for b in sys.argv[5:]))
+  main(*sys.argv[1:5], *(int(b) for b in sys.argv[5:6]), *sys.argv[6:])

@@ -254,7 +254,7 @@ def _resize_cache(state: Any, length: int) -> Any:
   (beam_size slots per position, and the BeamSlots table) or a row search's (one slot)."""
   rows = isinstance(state, search._RowState)
   slots_per_position = 1 if rows else state.live_seqs.shape[1]
-  fn = lambda x: search.resize_positions(x, length * slots_per_position)
+  fn = lambda x, axis: search.resize_positions(x, length * slots_per_position, axis)
   state = _map_member_caches(state, lambda c: map_self_attention_cache(c, fn))
   if rows:
     return state

@@ -56,14 +56,55 @@ NEG_INF = float("-inf")
 
 
 def argmax(x: jax.Array, axis: int = -1) -> jax.Array:
-  """`jnp.argmax` (first index of the maximum; a NaN counts as the maximum) as two plain
-  reductions, max then min over matching indices. XLA:CPU lowers jnp.argmax to a variadic
-  (value, index) reduce that does not vectorize; greedy decoding takes one per step."""
+  """`jnp.argmax` (the first index of the maximum) without the variadic (value, index)
+  reduce XLA:CPU lowers jnp.argmax to, which does not vectorize; greedy decoding takes one
+  per step. Along a vocabulary-sized axis in chunks (`_first_max_index`); else max, then
+  the smallest matching index. A NaN counts as a maximum, but XLA:CPU's max reductions may
+  skip NaNs, so a row holding one gets the index of a NaN or of its largest number."""
   axis = axis % x.ndim
+  if _chunked(x.shape[axis]):
+    return _first_max_index(jnp.moveaxis(x, axis, -1))
   top = jnp.max(x, axis=axis, keepdims=True)
   index = lax.broadcasted_iota(jnp.int32, x.shape, axis)
   hit = (x == top) | jnp.isnan(x)
   return jnp.min(jnp.where(hit, index, x.shape[axis]), axis=axis)
+
+
+def _chunked(size: int) -> bool:
+  """Whether an axis of `size` is taken in chunks: at least 4 of them, dividing it."""
+  chunk = _chunk_size(size)
+  return size % chunk == 0 and size >= 4 * chunk
+
+
+def _chunk_maxima(x: jax.Array) -> jax.Array:
+  """[..., vocab] -> [..., vocab / chunk]: the maximum of each `_chunk_size` chunk, read
+  from x in place (the chunk divides vocab)."""
+  chunk = _chunk_size(x.shape[-1])
+  return jnp.max(x.reshape(x.shape[:-1] + (-1, chunk)), axis=-1)
+
+
+def _max_by_chunks(x: jax.Array) -> jax.Array:
+  """[..., vocab] -> [...]: the maximum over the chunk maxima (what `_first_max_index` takes,
+  so XLA computes the chunk maxima once for both). The barrier keeps XLA from folding it
+  into a second full pass over x."""
+  return jnp.max(lax.optimization_barrier(_chunk_maxima(x)), axis=-1)
+
+
+def _first_max_index(x: jax.Array) -> jax.Array:
+  """argmax over the last axis in one pass over x: the chunk maxima give the row maximum
+  and the first chunk holding it (or a NaN); the index is then found in that chunk alone,
+  gathered [..., chunk]. First chunk, then first index in it: the first index overall.
+  Max-then-min-index reads x twice and writes an int32 copy of it in between."""
+  maxima = _chunk_maxima(x)
+  top = _max_by_chunks(x)[..., None]
+  chunks = maxima.shape[-1]
+  first = lax.broadcasted_iota(jnp.int32, maxima.shape, maxima.ndim - 1)
+  first = jnp.min(jnp.where((maxima == top) | jnp.isnan(maxima), first, chunks), axis=-1)
+  blocks = x.reshape(x.shape[:-1] + (chunks, -1))
+  block = jnp.take_along_axis(blocks, first[..., None, None], axis=-2)[..., 0, :]
+  inside = lax.broadcasted_iota(jnp.int32, block.shape, block.ndim - 1)
+  hit = (block == top) | jnp.isnan(block)
+  return first * block.shape[-1] + jnp.min(jnp.where(hit, inside, block.shape[-1]), axis=-1)
 
 
 def length_penalty(length: ArrayLike, alpha: float | jax.Array) -> jax.Array:
@@ -159,11 +200,14 @@ def _check_args(cache: Cache, max_lengths: ArrayLike, max_decode_len: int) -> ja
   return jnp.clip(jnp.asarray(max_lengths, jnp.int32), 1, max_decode_len)
 
 
-def resize_positions(x: jax.Array, length: int) -> jax.Array:
-  """x with its last axis cut or zero-padded to `length`."""
-  if x.shape[-1] >= length:
-    return x[..., :length]
-  return jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, length - x.shape[-1])])
+def resize_positions(x: jax.Array, length: int, axis: int = -1) -> jax.Array:
+  """x with its `axis` cut or zero-padded to `length`."""
+  axis = axis % x.ndim
+  if x.shape[axis] >= length:
+    return lax.slice_in_dim(x, 0, length, axis=axis)
+  pad = [(0, 0)] * x.ndim
+  pad[axis] = (0, length - x.shape[axis])
+  return jnp.pad(x, pad)
 
 
 FIRST_SEGMENT = 16  # positions in beam search's first cache segment (see segment_bounds)
@@ -814,10 +858,10 @@ def row_stage(
     token, log_probs = pick(logits, rules_lib.token_mask(choice, vocab, eos_id), state.step, inputs)
     token = rules_lib.end_where_stopped(choice, token, eos_id)
     if log_probs is None:
-      row_max = jnp.max(logits, axis=-1)
-      log_normalizer = jnp.log(jnp.sum(jnp.exp(logits - row_max[:, None]), axis=-1))
+      top = _max_by_chunks(logits) if _chunked(vocab) else jnp.max(logits, axis=-1)
+      log_normalizer = jnp.log(jnp.sum(jnp.exp(logits - top[:, None]), axis=-1))
       chosen = jnp.take_along_axis(logits, token[:, None], axis=-1)
-      token_log_prob = _log_probs_of(chosen, row_max, log_normalizer)[:, 0]
+      token_log_prob = _log_probs_of(chosen, top, log_normalizer)[:, 0]
     else:
       token_log_prob = jnp.take_along_axis(log_probs, token[:, None], axis=-1)[:, 0]
     token = jnp.where(state.finished, PAD_ID, token)

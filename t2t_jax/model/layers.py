@@ -109,15 +109,34 @@ class Dropout(nn.Module):
 
 
 def _to_cache_layout(x: Array) -> Array:
-  """[batch, length, heads, d] -> [batch, heads, d, length], how decode caches keep keys and
-  values: the layout XLA's batched attention matmuls read in place (in [batch, length, heads,
-  d], XLA would transpose every cache in full at every decode step)."""
+  """[batch, length, heads, d] -> [batch, heads, d, length], how decode caches keep keys
+  (and the encoder's values): the layout XLA's batched attention matmuls read in place (in
+  [batch, length, heads, d], XLA would transpose every cache in full at every decode step)."""
   return jnp.transpose(x, (0, 2, 3, 1))
 
 
 def _from_cache_layout(x: Array) -> Array:
   """[batch, heads, d, length] -> [batch, length, heads, d] (XLA folds it into the matmul)."""
   return jnp.transpose(x, (0, 3, 1, 2))
+
+
+def _to_value_cache_layout(x: Array) -> Array:
+  """[batch, length, heads, d] -> [batch, heads, length, d], how the self-attention cache
+  keeps values. A decode step writes one position: here d adjacent numbers per head, where
+  [batch, heads, d, length] puts each of them on a cache line of its own, so that a step's
+  write touched lines all over the cache; the weights-times-values product reads this
+  layout in place too. Keys stay in `_to_cache_layout`'s: the product with the query reads
+  that one faster, which outweighs the cost of their write."""
+  return jnp.transpose(x, (0, 2, 1, 3))
+
+
+def _from_value_cache_layout(x: Array) -> Array:
+  """[batch, heads, length, d] -> [batch, length, heads, d] (folded into the matmul)."""
+  return jnp.transpose(x, (0, 2, 1, 3))
+
+
+# The position (slot) axis of each self-attention cache, for code that resizes them.
+SELF_CACHE_POSITION_AXIS = {"cached_key": 3, "cached_value": 2}
 
 
 class MultiHeadAttention(nn.Module):
@@ -130,8 +149,9 @@ class MultiHeadAttention(nn.Module):
   updates. In decode mode the module keeps a key/value cache: for
   self-attention the keys/values of the positions generated so far (written one position
   per call at `cache_index`), for encoder-decoder attention the projected encoder output,
-  computed once when the cache is created and only read afterwards. Cached keys/values
-  are [batch, heads, d, length] (`_to_cache_layout`).
+  computed once when the cache is created and only read afterwards. Cached keys and the
+  encoder's values are [batch, heads, d, length] (`_to_cache_layout`), cached values of the
+  output [batch, heads, length, d] (`_to_value_cache_layout`).
   """
 
   config: TransformerConfig
@@ -220,7 +240,7 @@ class MultiHeadAttention(nn.Module):
       "cache", "cached_key", lambda: _to_cache_layout(jnp.zeros_like(key, dtype))
     )
     cached_value = self.variable(
-      "cache", "cached_value", lambda: _to_cache_layout(jnp.zeros_like(value, dtype))
+      "cache", "cached_value", lambda: _to_value_cache_layout(jnp.zeros_like(value, dtype))
     )
     cache_index = self.variable("cache", "cache_index", lambda: jnp.array(0, jnp.int32))
     if not have_cache:
@@ -233,19 +253,18 @@ class MultiHeadAttention(nn.Module):
         "beams (model.beam_search_cache)"
       )
     index = cache_index.value
-    start = (0, 0, 0, index * q_len)
     dtype = cached_key.value.dtype
     cached_key.value = jax.lax.dynamic_update_slice(
-      cached_key.value, _to_cache_layout(key).astype(dtype), start
+      cached_key.value, _to_cache_layout(key).astype(dtype), (0, 0, 0, index * q_len)
     )
     cached_value.value = jax.lax.dynamic_update_slice(
-      cached_value.value, _to_cache_layout(value).astype(dtype), start
+      cached_value.value, _to_value_cache_layout(value).astype(dtype), (0, 0, index * q_len, 0)
     )
     cache_index.value = index + 1
     seen = (jnp.arange(max_len) < (index + 1) * q_len)[None, None, None, :]
     return (
       _from_cache_layout(cached_key.value),
-      _from_cache_layout(cached_value.value),
+      _from_value_cache_layout(cached_value.value),
       masks.combine_masks(mask, seen),
     )
 

@@ -15,6 +15,7 @@ from flax.core.scope import VariableDict
 from t2t_jax.model import masks
 from t2t_jax.model.config import TransformerConfig
 from t2t_jax.model.layers import (
+  SELF_CACHE_POSITION_AXIS,
   AddPositions,
   DecoderLayer,
   Embed,
@@ -280,12 +281,16 @@ class Transformer(nn.Module):
     return self.decoder(None, ids, self_mask, None, deterministic=True, decode=True)
 
 
-def map_self_attention_cache(cache: VariableDict, fn: Callable[[Array], Array]) -> VariableDict:
-  """`cache` with fn applied to every decoder self-attention key/value cache ([batch, heads,
-  d, slots]); the encoder keys/values, source mask and counters are kept as they are."""
+def map_self_attention_cache(
+  cache: VariableDict, fn: Callable[[Array, int], Array]
+) -> VariableDict:
+  """`cache` with fn(x, the slot axis) applied to every decoder self-attention key/value
+  cache (keys [batch, heads, d, slots], values [batch, heads, slots, d]); the encoder
+  keys/values, source mask and counters are kept as they are."""
 
   def apply(path: jax.tree_util.KeyPath, x: Array) -> Array:
-    return fn(x) if getattr(path[-1], "key", None) in ("cached_key", "cached_value") else x
+    name = getattr(path[-1], "key", None)
+    return fn(x, SELF_CACHE_POSITION_AXIS[name]) if name in SELF_CACHE_POSITION_AXIS else x
 
   return jax.tree_util.tree_map_with_path(apply, cache)
 
@@ -310,8 +315,11 @@ def pad_memory(cache: VariableDict, length: int) -> VariableDict:
 def beam_search_cache(cache: VariableDict, beam_size: int) -> VariableDict:
   """An `init_cache` cache made ready for `Transformer.decode_beam_step` with beam_size
   hypotheses per sentence: each self-attention cache gets beam_size slots per position
-  ([batch, heads, d, max_decode_len * beam_size]); the encoder keys/values, source mask
+  (max_decode_len * beam_size slots); the encoder keys/values, source mask
   and counters are kept as they are ([batch, ...], shared by the hypotheses)."""
   return map_self_attention_cache(
-    cache, lambda x: jnp.zeros(x.shape[:-1] + (x.shape[-1] * beam_size,), x.dtype)
+    cache,
+    lambda x, axis: jnp.zeros(
+      x.shape[:axis] + (x.shape[axis] * beam_size,) + x.shape[axis + 1 :], x.dtype
+    ),
   )
