@@ -76,17 +76,25 @@ def _chunked(size: int) -> bool:
   return size % chunk == 0 and size >= 4 * chunk
 
 
-def _chunk_maxima(x: jax.Array) -> jax.Array:
-  """[..., vocab] -> [..., vocab / chunk]: the maximum of each `_chunk_size` chunk, read
-  from x in place (the chunk divides vocab)."""
-  chunk = _chunk_size(x.shape[-1])
-  return jnp.max(x.reshape(x.shape[:-1] + (-1, chunk)), axis=-1)
+def _chunk_maxima(x: jax.Array, chunk: int | None = None) -> jax.Array:
+  """[..., vocab] -> [..., ceil(vocab / chunk)]: the maximum of each chunk (default
+  `_chunk_size`), read from x in place where the chunk divides vocab (a short last chunk is
+  reduced on its own)."""
+  vocab = x.shape[-1]
+  chunk = chunk or _chunk_size(vocab)
+  full = vocab // chunk
+  maxima = jnp.max(x[..., : full * chunk].reshape(x.shape[:-1] + (full, chunk)), axis=-1)
+  if full * chunk < vocab:
+    maxima = jnp.concatenate([maxima, jnp.max(x[..., full * chunk :], axis=-1, keepdims=True)], -1)
+  return maxima
 
 
-def _max_by_chunks(x: jax.Array) -> jax.Array:
-  """[..., vocab] -> [...]: the maximum over the chunk maxima (what `_first_max_index` takes,
-  so XLA computes the chunk maxima once for both). The barrier keeps XLA from folding it
-  into a second full pass over x."""
+def _row_max(x: jax.Array) -> jax.Array:
+  """[..., vocab] -> [...]: the maximum, over the chunk maxima where the axis is taken in
+  chunks (`_first_max_index` takes the same, so XLA computes them once for both). The
+  barrier keeps XLA from folding it into a second full pass over x."""
+  if not _chunked(x.shape[-1]):
+    return jnp.max(x, axis=-1)
   return jnp.max(lax.optimization_barrier(_chunk_maxima(x)), axis=-1)
 
 
@@ -96,7 +104,7 @@ def _first_max_index(x: jax.Array) -> jax.Array:
   gathered [..., chunk]. First chunk, then first index in it: the first index overall.
   Max-then-min-index reads x twice and writes an int32 copy of it in between."""
   maxima = _chunk_maxima(x)
-  top = _max_by_chunks(x)[..., None]
+  top = _row_max(x)[..., None]
   chunks = maxima.shape[-1]
   first = lax.broadcasted_iota(jnp.int32, maxima.shape, maxima.ndim - 1)
   first = jnp.min(jnp.where((maxima == top) | jnp.isnan(maxima), first, chunks), axis=-1)
@@ -347,10 +355,7 @@ def _top_tokens(
     masked = jnp.where(jnp.arange(vocab) != eos_id, rows, NEG_INF)
     values, tokens = lax.top_k(masked, k)
     return values, tokens.astype(jnp.int32), jnp.max(rows, axis=-1)
-  full = vocab // chunk
-  maxima = jnp.max(rows[:, : full * chunk].reshape(-1, full, chunk), axis=-1)
-  if full * chunk < vocab:
-    maxima = jnp.concatenate([maxima, jnp.max(rows[:, full * chunk :], axis=-1, keepdims=True)], -1)
+  maxima = _chunk_maxima(rows, chunk)
   # The barrier keeps XLA from folding this max of maxima into a second pass over the rows.
   row_max = jnp.max(lax.optimization_barrier(maxima), axis=-1)
   start = eos_id // chunk * chunk
@@ -858,7 +863,7 @@ def row_stage(
     token, log_probs = pick(logits, rules_lib.token_mask(choice, vocab, eos_id), state.step, inputs)
     token = rules_lib.end_where_stopped(choice, token, eos_id)
     if log_probs is None:
-      top = _max_by_chunks(logits) if _chunked(vocab) else jnp.max(logits, axis=-1)
+      top = _row_max(logits)
       log_normalizer = jnp.log(jnp.sum(jnp.exp(logits - top[:, None]), axis=-1))
       chosen = jnp.take_along_axis(logits, token[:, None], axis=-1)
       token_log_prob = _log_probs_of(chosen, top, log_normalizer)[:, 0]
