@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from t2t_jax.experiments import base, big
-from t2t_jax.model import Transformer, TransformerConfig, shift_right
+from t2t_jax.model import Transformer, TransformerConfig, decoding_params, shift_right
+from t2t_jax.model.layers import OUTPUT_KERNEL
 from tests.support import jit_apply, jit_init
 
 TINY = TransformerConfig(
@@ -443,3 +444,60 @@ def test_a_bfloat16_model_decodes_with_float32_self_attention_caches_on_a_cpu():
     assert x.dtype == jnp.float32
     assert np.count_nonzero(x) > 0
     np.testing.assert_array_equal(x, x.astype(jnp.bfloat16).astype(jnp.float32))
+
+
+@pytest.mark.parametrize("share", [True, False])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_decoding_params_compute_what_the_parameters_compute(dtype, share):
+  """`decoding_params`: every kernel in the compute dtype with the values each product
+  rounds it to, with shared embeddings the table's [d_model, vocab] copy for the
+  pre-softmax product, every other leaf the parameters' own; the teacher-forced logits and
+  every cached decode step's are the parameters' own, up to float32 summation order."""
+  model = Transformer(TINY.replace(dtype=dtype, share_embeddings=share))
+  inputs, targets = _random_batch(np.random.default_rng(11), 3, 7, 6)
+  params = jit_init(model, jax.random.PRNGKey(5), inputs, targets)
+  made = decoding_params(params, model.config)
+  compute = jnp.dtype(dtype)
+  kernels = 0
+  for path, x in jax.tree_util.tree_leaves_with_path(params):
+    got = made
+    for key in path:
+      got = got[key.key]
+    if path[-1].key == "kernel":
+      kernels += 1
+      assert got.dtype == compute, path
+      np.testing.assert_array_equal(got, x.astype(compute))
+    else:
+      assert got is x, path
+  # per layer: the encoder's 4 attention and 2 feed-forward kernels, the decoder's 8 and 2
+  assert kernels == 16 * TINY.num_layers + (not share)
+  added = [
+    (path, x)
+    for path, x in jax.tree_util.tree_leaves_with_path(made)
+    if path[-1].key == OUTPUT_KERNEL
+  ]
+  assert len(added) == share
+  if share:
+    (path, copy), table = added[0], params["embed"]["embedding"]
+    assert [k.key for k in path] == ["embed", OUTPUT_KERNEL]
+    assert copy.shape == (TINY.d_model, TINY.vocab_size) and copy.dtype == compute
+    np.testing.assert_array_equal(copy, table.T.astype(compute))
+    # the pre-softmax product reads the copy, not the table
+    halved = {**made, "embed": {**made["embed"], OUTPUT_KERNEL: copy / 2}}
+    np.testing.assert_allclose(
+      jit_apply(model, {"params": halved}, inputs, targets),
+      jit_apply(model, {"params": params}, inputs, targets) / 2,
+      rtol=1e-6,
+      atol=1e-6,
+    )
+
+  close = dict(rtol=1e-6, atol=1e-6)
+  full = jit_apply(model, {"params": params}, inputs, targets)
+  np.testing.assert_allclose(jit_apply(model, {"params": made}, inputs, targets), full, **close)
+  start, step = _cached_decoding(model, targets.shape[1])
+  cache, cache_made = start(params, inputs), start(made, inputs)
+  for t, ids in enumerate(shift_right(targets).T):
+    logits, cache = step(params, cache, ids[:, None])
+    logits_made, cache_made = step(made, cache_made, ids[:, None])
+    assert logits.dtype == logits_made.dtype == jnp.float32
+    np.testing.assert_allclose(logits_made, logits, **close, err_msg=f"step {t}")

@@ -168,3 +168,36 @@ def test_a_bad_environment_pin_is_one_line_from_t2t_translate(workdir_and_lines,
   with pytest.raises(SystemExit) as e:
     _translate(monkeypatch, f"--workdir={workdir}", "--input=/dev/null")
   assert str(e.value) == "t2t-translate: $T2T_DECODE_DTYPE='fp16': use float32 or bfloat16"
+
+
+def test_the_translator_searches_with_decoding_params_made_once(workdir_and_lines, monkeypatch):
+  """Translator.decoder() hands the search `decoding_params` of the Translator's parameters,
+  made once and again when they are replaced; translations and scores are those of a search
+  over the parameters themselves (beam and greedy, bfloat16 and float32)."""
+  import jax.numpy as jnp
+
+  from t2t_jax.decoding import translator as translator_lib
+  from t2t_jax.model.layers import OUTPUT_KERNEL
+
+  workdir, lines = workdir_and_lines
+  for dtype in ("bfloat16", "float32"):
+    tr = translator_lib.Translator.from_workdir(workdir, dtype=dtype)
+    params, _ = tr.decoder()
+    assert tr.decoder()[0] is params
+    assert params["embed"][OUTPUT_KERNEL].dtype == jnp.dtype(dtype)
+    wi = params["decoder"]["layer_0"]["ffn"]["wi"]["kernel"]
+    assert wi.dtype == jnp.dtype(dtype)
+    got = [tr.translate(lines, beam_size=b, nbest=1) for b in (4, 1)]
+    with monkeypatch.context() as m:
+      m.setattr(translator_lib, "decoding_params", lambda p, config: p)
+      plain = translator_lib.Translator.from_workdir(workdir, dtype=dtype)
+      want = [plain.translate(lines, beam_size=b, nbest=1) for b in (4, 1)]
+      assert OUTPUT_KERNEL not in plain.decoder()[0]["embed"]
+    for g, w in zip(got, want):
+      assert [h[0].text for h in g] == [h[0].text for h in w], dtype
+      np.testing.assert_allclose([h[0].score for h in g], [h[0].score for h in w], rtol=1e-5)
+
+  halved = {**tr.params, "embed": {"embedding": tr.params["embed"]["embedding"] / 2}}
+  tr.params = halved
+  replaced, _ = tr.decoder()
+  np.testing.assert_array_equal(replaced["embed"][OUTPUT_KERNEL], halved["embed"]["embedding"].T)

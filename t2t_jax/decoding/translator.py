@@ -24,7 +24,7 @@ from t2t_jax.decoding.batching import source_buckets
 from t2t_jax.decoding.config import PAPER_SEARCH, SearchConfig
 from t2t_jax.decoding.programs import search_batch
 from t2t_jax.decoding.workdirs import TranslateError, load_config, task_constraint
-from t2t_jax.model import Transformer, TransformerConfig
+from t2t_jax.model import Transformer, TransformerConfig, decoding_params
 from t2t_jax.run import checkpoint
 from t2t_jax.tokens import EOS_ID, PAD_ID
 
@@ -177,6 +177,9 @@ class Translator:
     self.member_steps: list[list[int]] = [list(m) for m in member_steps]
     self.stats = DecodeStats()  # summed over every batch translated; reassign to reset
     self._stats_lock = threading.Lock()
+    # (the parameters they were made from, `decoding_params` of each): `decoder`'s
+    self._decoding_params: tuple[tuple, tuple] | None = None
+    self._decoding_lock = threading.Lock()
     # Batches translate() decodes at once, each from a thread of its own (None:
     # `default_batch_threads()`).
     self.batch_threads = default_batch_threads() if batch_threads is None else batch_threads
@@ -250,10 +253,21 @@ class Translator:
 
   def decoder(self) -> tuple[Any, Any]:
     """(params, model) as `search_batch` takes them: one model's, or tuples of the
-    members'."""
+    members'; the parameters as a search reads them (`decoding_params`), made once for
+    the parameters in `params` (`members`) and again if they are replaced."""
     if len(self.members) == 1:
-      return self.params, self.model
-    return tuple(p for _, p in self.members), tuple(m for m, _ in self.members)
+      sources = ((self.model, self.params),)
+    else:
+      sources = self.members
+    with self._decoding_lock:
+      made = self._decoding_params
+      if made is None or any(a is not b for (_, a), b in zip(sources, made[0])):
+        derived = tuple(decoding_params(p, m.config) for m, p in sources)
+        made = self._decoding_params = (tuple(p for _, p in sources), derived)
+    models = tuple(m for m, _ in sources)
+    if len(models) == 1:
+      return made[1][0], models[0]
+    return made[1], models
 
   @property
   def max_output_extra(self) -> int:

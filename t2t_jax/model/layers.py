@@ -363,6 +363,11 @@ class DecoderLayer(nn.Module):
     )
 
 
+# Embed's optional second copy of the shared matrix for the pre-softmax product, [d_model,
+# vocab] (`transformer.decoding_params`).
+OUTPUT_KERNEL = "output_kernel"
+
+
 class Embed(nn.Module):
   """Token embedding scaled by sqrt(d_model) (paper 3.4), with `attend` for the output layer."""
 
@@ -386,7 +391,12 @@ class Embed(nn.Module):
   def attend(self, x: Array) -> Array:
     """Pre-softmax linear transformation sharing this matrix: [.., d_model] -> float32
     [.., vocab]. Products in the compute dtype, accumulated in float32: the logits that the
-    loss and the searches rank keep float32 precision in a bfloat16 model."""
+    loss and the searches rank keep float32 precision in a bfloat16 model. Parameters made
+    by `transformer.decoding_params` carry the matrix a second time as OUTPUT_KERNEL,
+    [d_model, vocab] in the compute dtype, which this product then reads instead."""
+    if self.has_variable("params", OUTPUT_KERNEL):
+      kernel = self.get_variable("params", OUTPUT_KERNEL)
+      return jnp.matmul(x, kernel.astype(x.dtype), preferred_element_type=jnp.float32)
     return jnp.einsum(
       "...d,vd->...v", x, self.embedding.astype(x.dtype), preferred_element_type=jnp.float32
     )

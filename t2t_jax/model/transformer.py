@@ -15,6 +15,7 @@ from flax.core.scope import VariableDict
 from t2t_jax.model import masks
 from t2t_jax.model.config import TransformerConfig
 from t2t_jax.model.layers import (
+  OUTPUT_KERNEL,
   SELF_CACHE_POSITION_AXIS,
   AddPositions,
   DecoderLayer,
@@ -323,3 +324,27 @@ def beam_search_cache(cache: VariableDict, beam_size: int) -> VariableDict:
       x.shape[:axis] + (x.shape[axis] * beam_size,) + x.shape[axis + 1 :], x.dtype
     ),
   )
+
+
+def decoding_params(params: VariableDict, config: TransformerConfig) -> VariableDict:
+  """`params` as a search reads them: every product's kernel (the leaves named "kernel") in
+  the compute dtype, and with shared embeddings the pre-softmax product's own copy of the
+  table, [d_model, vocab] in the compute dtype (`Embed.attend`'s OUTPUT_KERNEL). The
+  products compute the same values: each rounds its kernel to the compute dtype anyway,
+  and the copy is the table transposed. What changes is the work per program call: on a
+  CPU, XLA converted a bfloat16 model's float32 kernels inside every search program and
+  transposed the table there, and its product of a few rows reads [d_model, vocab] faster
+  than [vocab, d_model] (docs/performance.md). Costs a second copy of the kernels in a
+  bfloat16 model and of the table in any, beside `params`, which training keeps."""
+  dtype = jnp.dtype(config.dtype)
+
+  def cast(path: tuple, x: jax.Array) -> jax.Array:
+    is_kernel = getattr(path[-1], "key", None) == "kernel"
+    return x.astype(dtype) if is_kernel and x.dtype != dtype else x
+
+  out = jax.tree_util.tree_map_with_path(cast, params)
+  if config.share_embeddings:
+    embed = dict(out["embed"])
+    embed[OUTPUT_KERNEL] = jnp.asarray(params["embed"]["embedding"].T, dtype)
+    out = {**out, "embed": embed}
+  return out

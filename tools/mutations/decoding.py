@@ -372,4 +372,37 @@ MUTATIONS = (
     "_to_value_cache_layout(value).astype(dtype), (0, 0, 0, index * q_len)",
     ("tests/test_model.py",),
   ),
+  M(
+    "decoding_params_uncast",
+    "decoding_params leaves the kernels in float32: x.astype(dtype) becomes x",
+    "t2t_jax/model/transformer.py",
+    "    return x.astype(dtype) if is_kernel and x.dtype != dtype else x\n",
+    "    return x if is_kernel and x.dtype != dtype else x\n",
+    ("tests/test_model.py", PRECISION),
+  ),
+  M(
+    "output_kernel_reshaped",
+    "the pre-softmax copy of the table is reshaped to [d_model, vocab], not transposed",
+    "t2t_jax/model/transformer.py",
+    '    embed[OUTPUT_KERNEL] = jnp.asarray(params["embed"]["embedding"].T, dtype)\n',
+    '    embed[OUTPUT_KERNEL] = jnp.asarray(params["embed"]["embedding"].reshape(\n'
+    "      config.d_model, config.vocab_size), dtype)\n",
+    ("tests/test_model.py", PRECISION),
+  ),
+  M(
+    "attend_ignores_output_kernel",
+    "Embed.attend reads the table even where the parameters carry its copy",
+    "t2t_jax/model/layers.py",
+    '    if self.has_variable("params", OUTPUT_KERNEL):\n',
+    '    if False and self.has_variable("params", OUTPUT_KERNEL):\n',
+    ("tests/test_model.py",),
+  ),
+  M(
+    "decoding_params_stale",
+    "Translator.decoder() keeps the decoding parameters made from parameters since replaced",
+    "t2t_jax/decoding/translator.py",
+    "      if made is None or any(a is not b for (_, a), b in zip(sources, made[0])):\n",
+    "      if made is None:\n",
+    (PRECISION,),
+  ),
 )
