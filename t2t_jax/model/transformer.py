@@ -331,11 +331,12 @@ def decoding_params(params: VariableDict, config: TransformerConfig) -> Variable
   the compute dtype, and with shared embeddings the pre-softmax product's own copy of the
   table, [d_model, vocab] in the compute dtype (`Embed.attend`'s OUTPUT_KERNEL). The
   products compute the same values: each rounds its kernel to the compute dtype anyway,
-  and the copy is the table transposed. What changes is the work per program call: on a
-  CPU, XLA converted a bfloat16 model's float32 kernels inside every search program and
-  transposed the table there, and its product of a few rows reads [d_model, vocab] faster
-  than [vocab, d_model] (docs/performance.md). Costs a second copy of the kernels in a
-  bfloat16 model and of the table in any, beside `params`, which training keeps."""
+  and the copy is the table transposed. What changes is the work per program call: given
+  float32 kernels, XLA:CPU converts a bfloat16 model's kernels and transposes the table
+  inside every call of a search program, and its product of a few rows reads [d_model,
+  vocab] faster than [vocab, d_model] (docs/performance.md). Costs a second copy of the
+  kernels in a bfloat16 model and of the table in any, beside `params`, which training
+  keeps."""
   dtype = jnp.dtype(config.dtype)
 
   def cast(path: tuple, x: jax.Array) -> jax.Array:
