@@ -89,13 +89,18 @@ def _chunk_maxima(x: jax.Array, chunk: int | None = None) -> jax.Array:
   return maxima
 
 
+def _max_of_chunks(maxima: jax.Array) -> jax.Array:
+  """[..., chunks] chunk maxima -> [...] the row maximum. The barrier keeps XLA from folding
+  this into a second full pass over the row."""
+  return jnp.max(lax.optimization_barrier(maxima), axis=-1)
+
+
 def _row_max(x: jax.Array) -> jax.Array:
   """[..., vocab] -> [...]: the maximum, over the chunk maxima where the axis is taken in
-  chunks (`_first_max_index` takes the same, so XLA computes them once for both). The
-  barrier keeps XLA from folding it into a second full pass over x."""
+  chunks (`_first_max_index` takes the same, so XLA computes them once for both)."""
   if not _chunked(x.shape[-1]):
     return jnp.max(x, axis=-1)
-  return jnp.max(lax.optimization_barrier(_chunk_maxima(x)), axis=-1)
+  return _max_of_chunks(_chunk_maxima(x))
 
 
 def _first_max_index(x: jax.Array) -> jax.Array:
@@ -104,7 +109,7 @@ def _first_max_index(x: jax.Array) -> jax.Array:
   gathered [..., chunk]. First chunk, then first index in it: the first index overall.
   Max-then-min-index reads x twice and writes an int32 copy of it in between."""
   maxima = _chunk_maxima(x)
-  top = _row_max(x)[..., None]
+  top = _max_of_chunks(maxima)[..., None]
   chunks = maxima.shape[-1]
   first = lax.broadcasted_iota(jnp.int32, maxima.shape, maxima.ndim - 1)
   first = jnp.min(jnp.where((maxima == top) | jnp.isnan(maxima), first, chunks), axis=-1)
@@ -356,8 +361,7 @@ def _top_tokens(
     values, tokens = lax.top_k(masked, k)
     return values, tokens.astype(jnp.int32), jnp.max(rows, axis=-1)
   maxima = _chunk_maxima(rows, chunk)
-  # The barrier keeps XLA from folding this max of maxima into a second pass over the rows.
-  row_max = jnp.max(lax.optimization_barrier(maxima), axis=-1)
+  row_max = _max_of_chunks(maxima)
   start = eos_id // chunk * chunk
   eos_chunk = rows[:, start : start + chunk]
   eos_chunk = jnp.where(
