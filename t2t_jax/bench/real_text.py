@@ -192,7 +192,7 @@ def _t2t_run(
   afresh, so afterwards it holds that one pass."""
 
   def run() -> tuple[list[str], int]:
-    translator.stats = DecodeStats()
+    translator.reset_stats()
     texts = translator.translate(lines, beam_size=beam_size)
     return texts, translator.stats.needed_row_steps
 

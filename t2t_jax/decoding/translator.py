@@ -175,8 +175,8 @@ class Translator:
     self.workdirs: list[str] = list(workdirs)
     # an ensemble's checkpoint steps per member
     self.member_steps: list[list[int]] = [list(m) for m in member_steps]
-    self.stats = DecodeStats()  # summed over every batch translated; reassign to reset
     self._stats_lock = threading.Lock()
+    self._stats = DecodeStats()  # summed over every batch translated (`stats`)
     # (the parameters they were made from, `decoding_params` of each): `decoder`'s
     self._decoding_params: tuple[tuple, tuple] | None = None
     self._decoding_lock = threading.Lock()
@@ -268,6 +268,24 @@ class Translator:
     if len(models) == 1:
       return made[1][0], models[0]
     return made[1], models
+
+  @property
+  def stats(self) -> DecodeStats:
+    """What the searches did, summed over every batch translated (`DecodeStats`). Assigning
+    a new one (or `reset_stats`) starts the sums again; a batch that finishes meanwhile is
+    counted in the old or the new one, whole."""
+    return self._stats
+
+  @stats.setter
+  def stats(self, value: DecodeStats) -> None:
+    with self._stats_lock:
+      self._stats = value
+
+  def reset_stats(self) -> DecodeStats:
+    """Starts the sums again; returns what they were, every batch counted whole."""
+    with self._stats_lock:
+      old, self._stats = self._stats, DecodeStats()
+    return old
 
   @property
   def max_output_extra(self) -> int:
@@ -632,7 +650,7 @@ class Translator:
     """Adds a batch to `stats` (best: int32 [sentences, max_decode_len], PAD after EOS;
     stages: its search's), under a lock: batches may finish together (`_each_batch`)."""
     with self._stats_lock:
-      stats = self.stats
+      stats = self._stats
       for field in dataclasses.fields(stages):
         setattr(stats, field.name, getattr(stats, field.name) + getattr(stages, field.name))
       stats.batches += 1
