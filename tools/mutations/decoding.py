@@ -328,8 +328,8 @@ MUTATIONS = (
     "batch_stats_unlocked",
     "batches that finish together add to Translator.stats without the lock",
     "t2t_jax/decoding/translator.py",
-    "    with self._stats_lock:\n      stats = self.stats",
-    "    if True:\n      stats = self.stats",
+    "    with self._stats_lock:\n      stats = self._stats\n",
+    "    if True:\n      stats = self._stats\n",
     (BATCH_THREADS,),
   ),
   M(
