@@ -9,8 +9,8 @@ import threading
 import numpy as np
 import pytest
 
-from t2t_jax.decoding import search
 from t2t_jax.decoding import translator as translator_lib
+from t2t_jax.decoding.stages import StageStats
 from t2t_jax.decoding.translator import TranslateError, Translator
 from tests import support
 from tests.test_score import _IdTokenizer
@@ -53,7 +53,7 @@ def test_batches_finishing_together_lose_no_statistics():
   interval = sys.getswitchinterval()
   sys.setswitchinterval(1e-6)
   best = np.array([[5, 6, 0]], np.int32)
-  one = search.StageStats(row_steps=2, stages=1, compactions=1, resizes=1)
+  one = StageStats(row_steps=2, stages=1, compactions=1, resizes=1)
 
   def add():
     for _ in range(3000):

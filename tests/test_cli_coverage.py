@@ -25,7 +25,7 @@ from absl import flags
 from t2t_jax import data
 from t2t_jax.cli import bench, common
 from t2t_jax.cli import translate as translate_cli
-from t2t_jax.decoding import search
+from t2t_jax.decoding.config import STOP_RULES
 from t2t_jax.decoding.translator import Translator
 from t2t_jax.run import checkpoint
 from t2t_jax.run.workdir import read_metrics
@@ -219,7 +219,7 @@ def test_translate_alpha_is_the_length_penalty_of_the_scores(trained, tmp_path, 
 def test_translate_beam_stop_values_and_a_bad_one(trained, tmp_path, run_translate):
   _, workdir, _ = trained
   src = _source_file(tmp_path)
-  for rule in search.STOP_RULES:
+  for rule in STOP_RULES:
     out = tmp_path / f"{rule}.tsv"
     (t2t,) = run_translate(
       f"--workdir={workdir}",

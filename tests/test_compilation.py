@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from t2t_jax import compilation
+from t2t_jax.decoding.beam import Stop
 from tests import support
 
 
@@ -268,7 +269,8 @@ def test_a_translator_in_a_new_process_traces_none_of_its_search_programs(tmp_pa
 def test_a_program_s_key_is_the_content_of_its_static_arguments():
   """Equal values built apart give one key and any changed field another; an object known
   only by its identity has no key (the program is then not kept across processes)."""
-  from t2t_jax.decoding import constraints, programs, search
+  from t2t_jax.decoding import constraints, modes, programs
+  from t2t_jax.decoding.diverse import Diversity
   from t2t_jax.model.config import TransformerConfig
   from t2t_jax.model.transformer import Transformer
 
@@ -280,7 +282,7 @@ def test_a_program_s_key_is_the_content_of_its_static_arguments():
 
   def decoding(**changes):
     tree = constraints.TreeConstraint(vocab_size=20, open_ids=(3,), close_ids=(4,), leaf_ids=(5,))
-    fields = dict(mode="beam", beam_size=4, stop=search.Stop(), constraint=tree) | changes
+    fields = dict(mode=modes.Beam(4, Stop()), constraint=tree) | changes
     return programs.Decoding(**fields)
 
   assert key((model(), decoding(), 0.6)) == key((model(), decoding(), 0.6))
@@ -288,7 +290,11 @@ def test_a_program_s_key_is_the_content_of_its_static_arguments():
   changed = [
     (model(num_heads=2), decoding(), 0.6),
     (model(dropout_rate=0.2), decoding(), 0.6),
-    (model(), decoding(beam_size=2), 0.6),
+    (model(), decoding(mode=modes.Beam(2, Stop())), 0.6),
+    (model(), decoding(mode=modes.Beam(4, Stop("heuristic"))), 0.6),
+    (model(), decoding(mode=modes.Beam(4, Stop(), Diversity(2, 0.5))), 0.6),
+    (model(), decoding(mode=modes.Greedy()), 0.6),
+    (model(), decoding(mode=modes.Sample(num_samples=2)), 0.6),
     (model(), decoding(constraint=None), 0.6),
     (model(), decoding(no_repeat_ngram=3), 0.6),
     (model(), decoding(), 0.7),

@@ -194,7 +194,7 @@ def test_for_symbols_reads_labels_and_leaves_from_the_vocabulary():
 
 
 def _force_prefix_reference(step: int, prefix: np.ndarray, vocab: int) -> np.ndarray:
-  """search.force_prefix's rule: inside the prefix only its token, else everything."""
+  """rules.ForcePrefix's rule: inside the prefix only its token, else everything."""
   length = int((prefix != PAD_ID).sum())
   if step < length:
     return np.arange(vocab) == prefix[step]

@@ -17,7 +17,10 @@ import numpy as np
 import pytest
 from jax import lax
 
+from t2t_jax.decoding import SearchConfig, kernels, model_view, modes
 from t2t_jax.decoding import search as decode
+from t2t_jax.decoding.beam import length_penalty
+from t2t_jax.decoding.model_view import BeamSlots, segment_bounds
 from t2t_jax.tokens import BOS_ID, EOS_ID, PAD_ID
 from tests import support
 
@@ -75,10 +78,8 @@ def _beam_search(
     cache,
     max_lengths=max_lengths,
     max_decode_len=max_decode_len,
-    beam_size=beam_size,
-    alpha=alpha,
+    search=SearchConfig(beam_size=beam_size, alpha=alpha, beam_stop=stop),
     early_stop=early_stop,
-    stop=stop,
     staged=staged,
   )
 
@@ -458,7 +459,11 @@ def test_jit_and_eager_calls_agree():
   max_lengths = np.array([5, 4], np.int32)
   lm, cache = _trie_lm(jnp.asarray(table), 5, SLOPE)
   search = functools.partial(
-    decode.beam_search, lm, max_lengths=max_lengths, max_decode_len=5, beam_size=3, alpha=0.6
+    decode.beam_search,
+    lm,
+    max_lengths=max_lengths,
+    max_decode_len=5,
+    search=SearchConfig(beam_size=3, alpha=0.6),
   )
   eager_seqs, eager_scores = search(cache)
   jit_seqs, jit_scores = jax.jit(search)(cache)
@@ -478,7 +483,7 @@ def test_cache_with_wrong_batch_dim_is_rejected():
 
 def test_length_penalty_values():
   np.testing.assert_allclose(
-    decode.length_penalty(np.array([1, 4, 25]), 0.6), [1.0, 1.5**0.6, 5.0**0.6], rtol=1e-6
+    length_penalty(np.array([1, 4, 25]), 0.6), [1.0, 1.5**0.6, 5.0**0.6], rtol=1e-6
   )
 
 
@@ -614,10 +619,12 @@ def test_beam_search_equals_reference_with_a_large_tied_vocabulary():
     "step": jnp.array(0, jnp.int32),
   }
   lm = _hashed_lm(embedding)
-  kwargs = dict(max_lengths=max_lengths, max_decode_len=max_decode_len, beam_size=4, alpha=0.6)
-  ref_seqs, ref_scores = jax.jit(lambda c: _reference_beam_search(lm, c, **kwargs))(cache)
+  kwargs = dict(max_lengths=max_lengths, max_decode_len=max_decode_len)
+  ref = jax.jit(lambda c: _reference_beam_search(lm, c, beam_size=4, alpha=0.6, **kwargs))
+  ref_seqs, ref_scores = ref(cache)
   lengths = np.sum(np.asarray(ref_seqs[:, 0]) != PAD_ID, axis=1)
   assert len(set(lengths.tolist())) > 4  # sentences end at many different steps
+  kwargs["search"] = SearchConfig(beam_size=4, alpha=0.6)
   once = jax.jit(lambda c: decode.beam_search(lm, c, **kwargs))
   for search in (once, lambda c: decode.beam_search(lm, c, staged=True, **kwargs)):
     seqs, scores = search(cache)
@@ -630,7 +637,7 @@ def test_greedy_search_equals_reference_with_a_large_tied_vocabulary():
   ties within and across chunks, 48 sentences of limits 2..12: the tokens numpy's argmax
   picks (the first maximum) and their log-softmax in float64, as one program and staged."""
   vocab, batch, max_decode_len = 2000, 48, 12
-  assert decode._chunked(vocab)
+  assert kernels.chunked(vocab)
   embedding = jax.random.normal(jax.random.PRNGKey(9), (vocab, 6)) * 0.7
   rng = np.random.default_rng(9)
   max_lengths = rng.integers(2, max_decode_len + 1, size=batch).astype(np.int32)
@@ -679,7 +686,7 @@ def test_chunked_top_tokens_equal_lax_top_k_without_eos(eos_id):
   x[2, ::7] = 9.0  # many equal maxima
   x[3, eos_id] = 50.0  # EOS is the row's maximum
   x = jnp.asarray(x, jnp.float32)
-  top_tokens = jax.jit(decode._top_tokens, static_argnums=(1, 2, 3))
+  top_tokens = jax.jit(kernels.top_tokens, static_argnums=(1, 2, 3))
   masked = jnp.where(jnp.arange(1000) == eos_id, -jnp.inf, x)
   for k in (1, 4, 5):
     want = lax.top_k(masked, k)
@@ -691,15 +698,15 @@ def test_chunked_top_tokens_equal_lax_top_k_without_eos(eos_id):
 
 
 def test_chunk_size_divides_the_vocabulary_where_it_can():
-  assert decode._chunk_size(8000) == 125
-  assert decode._chunk_size(32000) == 128
-  assert decode._chunk_size(37000) == 125
-  assert decode._chunk_size(7919) == 128  # a prime: no divisor near 128
+  assert kernels.chunk_size(8000) == 125
+  assert kernels.chunk_size(32000) == 128
+  assert kernels.chunk_size(37000) == 125
+  assert kernels.chunk_size(7919) == 128  # a prime: no divisor near 128
 
 
 def test_beam_slots_track_each_hypothesis_history():
   """After steps with given parents, each hypothesis reads its ancestors' slots."""
-  slots = decode.BeamSlots.create(batch_size=1, beam_size=3, max_decode_len=4)
+  slots = BeamSlots.create(batch_size=1, beam_size=3, max_decode_len=4)
   parents = [[0, 0, 0], [2, 0, 2], [1, 1, 0]]
   history = [[(0, b)] for b in range(3)]  # (position, slot) read at step 0: own slot
   for step, p in enumerate(parents):
@@ -774,10 +781,9 @@ def test_transformer_beam_search_equals_reference(first_segment, monkeypatch):
   """The Transformer's beam-aware decoding (shared encoder keys/values, in-place slots,
   compaction, and with first_segment 2 a cache grown segment by segment: 2, 4, 8, 16
   positions) against the reference search over its per-row decode_step."""
-  from t2t_jax.decoding import search as search_lib
-
-  monkeypatch.setattr(search_lib, "FIRST_SEGMENT", first_segment)
-  assert len(search_lib.segment_bounds(16)) == (1 if first_segment == 16 else 4)
+  monkeypatch.setattr(model_view, "FIRST_SEGMENT", first_segment)
+  monkeypatch.setattr(modes.Beam, "first_segment", first_segment)
+  assert len(segment_bounds(16)) == (1 if first_segment == 16 else 4)
   from t2t_jax.model import Transformer, TransformerConfig
 
   cfg = TransformerConfig(
@@ -891,15 +897,14 @@ def test_bfloat16_search_ranks_float32_logits_of_the_bfloat16_features(share_emb
 
     cache = (
       beam_search_cache(state["cache"], beam_size),
-      decode.BeamSlots.create(inputs.shape[0], beam_size, max_decode_len),
+      BeamSlots.create(inputs.shape[0], beam_size, max_decode_len),
     )
     return decode.beam_search(
       beam_step,
       cache,
       max_lengths=max_lengths,
       max_decode_len=max_decode_len,
-      beam_size=beam_size,
-      alpha=0.6,
+      search=SearchConfig(beam_size=beam_size, alpha=0.6),
       reorder_cache=lambda c, parents: (c[0], c[1].reorder(parents)),
     )
 

@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 
 from t2t_jax.decoding import SearchConfig, programs
-from t2t_jax.decoding.diverse import Diversity
 from tests import test_decode as trie
 
 
@@ -50,9 +49,9 @@ def test_diverse_beam_search_equals_the_numpy_reference(beam, groups, strength, 
     cache,
     max_lengths=max_lengths,
     max_decode_len=6,
-    beam_size=beam,
-    alpha=0.6,
-    diversity=Diversity(groups, strength),
+    search=SearchConfig(
+      beam_size=beam, alpha=0.6, diverse_groups=groups, diversity_strength=strength
+    ),
     staged=staged,
   )
   seqs, scores = np.asarray(seqs), np.asarray(scores)

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from t2t_jax import data as data_lib
-from t2t_jax.decoding import SearchConfig, scoring, search, search_batch
+from t2t_jax.decoding import SearchConfig, scoring, search_batch
+from t2t_jax.decoding.model_view import ensemble_log_probs
 from t2t_jax.decoding.translator import TranslateError, Translator, load_config
 from t2t_jax.run.workdir import Workdir
 from t2t_jax.tokens import EOS_ID
@@ -47,13 +48,13 @@ def pair():
 def test_ensemble_log_probs_is_the_normalised_mean_of_the_log_softmax():
   rng = np.random.default_rng(0)
   logits = [rng.normal(size=(3, 2, 11)) * s for s in (1.0, 4.0, 0.3)]
-  got = np.asarray(search.ensemble_log_probs([np.float32(x) for x in logits]))
+  got = np.asarray(ensemble_log_probs([np.float32(x) for x in logits]))
   np.testing.assert_allclose(got, np_ensemble(logits), atol=1e-5)
   np.testing.assert_allclose(np.exp(got).sum(-1), 1.0, atol=1e-5)
   # Not the arithmetic mean of the probabilities (fairseq's): the two differ here.
   mixture = np.log(np.mean([np.exp(np_log_softmax(x)) for x in logits], axis=0))
   assert np.abs(got - mixture).max() > 0.1
-  one = np.asarray(search.ensemble_log_probs([np.float32(logits[0])]))
+  one = np.asarray(ensemble_log_probs([np.float32(logits[0])]))
   np.testing.assert_allclose(one, np_log_softmax(logits[0]), atol=1e-6)
 
 

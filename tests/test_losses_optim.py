@@ -6,7 +6,7 @@ import numpy as np
 import optax
 import pytest
 
-from t2t_jax.decoding import search
+from t2t_jax.decoding import kernels
 from t2t_jax.schedule import rsqrt_schedule
 from t2t_jax.training import losses, optim
 from tests import numpy_reference as ref
@@ -48,19 +48,19 @@ def test_argmax_matches_numpy_with_ties_and_nan():
   x[0, 0, 4] = x[0, 0, 7] = np.nan  # the first NaN counts as the maximum, as in jnp/numpy
   x[1, 2, :] = -np.inf
   for axis in (-1, 0, 1):
-    got = np.asarray(jax.jit(search.argmax, static_argnums=1)(x, axis))
+    got = np.asarray(jax.jit(kernels.argmax, static_argnums=1)(x, axis))
     np.testing.assert_array_equal(got, np.argmax(x, axis=axis))
     np.testing.assert_array_equal(got, np.asarray(jnp.argmax(x, axis=axis)))
 
 
 def test_argmax_in_chunks_matches_numpy_with_ties_and_inf():
-  """A vocabulary-sized axis goes through the chunk maxima (`search._first_max_index`): the
+  """A vocabulary-sized axis goes through the chunk maxima (`kernels.first_max_index`): the
   first maximum overall, where ties fall in one chunk or in several, in the first chunk or
   the last. A row holding a NaN gets the index of a NaN or of its maximum (XLA:CPU's max
   reductions may skip NaNs, so which one is not numpy's rule)."""
   rng = np.random.default_rng(11)
   vocab = 1000  # 8 chunks of 125
-  assert search._chunked(vocab)
+  assert kernels.chunked(vocab)
   x = rng.integers(-50, 50, size=(12, vocab)).astype(np.float32)
   x[0, [130, 140, 900]] = 99  # ties in two chunks
   x[1, [998, 999]] = 99  # the last chunk
@@ -73,13 +73,13 @@ def test_argmax_in_chunks_matches_numpy_with_ties_and_inf():
   x[7, [900, 5]] = 98  # the maximum in the last chunk but one, after an earlier tie below it
   x[7, 901] = 99
   for axis, data in ((-1, x), (0, x.T.copy())):
-    got = np.asarray(jax.jit(search.argmax, static_argnums=1)(data, axis))
+    got = np.asarray(jax.jit(kernels.argmax, static_argnums=1)(data, axis))
     np.testing.assert_array_equal(got, np.argmax(data, axis=axis))
     np.testing.assert_array_equal(got, np.asarray(jnp.argmax(data, axis=axis)))
   x[8, 500], x[8, 200] = np.nan, 99  # NaN after the maximum
   x[9, [5, 700]], x[9, 3] = np.nan, 99  # NaN after it in the same chunk, and later
   x[10, 40], x[10, 600] = np.nan, 99  # NaN first
-  got = np.asarray(jax.jit(search.argmax)(x))
+  got = np.asarray(jax.jit(kernels.argmax)(x))
   for row in (8, 9, 10):
     assert np.isnan(x[row, got[row]]) or x[row, got[row]] == np.nanmax(x[row])
 

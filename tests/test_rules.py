@@ -108,7 +108,12 @@ def test_searches_without_repeated_ngrams_equal_the_trie_references(staged):
   table = trie._random_table(70, batch=3, max_decode_len=8)
   lm, cache = trie._trie_lm(table, 8, trie.SLOPE)
   seqs, log_probs = trie.decode.greedy_search(
-    lm, cache, max_lengths=max_lengths, max_decode_len=8, no_repeat_ngram=2, staged=staged
+    lm,
+    cache,
+    max_lengths=max_lengths,
+    max_decode_len=8,
+    search=SearchConfig(beam_size=1, no_repeat_ngram=2),
+    staged=staged,
   )
   for b in range(3):
     ref_seq, ref_log_prob = _ref_greedy_no_repeat(table[b], max_lengths[b], 2)
@@ -120,9 +125,7 @@ def test_searches_without_repeated_ngrams_equal_the_trie_references(staged):
     cache,
     max_lengths=max_lengths,
     max_decode_len=8,
-    beam_size=16,
-    alpha=0.6,
-    no_repeat_ngram=3,
+    search=SearchConfig(beam_size=16, alpha=0.6, no_repeat_ngram=3),
     staged=staged,
   )
   for b in range(3):

@@ -12,6 +12,13 @@ from absl import flags
 
 from t2t_jax.cli import translate as translate_cli
 from t2t_jax.decoding import SearchConfig, search, search_batch
+from t2t_jax.decoding.sampling import (
+  draw_tokens,
+  sample_keys,
+  sampling_log_probs,
+  top_k_log_probs,
+  top_p_log_probs,
+)
 from t2t_jax.decoding.translator import TranslateError, Translator, one_line
 from t2t_jax.run.workdir import Workdir
 from t2t_jax.tokens import BOS_ID, EOS_ID, PAD_ID
@@ -70,7 +77,7 @@ def _log_probs(rows=6, vocab=12, seed=0):
 @pytest.mark.parametrize("k", [0, 1, 3, 12, 20])
 def test_top_k_keeps_the_k_best_as_numpy(k):
   log_probs = _log_probs()
-  got = np.asarray(search.top_k_log_probs(jnp.asarray(log_probs), k))
+  got = np.asarray(top_k_log_probs(jnp.asarray(log_probs), k))
   for row, out in zip(log_probs, got):
     kth = np.sort(row)[::-1][min(k, len(row)) - 1] if k else -np.inf
     np.testing.assert_array_equal(out, np.where(row >= kth, row, -np.inf))
@@ -79,7 +86,7 @@ def test_top_k_keeps_the_k_best_as_numpy(k):
 @pytest.mark.parametrize("p", [0.05, 0.5, 0.9, 0.999, 1.0])
 def test_top_p_keeps_the_nucleus_as_numpy(p):
   log_probs = _log_probs()
-  got = np.asarray(search.top_p_log_probs(jnp.asarray(log_probs), p))
+  got = np.asarray(top_p_log_probs(jnp.asarray(log_probs), p))
   want = np_sampling_probs(log_probs, topp=p)
   np.testing.assert_array_equal(np.isfinite(got), want > 0)
   kept = np.isfinite(got)
@@ -95,7 +102,7 @@ def test_top_p_keeps_the_nucleus_as_numpy(p):
 )
 def test_sampling_distribution_matches_numpy(temperature, topk, topp):
   log_probs = _log_probs()
-  got = search.sampling_log_probs(jnp.asarray(log_probs), temperature, topk, topp)
+  got = sampling_log_probs(jnp.asarray(log_probs), temperature, topk, topp)
   want = np_sampling_probs(log_probs, temperature, topk, topp)
   np.testing.assert_allclose(np.exp(np.asarray(got)), want, atol=1e-6)
 
@@ -112,18 +119,23 @@ def _chain(ids, cache):
   return jnp.asarray(TABLE)[ids[:, 0]], cache
 
 
-@functools.partial(jax.jit, static_argnames=("rows", "length"))
+@functools.partial(jax.jit, static_argnames=("temperature", "topk", "topp", "rows", "length"))
 def _draw(temperature, topk, topp, seed, rows, length):
-  keys = search.sample_keys(seed, jnp.arange(rows), 1)
+  keys = sample_keys(seed, jnp.arange(rows), 1)
+  settings = SearchConfig(
+    beam_size=1,
+    sampling=True,
+    sampling_temperature=temperature,
+    sampling_topk=topk,
+    sampling_topp=topp,
+  )
   return search.sample_search(
     _chain,
     jnp.zeros((rows,)),
     max_lengths=jnp.full((rows,), length),
     max_decode_len=length,
     keys=keys,
-    temperature=temperature,
-    topk=topk,
-    topp=topp,
+    search=settings,
   )
 
 
@@ -148,8 +160,8 @@ def test_draw_tokens_inverts_the_cumulative_distribution_as_numpy():
   logits = rng.normal(size=(rows, vocab)) * 2
   logits[:, [2, 7, 10, 11]] = -np.inf  # zero-probability tokens, the last two at the end
   log_probs = jax.nn.log_softmax(jnp.asarray(logits, jnp.float32))
-  keys = search.sample_keys(5, np.arange(rows), 1)
-  tokens = np.asarray(search.draw_tokens(keys, log_probs))
+  keys = sample_keys(5, np.arange(rows), 1)
+  tokens = np.asarray(draw_tokens(keys, log_probs))
   u = np.asarray(jax.vmap(jax.random.uniform)(keys), np.float64)
   cumulative = np.cumsum(np.exp(np.asarray(log_probs, np.float64)), axis=-1)
   want = np.array([np.searchsorted(c, x * c[-1], side="right") for c, x in zip(cumulative, u)])
@@ -158,17 +170,17 @@ def test_draw_tokens_inverts_the_cumulative_distribution_as_numpy():
   assert np.mean(tokens == want) > 0.999
   assert not np.isin(tokens, [2, 7, 10, 11]).any()
   halves = jnp.log(jnp.asarray([[0.5, 0.5, 0.0]] * rows))
-  edge = np.bincount(np.asarray(search.draw_tokens(keys, halves)), minlength=3)
+  edge = np.bincount(np.asarray(draw_tokens(keys, halves)), minlength=3)
   assert edge[2] == 0 and stats.binomtest(int(edge[0]), rows).pvalue > 1e-3
 
 
 def test_draw_tokens_never_passes_the_last_possible_token(monkeypatch):
   """u * total can round up to the total in float32; the draw is then the last token of
   nonzero probability, not one past it (simulated with a uniform number of exactly 1)."""
-  monkeypatch.setattr(search.jax.random, "uniform", lambda key: jnp.float32(1.0))
+  monkeypatch.setattr(jax.random, "uniform", lambda key: jnp.float32(1.0))
   log_probs = jnp.log(jnp.asarray([[0.5, 0.5, 0.0, 0.0], [0.25, 0.0, 0.75, 0.0]]))
-  keys = search.sample_keys(0, np.arange(2), 1)
-  np.testing.assert_array_equal(search.draw_tokens(keys, log_probs), [1, 2])
+  keys = sample_keys(0, np.arange(2), 1)
+  np.testing.assert_array_equal(draw_tokens(keys, log_probs), [1, 2])
 
 
 @pytest.mark.parametrize(

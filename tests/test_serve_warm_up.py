@@ -14,7 +14,15 @@ import pytest
 from jax._src import monitoring
 
 from t2t_jax import compilation
-from t2t_jax.decoding import batching, programs, search
+from t2t_jax.decoding import batching, modes, programs
+from t2t_jax.decoding.model_view import segment_bounds
+from t2t_jax.decoding.stages import (
+  Stages,
+  compacted_segment,
+  compacted_size,
+  run_in_stages,
+  until_of,
+)
 from t2t_jax.decoding.translator import Translator
 from t2t_jax.serve.batching import Batcher
 from tests import support
@@ -49,20 +57,36 @@ def _stage_calls(
 
   first = lambda rows, bound, until: run(rows, bound, until, "first")
   rows = dict(end=ends, step=0, bound=bounds[0])
-  stages = search.Stages(run, take, resize, first)
-  search.run_in_stages(stages, rows, batch_size, bounds, min_rows, None, compacted_bound)
+  stages = Stages(run, take, resize, first)
+  run_in_stages(stages, rows, batch_size, bounds, min_rows, None, compacted_bound)
   return calls
+
+
+def _stage_sizes(batch_size: int, min_rows: int) -> dict[int, tuple[int, ...]]:
+  """Every batch size a staged search of `batch_size` rows can step at, each with the sizes
+  it can be compacted to (none at min_rows or below): a size above min_rows is compacted
+  once at most `until_of` rows run, to `compacted_size` of their number. Written apart
+  from `stages.Schedule.moves`, which the warm-up follows, so that the two check each other."""
+  table: dict[int, tuple[int, ...]] = {}
+  todo = [batch_size]
+  while todo:
+    size = todo.pop()
+    if size not in table:
+      running = range(1, until_of(size, min_rows) + 1)
+      table[size] = tuple(sorted({compacted_size(n, min_rows) for n in running}))
+      todo.extend(table[size])
+  return table
 
 
 def _predicted_calls(
   batch_size: int, bounds: list[int], min_rows: int, compacted_bound: int = 0
 ) -> set:
-  """The calls `programs.warm_up_stages` makes, from `search.stage_sizes`: below the full
+  """The calls `programs.warm_up_stages` makes, from `_stage_sizes`: below the full
   size, only at the bounds from compacted_bound on."""
-  sizes = search.stage_sizes(batch_size, min_rows)
+  sizes = _stage_sizes(batch_size, min_rows)
   calls = set()
   for i, bound in enumerate(bounds):
-    after = search.compacted_segment(bounds, i, compacted_bound)
+    after = compacted_segment(bounds, i, compacted_bound)
     length = bounds[after] if after > i else None
     for size, targets in sizes.items():
       if size < batch_size and bound < compacted_bound and i + 1 < len(bounds):
@@ -78,13 +102,13 @@ def _predicted_calls(
   "batch_size,min_rows,compacted_bound",
   [(64, 8, 0), (32, 1, 0), (12, 8, 0), (4, 8, 0), (48, 4, 0), (64, 8, 32), (32, 1, 64)],
 )
-def test_stage_sizes_hold_every_call_a_staged_search_makes_and_no_other(
+def test_predicted_calls_are_every_call_a_staged_search_makes_and_no_other(
   batch_size, min_rows, compacted_bound
 ):
   """Against a brute-force search over random finishing steps: every call is predicted, and
   over enough runs every predicted call is made (the table is no loose superset)."""
   rng = np.random.default_rng(batch_size)
-  bounds = search.segment_bounds(64)
+  bounds = segment_bounds(64)
   predicted = _predicted_calls(batch_size, bounds, min_rows, compacted_bound)
   seen: set = set()
   for _ in range(800):
@@ -105,16 +129,18 @@ def test_warm_up_stages_makes_the_predicted_calls_on_the_rows_a_search_makes(mon
   def stage(rows, bound, kind):
     assert rows["bound"] == bound, (kind, rows, bound)
     calls.add((kind, rows["size"], bound))
-    return rows, None, None, None
+    return rows, None, None, (np.zeros((1, 1, 1)), np.zeros((1, 1)))
 
   def first(params, batch, knobs, until, *, max_decode_len, bound, **_):
     return stage(dict(size=batch.inputs.shape[0], bound=bound), bound, "first")
 
-  def take(rows, keep, *, memory_len, length):
+  def take(rows, keep, *, layout, memory_len, length):
+    assert layout == "beam"
     calls.add(("take", rows["size"], len(keep), rows["bound"], length))
     return dict(size=len(keep), bound=length or rows["bound"])
 
-  def resize(rows, *, length):
+  def resize(rows, *, layout, length):
+    assert layout == "beam"
     calls.add(("resize", rows["size"], rows["bound"], length))
     return dict(rows, bound=length)
 
@@ -124,7 +150,7 @@ def test_warm_up_stages_makes_the_predicted_calls_on_the_rows_a_search_makes(mon
   )
   monkeypatch.setattr(programs, "_stage_take", take)
   monkeypatch.setattr(programs, "_stage_resize", resize)
-  decoding = SimpleNamespace(mode="beam", rows_per_sentence=1)
+  decoding = programs.Decoding(mode=modes.Beam(4))
   batch = SimpleNamespace(inputs=np.zeros((64, 5), np.int32))
   count = programs.warm_up_stages(
     None, batch, None, model=None, max_decode_len=64, decoding=decoding, min_rows=8
@@ -262,4 +288,4 @@ def test_warm_up_calls_every_stage_program_once_per_shape(monkeypatch):
     once = [c for c in predicted if c[0] != "take" and c[1] == rows]
     assert count == len(once) + (len(predicted) - len(once)) * len(memories)
   # nbest 1 shares the plain search's programs
-  assert len({m[1]["decoding"].stop for m in made}) == 2
+  assert len({m[1]["decoding"].mode.stop for m in made}) == 2

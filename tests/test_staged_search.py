@@ -1,5 +1,5 @@
 """Beam, greedy search and sampling run in host-driven stages (`programs.decode_in_stages`,
-`search.run_in_stages`), the 1-best stopping rule (`final=1`), frozen done sentences, and
+`run_in_stages`), the 1-best stopping rule (`final=1`), frozen done sentences, and
 constrained decoding (decoding/constraints.py) inside the searches.
 
 Every comparison is against an independent reference: the reference beam search of
@@ -14,7 +14,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2t_jax.decoding import SearchConfig, constraints, programs, search
+from t2t_jax.decoding import SearchConfig, constraints, model_view, modes, programs, search
+from t2t_jax.decoding.beam import Stop, beam_done, init_beam_state, length_penalty
+from t2t_jax.decoding.sampling import sample_keys
+from t2t_jax.decoding.stages import Stages, StageStats, run_in_stages
 from t2t_jax.model import Transformer, TransformerConfig
 from t2t_jax.tokens import EOS_ID, PAD_ID
 from tests import support
@@ -169,6 +172,14 @@ def _reference_rows(inputs, limits, length, choose, eos_bias=2.0, mask=None):
   return targets, total
 
 
+def _first_segment(monkeypatch, positions: int) -> None:
+  """Every mode's first cache segment `positions` long (rows: twice that, as they are)."""
+  monkeypatch.setattr(model_view, "FIRST_SEGMENT", positions)
+  monkeypatch.setattr(modes.Beam, "first_segment", positions)
+  for mode in (modes.Greedy, modes.Sample):
+    monkeypatch.setattr(mode, "first_segment", 2 * positions)
+
+
 @pytest.mark.parametrize("stop", ["exact", "heuristic"])
 def test_staged_beam_search_equals_the_reference_search(stop, monkeypatch):
   """Compaction (batch 32 halving as sentences finish) and the cache grown 4, 8, 16, 32
@@ -177,10 +188,10 @@ def test_staged_beam_search_equals_the_reference_search(stop, monkeypatch):
   exact rule every hypothesis does."""
   from tests.test_decode import reference_search
 
-  monkeypatch.setattr(search, "FIRST_SEGMENT", 4)
+  _first_segment(monkeypatch, 4)
   model, params = _model_and_params()
   inputs, limits = _batch(32)
-  stats = search.StageStats()
+  stats = StageStats()
   got = _staged(4, stats, stop=stop)(inputs, limits, 32)
   want_seqs, want_scores = reference_search(model, params, inputs, limits, 32, 4)
   hypotheses = 4 if stop == "exact" else 1
@@ -196,9 +207,9 @@ def test_staged_beam_search_equals_the_reference_search(stop, monkeypatch):
 def test_staged_greedy_search_equals_the_forward_pass_greedy(monkeypatch):
   """Greedy in stages (batch 32 halving, cache grown 4 .. 32) against argmax over the full
   forward pass in float64: the same tokens, the log-probabilities to rounding."""
-  monkeypatch.setattr(search, "FIRST_SEGMENT", 4)
+  _first_segment(monkeypatch, 4)
   inputs, limits = _batch(32)
-  stats = search.StageStats()
+  stats = StageStats()
   got = _staged(1, stats)(inputs, limits, 32)
   margin = np.full(32, np.inf)  # each row's smallest gap between its best two tokens
 
@@ -225,7 +236,7 @@ def test_staged_sampling_draws_as_the_forward_pass_reference(with_prefix, monkey
   with a prefix, rows start with it."""
   from tests.test_sampling import np_sampling_probs
 
-  monkeypatch.setattr(search, "FIRST_SEGMENT", 4)
+  _first_segment(monkeypatch, 4)
   inputs, limits = _batch(16, seed=2)
   ids = jnp.arange(16, dtype=jnp.int32) * 3 + 5
   prefix = None
@@ -242,9 +253,9 @@ def test_staged_sampling_draws_as_the_forward_pass_reference(with_prefix, monkey
     sampling_seed=7,
     alpha=0.6,
   )
-  stats = search.StageStats()
+  stats = StageStats()
   got = _staged(1, stats, eos_bias=1.0)(inputs, limits, 32, settings, prefix, ids)
-  keys = search.sample_keys(7, ids, 3)
+  keys = sample_keys(7, ids, 3)
   rows_prefix = None if prefix is None else np.repeat(np.asarray(prefix), 3, axis=0)
 
   def draw(log_probs, step):
@@ -287,20 +298,18 @@ def test_final_counts_the_finished_hypotheses_that_must_be_beaten(stop):
   slots (final=None); the bound divides by the larger of lp(step + 1) and, for the exact
   rule, lp(limit)."""
   limit, alpha, step = 20, 0.6, 5
-  lp = search.length_penalty(limit if stop == "exact" else step + 1, alpha)
+  lp = length_penalty(limit if stop == "exact" else step + 1, alpha)
   live = -2.0
   bound = live / float(lp)
-  state = search.init_beam_state({}, 1, 4, 32)._replace(
+  state = init_beam_state({}, 1, 4, 32)._replace(
     step=jnp.int32(step),
     live_log_probs=jnp.array([[live, -3.0, -4.0, -5.0]]),
     finished_scores=jnp.array([[bound + 0.1, bound - 0.1, -jnp.inf, -jnp.inf]]),
   )
-  done = lambda final: bool(
-    search.beam_done(state, jnp.array([limit]), alpha, search.Stop(stop, final))[0]
-  )
+  done = lambda final: bool(beam_done(state, jnp.array([limit]), alpha, Stop(stop, final))[0])
   assert done(1) and not done(2) and not done(None)
   with pytest.raises(ValueError, match="final=5"):
-    search.Stop(stop, 5).check(4)
+    modes.Beam.of(SearchConfig(beam_size=4, beam_stop=stop), final=5)
 
 
 def _two_kinds_model(ids, cache):
@@ -327,8 +336,7 @@ def test_an_output_does_not_depend_on_the_sentences_beside_it(stop):
     dict(step=jnp.int32(0), kind=jnp.array(kinds, jnp.int32)),
     max_lengths=jnp.array(limits, jnp.int32),
     max_decode_len=12,
-    beam_size=4,
-    stop=stop,
+    search=SearchConfig(beam_size=4, beam_stop=stop),
     final=1,
   )
   alone_seqs, alone_scores = run([0], [10])
@@ -428,7 +436,7 @@ def test_run_in_stages_halves_and_grows_on_a_counting_search(compacted_bound, re
     return rows, step, left <= step, outputs(rows)
 
   rows = dict(step=0, cache=np.zeros(bounds[0]), left=np.arange(1, batch + 1))
-  stages = search.Stages(
+  stages = Stages(
     run=run,
     take=lambda rows, keep, length: dict(
       rows,
@@ -437,10 +445,8 @@ def test_run_in_stages_halves_and_grows_on_a_counting_search(compacted_bound, re
     ),
     resize=lambda rows, n: dict(rows, cache=np.zeros(n)),
   )
-  stats = search.StageStats()
-  (out,) = search.run_in_stages(
-    stages, rows, batch, bounds, stats=stats, compacted_bound=compacted_bound
-  )
+  stats = StageStats()
+  (out,) = run_in_stages(stages, rows, batch, bounds, stats=stats, compacted_bound=compacted_bound)
   np.testing.assert_array_equal(out, np.arange(1, batch + 1) * 10)
   assert stats.resizes == resizes and stats.compactions >= 3
   # 16 rows to step 8 (half done), 8 to step 12, 4 to 14, 2 to 15, 1 to 16.

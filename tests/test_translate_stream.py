@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2t_jax.decoding import search
+from t2t_jax.decoding.beam import length_penalty
 from t2t_jax.decoding.translator import TranslateError, Translator
 from t2t_jax.tokens import EOS_ID
 from t2t_jax.training import trainer
@@ -53,9 +53,7 @@ def test_nbest_first_is_the_plain_output_scores_sorted_and_exact(workdir, beam_s
     assert scores == sorted(scores, reverse=True)
     for h in hyps:
       length = len(t2t.tokenizer.encode(h.text)) + 1
-      np.testing.assert_allclose(
-        h.score, h.log_prob / search.length_penalty(length, 0.6), rtol=1e-5
-      )
+      np.testing.assert_allclose(h.score, h.log_prob / length_penalty(length, 0.6), rtol=1e-5)
       np.testing.assert_allclose(h.log_prob, _forced_log_prob(t2t, source, h.text), atol=1e-4)
   with pytest.raises(TranslateError, match="nbest=5: must be between 1 and the beam"):
     t2t.translate(SOURCES, beam_size=4, nbest=5)

@@ -201,7 +201,7 @@ def compare(
   """Times t2t_jax's beam search and CTranslate2's on the same parameters and sources.
 
   ids: source id lists (EOS last); limits: each output's length limit, EOS included;
-  stop: t2t_jax's stopping rule (search.beam_search).
+  stop: t2t_jax's stopping rule (`beam.Stop`).
   Returns a dict per system (tokens/s, sentences/s, per-repetition seconds, ratio to
   t2t_jax, outputs equal to t2t_jax's) plus the set-up.
   """

@@ -7,7 +7,8 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 from absl import logging
 
-from t2t_jax.decoding import search
+from t2t_jax.decoding.model_view import FIRST_SEGMENT
+from t2t_jax.decoding.stages import power_of_two_at_least
 from t2t_jax.tokens import PAD_ID
 
 
@@ -50,7 +51,7 @@ def bucket_shape(
   within max_len. Batches of one bucket have one shape and share their compiled stages;
   each output's own limit stays its source + extra."""
   bucket = source_bucket(max_len, source_len, buckets)
-  longest = search._power_of_two_at_least(max(bucket + max_output_extra, search.FIRST_SEGMENT))
+  longest = power_of_two_at_least(max(bucket + max_output_extra, FIRST_SEGMENT))
   return bucket, min(longest, max_len)
 
 
@@ -92,7 +93,7 @@ def batch_shapes(
     if max_rows is not None:
       count = min(count, max_rows)
     _, max_decode_len = bucket_shape(max_len, bucket, max_output_extra)
-    top = search._power_of_two_at_least(count)
+    top = power_of_two_at_least(count)
     shapes += [(1 << k, bucket, max_decode_len) for k in range(top.bit_length())]
     below = bucket
   return shapes
@@ -131,5 +132,5 @@ def padded_batch(
     )
   limits = np.minimum(limits, max_len)
   if shape is None and limits.max() > max_decode_len:  # a long prefix
-    max_decode_len = min(search._power_of_two_at_least(int(limits.max())), max_len)
+    max_decode_len = min(power_of_two_at_least(int(limits.max())), max_len)
   return inputs, limits, max_decode_len, prefix

@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-# Beam search's stopping rules (search.beam_search's `stop`).
+# Beam search's stopping rules (`beam.Stop`'s rule).
 STOP_RULES = ("exact", "heuristic")
 
 
@@ -27,9 +27,9 @@ class SearchConfig:
       input length + 50; 6.3: + 300), capped at the model's max_len.
     beam_stop: when a sentence is done: 'exact' (tensor2tensor's rule: no live hypothesis can
       still enter the finished set) or 'heuristic' (none would if it ended at the next step:
-      faster, may differ; search.beam_done).
+      faster, may differ; beam.beam_done).
     sampling: draw each output token from the model's distribution instead of searching
-      (search.sample_search); needs beam_size 1. The fields below shape that distribution.
+      (`modes.Sample`); needs beam_size 1. The fields below shape that distribution.
     sampling_temperature: the log-probabilities are divided by it (> 0; below 1 sharper,
       towards 0 greedy).
     sampling_topk: only the k most probable tokens of each step can be drawn (0: all).

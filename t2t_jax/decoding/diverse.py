@@ -3,7 +3,7 @@ DiverseBeamSearch): the beam is split into `groups` of beam_size / groups hypoth
 each step the groups choose their extensions in turn, each group's candidates lowered by
 `strength` for every time a group before it chose the same token at this step. The
 lowering only ranks the candidates: the log-probabilities kept and the scores returned
-stay the model's. A way of choosing the live set (`search._beam_step`), not a decoding
+stay the model's. A way of choosing the live set (`beam.beam_step`), not a decoding
 rule: the rules (decoding/rules.py) have already removed what may not be chosen."""
 
 from typing import NamedTuple

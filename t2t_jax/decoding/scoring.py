@@ -4,11 +4,11 @@ One forward pass per batch gives every target token's log-probability (`target_l
 `sequence_scores` turns a pair's token log-probabilities into the three figures t2t-score
 prints: their sum (log p of the whole target, EOS included), their mean per token, and the
 sum divided by the GNMT length penalty, the number beam search ranks by
-(search.length_penalty), so that a given translation's score compares with the search's.
+(beam.length_penalty), so that a given translation's score compares with the search's.
 
 The model enters only through the token log-probabilities of one batch
 (`Scorer.token_log_probs`). An ensemble (a Translator of several members) scores each target
-token with the distribution its search decodes with, `search.ensemble_log_probs` of the
+token with the distribution its search decodes with, `model_view.ensemble_log_probs` of the
 members' logits at that position, so an ensemble's score of its own translation is its
 search's score.
 """
@@ -23,7 +23,8 @@ import numpy as np
 from flax.typing import VariableDict
 
 from t2t_jax import compilation
-from t2t_jax.decoding import search
+from t2t_jax.decoding.beam import length_penalty
+from t2t_jax.decoding.model_view import ensemble_log_probs
 from t2t_jax.decoding.translator import TranslateError, Translator
 from t2t_jax.model import Transformer
 from t2t_jax.tokens import EOS_ID, PAD_ID
@@ -52,9 +53,9 @@ def ensemble_target_log_probs(
   models: tuple[Transformer, ...],
 ) -> jax.Array:
   """`target_log_probs` of an ensemble: each position's distribution is
-  `search.ensemble_log_probs` of the members' logits (one teacher-forced pass each)."""
+  `model_view.ensemble_log_probs` of the members' logits (one teacher-forced pass each)."""
   logits = [m.apply({"params": p}, inputs, targets) for m, p in zip(models, params)]
-  log_probs = search.ensemble_log_probs(logits)
+  log_probs = ensemble_log_probs(logits)
   picked = jnp.take_along_axis(log_probs, targets[..., None], axis=-1)[..., 0]
   return jnp.where(targets != PAD_ID, picked, 0.0)
 
@@ -76,7 +77,7 @@ def sequence_scores(token_log_probs: np.ndarray, alpha: float) -> PairScore:
   return PairScore(
     log_prob=total,
     mean=total / length,
-    normalised=total / float(search.length_penalty(length, alpha)),
+    normalised=total / float(length_penalty(length, alpha)),
     tokens=tokens,
   )
 

@@ -18,11 +18,13 @@ from flax.typing import VariableDict
 
 from t2t_jax import data as data_lib
 from t2t_jax.data.tokenizer import Tokenizer
-from t2t_jax.decoding import batching, precision, search
+from t2t_jax.decoding import batching, modes, precision
 from t2t_jax.decoding import workdirs as workdirs_lib
 from t2t_jax.decoding.batching import source_buckets
+from t2t_jax.decoding.beam import length_penalty
 from t2t_jax.decoding.config import PAPER_SEARCH, SearchConfig
 from t2t_jax.decoding.programs import search_batch
+from t2t_jax.decoding.stages import StageStats
 from t2t_jax.decoding.workdirs import TranslateError, load_config, task_constraint
 from t2t_jax.model import Transformer, TransformerConfig, decoding_params
 from t2t_jax.run import checkpoint
@@ -43,7 +45,7 @@ __all__ = [
 
 
 @dataclasses.dataclass
-class DecodeStats(search.StageStats):
+class DecodeStats(StageStats):
   """A Translator's staged searches, summed (`Translator.stats`; t2t-bench prints them):
   batches, the sentences in them and their rows (padding rows included), and the steps
   the outputs needed (each sentence's best output length, EOS included: a search that
@@ -77,7 +79,7 @@ class Hypothesis(NamedTuple):
   """One translation of an n-best list.
 
   score: the search's ranking score, log p / lp with the GNMT length penalty
-  lp = ((5 + length) / 6)^alpha (search.length_penalty; length counts EOS).
+  lp = ((5 + length) / 6)^alpha (beam.length_penalty; length counts EOS).
   log_prob: log p(translation | source), the sum of its token log-probabilities.
   """
 
@@ -90,23 +92,20 @@ def _hypotheses(
   tokenizer: Tokenizer,
   seqs: np.ndarray,
   scores: np.ndarray,
-  beam_size: int,
+  mode: modes.Mode,
   alpha: float,
   nbest: int,
 ) -> list[Hypothesis]:
-  """The `nbest` best of one sentence's search output (seqs [beam, L], scores [beam]), best
-  first; empty slots (score -inf: fewer hypotheses of nonzero probability) are left out."""
+  """The `nbest` best of one sentence's search output (seqs [hypotheses, L], their values
+  [hypotheses], as `mode` gives them: `modes`' `scores`), best first; empty slots (-inf:
+  fewer hypotheses of nonzero probability) are left out."""
   out = []
   for seq, score in zip(seqs[:nbest], scores[:nbest]):
     if not np.isfinite(score):
       continue
     ends = np.flatnonzero(seq == EOS_ID)
     length = int(ends[0]) + 1 if ends.size else int(np.count_nonzero(seq != PAD_ID))
-    penalty = float(search.length_penalty(length, alpha))
-    if beam_size == 1:  # greedy search returns the raw log-probability
-      log_prob, score = float(score), float(score) / penalty
-    else:
-      log_prob, score = float(score) * penalty, float(score)
+    score, log_prob = mode.scores(float(score), float(length_penalty(length, alpha)))
     out.append(Hypothesis(one_line(tokenizer.decode(seq)), score, log_prob))
   return out
 
@@ -114,7 +113,7 @@ def _hypotheses(
 def _warm_up_hypotheses(alpha: float) -> None:
   """Compiles the jnp operations `_hypotheses` runs on the host (the length penalty of a
   Python int and float), which would otherwise compile at the first n-best request."""
-  search.length_penalty(1, alpha)
+  length_penalty(1, alpha)
 
 
 def _name(translator: "Translator") -> str:
@@ -293,7 +292,7 @@ class Translator:
 
   @property
   def beam_stop(self) -> str:
-    """Beam search's stopping rule (search.beam_search's `stop`)."""
+    """Beam search's stopping rule (`beam.Stop`)."""
     return self.search.beam_stop
 
   @classmethod
@@ -390,7 +389,7 @@ class Translator:
     prefixes: one per sentence, the text its translation starts with (tokenized with the
     target vocabulary, no EOS; '' leaves the sentence unconstrained): the search takes the
     prefix's tokens first and continues after them, and scores count their log-probs
-    (`search.beam_search`'s prefix). The output limit is at least the prefix length + 1.
+    (`rules.ForcePrefix`). The output limit is at least the prefix length + 1.
     A count other than len(sentences), or a prefix of max_len tokens or more, is refused
     naming `prefix_name` and `source_name`.
     """
@@ -477,7 +476,7 @@ class Translator:
     prefixes: Sequence[str] | None = None,
     prefix_name: str = "prefixes",
   ) -> list[str] | list[list[Hypothesis]]:
-    """translate() by sampling (search.sample_search): `num_samples` outputs drawn per
+    """translate() by sampling (`modes.Sample`): `num_samples` outputs drawn per
     sentence from the model's distribution at `temperature`, cut to the `topk` best and the
     `topp` nucleus (None: the Translator's search fields, by default no cut, temperature 1,
     seed 0). Returns the best-scoring sample per sentence, or with `nbest` (<= num_samples)
@@ -621,7 +620,7 @@ class Translator:
     sentence_ids = np.zeros(inputs.shape[0], np.int32)
     sentence_ids[: len(sources)] = range(len(sources)) if ids is None else ids
     params, model = self.decoder()
-    stages = search.StageStats()  # this batch's, added to self.stats with the rest (_count)
+    stages = StageStats()  # this batch's, added to self.stats with the rest (_count)
     kw = dict(
       model=model,
       max_decode_len=max_decode_len,
@@ -640,13 +639,13 @@ class Translator:
     found = search_batch(params, inputs, limits, nbest=True, **kw)
     seqs, scores = (np.asarray(x) for x in found)
     self._count(len(sources), seqs.shape[0], seqs[: len(sources), 0], stages)
-    beam, alpha = settings.beam_size, settings.alpha
+    mode = modes.of_settings(settings)
     return [
-      _hypotheses(self.tokenizer, seqs[r], scores[r], beam, alpha, nbest)
+      _hypotheses(self.tokenizer, seqs[r], scores[r], mode, settings.alpha, nbest)
       for r in range(len(sources))
     ]
 
-  def _count(self, sentences: int, rows: int, best: np.ndarray, stages: search.StageStats) -> None:
+  def _count(self, sentences: int, rows: int, best: np.ndarray, stages: StageStats) -> None:
     """Adds a batch to `stats` (best: int32 [sentences, max_decode_len], PAD after EOS;
     stages: its search's), under a lock: batches may finish together (`_each_batch`)."""
     with self._stats_lock:

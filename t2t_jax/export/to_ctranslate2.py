@@ -12,7 +12,7 @@ differs from its defaults is set explicitly here:
   2), as in t2t_jax; the vocabulary is the shared one, in id order, so ids agree.
 
 Beam search in CTranslate2 normalises scores by length^length_penalty, not the GNMT
-((5 + length) / 6)^alpha of t2t_jax.decoding.search (see docs/export.md).
+((5 + length) / 6)^alpha of t2t_jax.decoding.beam (see docs/export.md).
 """
 
 import os

@@ -2,7 +2,7 @@
 
 `Transformer.__call__` is the teacher-forced forward pass used in training;
 `encode`/`decode` split it; `init_cache`/`decode_step` run the decoder one position at a
-time for search (see `t2t_jax.decoding.search`), with the encoder's keys/values computed once.
+time for search (see `t2t_jax.decoding`), with the encoder's keys/values computed once.
 """
 
 from collections.abc import Callable
@@ -277,7 +277,7 @@ class Transformer(nn.Module):
     self-attention key/value into its own slot of this position, in place. `self_mask` bool
     [batch, 1, beam, max_decode_len * beam] says which slots each hypothesis attends to
     (slot position * beam + b holds hypothesis b's entry at that position; see
-    `t2t_jax.decoding.search.BeamSlots`), so reordering hypotheses never moves the cache.
+    `t2t_jax.decoding.model_view.BeamSlots`), so reordering hypotheses never moves the cache.
     """
     return self.decoder(None, ids, self_mask, None, deterministic=True, decode=True)
 

@@ -13,7 +13,7 @@ MUTATIONS = (
   M(
     "constraint_rule",
     "the task's grammar is dropped from the rules: constraint=self.constraint becomes None",
-    "t2t_jax/decoding/programs.py",
+    "t2t_jax/decoding/assembly.py",
     "      constraint=self.constraint,\n",
     "      constraint=None,\n",
     (STAGED,),
@@ -21,7 +21,7 @@ MUTATIONS = (
   M(
     "stop_rule_exact",
     "the exact stopping rule bounds by lp(step + 1) only: == 'exact' becomes !=",
-    "t2t_jax/decoding/search.py",
+    "t2t_jax/decoding/beam.py",
     'if stop.rule == "exact":',
     'if stop.rule != "exact":',
     ("tests/test_decode.py",),
@@ -29,25 +29,25 @@ MUTATIONS = (
   M(
     "staged_compaction",
     "the staged driver steps until a quarter of the rows are left, not half: // 2 becomes // 4",
-    "t2t_jax/decoding/search.py",
-    "until = size // 2 if size > min_rows else 0",
-    "until = size // 4 if size > min_rows else 0",
+    "t2t_jax/decoding/stages.py",
+    "return size // 2 if size > min_rows else 0",
+    "return size // 4 if size > min_rows else 0",
     (STAGED,),
   ),
   M(
     "stage_outputs_before_run",
     "a stage returns the outputs of the rows it was given, not of the rows after its steps",
-    "t2t_jax/decoding/programs.py",
-    "    rows = rows._replace(state=state)\n"
-    "    return rows, state.step, done, _outputs(rows, knobs.alpha)\n",
-    "    ran = rows._replace(state=state)\n"
-    "    return ran, state.step, done, _outputs(rows, knobs.alpha)\n",
+    "t2t_jax/decoding/assembly.py",
+    "  rows = rows._replace(state=state)\n"
+    "  return rows, state.step, done, decoding.mode.outputs(state, knobs)\n",
+    "  ran = rows._replace(state=state)\n"
+    "  return ran, state.step, done, decoding.mode.outputs(rows.state, knobs)\n",
     (STAGED,),
   ),
   M(
     "sample_step_key",
     "every sampling step draws with the same key: fold_in(k, step) becomes fold_in(k, 0)",
-    "t2t_jax/decoding/search.py",
+    "t2t_jax/decoding/rows.py",
     "jax.vmap(lambda k: jax.random.fold_in(k, step))(inputs.keys)",
     "jax.vmap(lambda k: jax.random.fold_in(k, 0))(inputs.keys)",
     (STAGED,),
@@ -55,15 +55,15 @@ MUTATIONS = (
   M(
     "sample_ranking",
     "samples ranked worst first: argsort(-score) becomes argsort(score)",
-    "t2t_jax/decoding/programs.py",
-    "order = jnp.argsort(-(log_probs / search.length_penalty(lengths, alpha))",
-    "order = jnp.argsort((log_probs / search.length_penalty(lengths, alpha))",
+    "t2t_jax/decoding/modes.py",
+    "order = jnp.argsort(-(log_probs / length_penalty(lengths, alpha))",
+    "order = jnp.argsort((log_probs / length_penalty(lengths, alpha))",
     (STAGED,),
   ),
   M(
     "sample_topk",
     "top-k keeps k + 1 tokens: the k-th largest's index k - 1 becomes k",
-    "t2t_jax/decoding/search.py",
+    "t2t_jax/decoding/sampling.py",
     "index = jnp.clip(jnp.asarray(k, jnp.int32) - 1, 0, vocab - 1)",
     "index = jnp.clip(jnp.asarray(k, jnp.int32) - 0, 0, vocab - 1)",
     ("tests/test_sampling.py",),
@@ -71,7 +71,7 @@ MUTATIONS = (
   M(
     "sample_topp",
     "the nucleus counts each token's own mass as above it: - probs becomes + probs",
-    "t2t_jax/decoding/search.py",
+    "t2t_jax/decoding/sampling.py",
     "before = jnp.cumsum(probs, axis=-1) - probs",
     "before = jnp.cumsum(probs, axis=-1) + probs",
     ("tests/test_sampling.py",),
@@ -79,7 +79,7 @@ MUTATIONS = (
   M(
     "ensemble_mean",
     "an ensemble's mean of log-probs multiplies by the member count instead of dividing",
-    "t2t_jax/decoding/search.py",
+    "t2t_jax/decoding/model_view.py",
     "mean = sum(members[1:], members[0]) / len(members)",
     "mean = sum(members[1:], members[0]) * len(members)",
     ("tests/test_ensemble.py",),
@@ -111,7 +111,7 @@ MUTATIONS = (
   M(
     "nbest_order",
     "the finished set's sequences and scores fall out of step: old, new becomes new, old",
-    "t2t_jax/decoding/search.py",
+    "t2t_jax/decoding/beam.py",
     "all_seqs = jnp.concatenate([seqs, new_seqs], axis=1)",
     "all_seqs = jnp.concatenate([new_seqs, seqs], axis=1)",
     ("tests/test_decode.py",),
@@ -127,7 +127,7 @@ MUTATIONS = (
   M(
     "sampling_obeys_rules",
     "sampling draws from what the rules allow or not: allowed & mask becomes allowed | mask",
-    "t2t_jax/decoding/search.py",
+    "t2t_jax/decoding/rows.py",
     "allowed = allowed & mask",
     "allowed = allowed | mask",
     (STAGED,),
@@ -239,8 +239,8 @@ MUTATIONS = (
   M(
     "compaction_keeps_short_cache",
     "a batch compacted below compacted_bound keeps its short cache (its stages compile anew)",
-    "t2t_jax/decoding/search.py",
-    "grown = compacted_segment(bounds, segment, compacted_bound)",
+    "t2t_jax/decoding/stages.py",
+    "grown = compacted_segment(self.bounds, segment, self.compacted_bound)",
     "grown = segment",
     (STAGED, WARM_UP),
   ),
@@ -248,16 +248,16 @@ MUTATIONS = (
     "warm_up_take_without_growth",
     "the warm-up's takes below COMPACTED_BOUND keep the short cache (a search compiles later)",
     "t2t_jax/decoding/programs.py",
-    "length = bounds[after] if after > segment else None",
-    "length = None",
+    "memory_len=memory_len, length=following.length",
+    "memory_len=memory_len, length=None",
     (WARM_UP,),
   ),
   M(
     "keep_list_conversion",
     "each compaction's keep list is converted on the device: a program per new length",
-    "t2t_jax/decoding/search.py",
-    "stages.take(rows, jax.device_put(keep.astype(np.int32)), length)",
-    "stages.take(rows, jnp.asarray(keep, jnp.int32), length)",
+    "t2t_jax/decoding/stages.py",
+    "stages.take(rows, jax.device_put(keep.astype(np.int32)), move.length)",
+    "stages.take(rows, jax.numpy.asarray(keep, jax.numpy.int32), move.length)",
     (STAGED,),
   ),
   M(
@@ -280,8 +280,8 @@ MUTATIONS = (
     "memory_take_ignored",
     "compaction keeps each batch's own source length (no programs shared across lengths)",
     "t2t_jax/decoding/programs.py",
-    "  if memory_len is not None:\n    kept = kept._replace",
-    "  if False:\n    kept = kept._replace",
+    "  if memory_len is not None:\n    cache = LAYOUTS",
+    "  if False:\n    cache = LAYOUTS",
     (MEMORY,),
   ),
   M(
@@ -303,9 +303,9 @@ MUTATIONS = (
   M(
     "row_first_segment_as_beam",
     "greedy search and sampling start with beam search's short cache segment",
-    "t2t_jax/decoding/programs.py",
-    '  first = search.FIRST_SEGMENT * (1 if decoding.mode == "beam" else 2)',
-    "  first = search.FIRST_SEGMENT",
+    "t2t_jax/decoding/modes.py",
+    "  first_segment: ClassVar[int] = 2 * FIRST_SEGMENT",
+    "  first_segment: ClassVar[int] = FIRST_SEGMENT",
     (MEMORY,),
   ),
   M(
@@ -343,7 +343,7 @@ MUTATIONS = (
   M(
     "argmax_last_chunk",
     "greedy's argmax takes the last chunk holding the maximum, not the first",
-    "t2t_jax/decoding/search.py",
+    "t2t_jax/decoding/kernels.py",
     "  first = jnp.min(jnp.where((maxima == top) | jnp.isnan(maxima), first, chunks), axis=-1)",
     "  first = jnp.max(jnp.where((maxima == top) | jnp.isnan(maxima), first, -1), axis=-1)",
     ("tests/test_losses_optim.py", "tests/test_decode.py"),
@@ -351,7 +351,7 @@ MUTATIONS = (
   M(
     "argmax_chunk_offset",
     "greedy's argmax forgets the chunk's offset: the index within the chunk is returned",
-    "t2t_jax/decoding/search.py",
+    "t2t_jax/decoding/kernels.py",
     "  return first * block.shape[-1] + jnp.min(",
     "  return 0 * first + jnp.min(",
     ("tests/test_losses_optim.py", "tests/test_decode.py"),

@@ -207,8 +207,8 @@ MUTATIONS = (
     "score_penalty_length",
     "the GNMT penalty counts the target without its EOS",
     "t2t_jax/decoding/scoring.py",
-    "search.length_penalty(length, alpha)",
-    "search.length_penalty(length - 1, alpha)",
+    "float(length_penalty(length, alpha))",
+    "float(length_penalty(length - 1, alpha))",
     SCORE,
   ),
   M(

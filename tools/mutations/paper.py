@@ -151,7 +151,7 @@ MUTATIONS = (
   M(
     "length_penalty",
     "GNMT length penalty ((5 + length) / 6)^alpha becomes ((5 + length) / 5)^alpha",
-    "t2t_jax/decoding/search.py",
+    "t2t_jax/decoding/beam.py",
     "((5.0 + jnp.asarray(length, jnp.float32)) / 6.0) ** alpha",
     "((5.0 + jnp.asarray(length, jnp.float32)) / 5.0) ** alpha",
     ("tests/test_decode.py",),

@@ -82,9 +82,9 @@ MUTATIONS = (
   M(
     "serve_warm_up_misses_a_compaction",
     "the warm-up's stage table leaves out compacting to size // 2 rows: programs compile later",
-    "t2t_jax/decoding/search.py",
-    "running = range(1, size // 2 + 1) if size > min_rows else range(0)",
-    "running = range(1, size // 2) if size > min_rows else range(0)",
+    "t2t_jax/decoding/stages.py",
+    "running = range(1, self.until(move.size) + 1)",
+    "running = range(1, self.until(move.size))",
     WARM_UP,
   ),
   M(
@@ -106,9 +106,9 @@ MUTATIONS = (
   M(
     "serve_warm_up_grows_only_the_full_batch",
     "the warm-up resizes the cache of the full batch only: a compacted batch compiles its resize",
-    "t2t_jax/decoding/programs.py",
-    "      if segment + 1 < len(bounds):\n        grown = _stage_resize",
-    "      if segment + 1 < len(bounds) and size == full:\n        grown = _stage_resize",
+    "t2t_jax/decoding/stages.py",
+    "if (grown := self.growth(move)) is not None:",
+    "if (grown := self.growth(move)) is not None and move.size == batch_size:",
     WARM_UP,
   ),
   M(
