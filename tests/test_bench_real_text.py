@@ -78,6 +78,20 @@ def test_text_and_reference_are_read_and_checked(tmp_path):
   with pytest.raises(real_text.TextError, match=r"^--decode_input=.*missing.en"):
     real_text.read_text(str(tmp_path / "missing.en"), None, 0)
 
+  (tmp_path / "latin1.en").write_bytes(b"ok\ncaf\xe9\n")
+  with pytest.raises(real_text.TextError, match=r"^--decode_input=.*latin1.en:2: not UTF-8"):
+    real_text.read_text(str(tmp_path / "latin1.en"), None, 0)
+
+
+def test_cold_processes_call_what_the_console_script_calls():
+  from t2t_jax.cli import host
+
+  code = real_text.console_script_code("t2t-translate")
+  assert code == "import t2t_jax.cli.host as tool; tool.translate()"
+  assert callable(host.translate)
+  with pytest.raises(RuntimeError, match="no console script t2t-nonexistent installed"):
+    real_text.console_script_code("t2t-nonexistent")
+
 
 def test_the_shared_test_set_brings_its_own_reference(tmp_path, monkeypatch):
   (tmp_path / "multi30k").mkdir()

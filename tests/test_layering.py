@@ -135,3 +135,25 @@ def test_the_run_layer_imports_only_itself(path):
   tree = support.parse_source(path)
   others = [m for m in _imported(tree) if m.startswith("t2t_jax") and m != "t2t_jax"]
   assert all(m == "t2t_jax.run" or m.startswith("t2t_jax.run.") for m in others), others
+
+
+def test_workdir_imports_neither_the_checkpoints_nor_the_lock():
+  """run.checkpoint and run.lock build on Workdir: importing either back makes a circle."""
+  imported = _imported(support.parse_source(PACKAGE / "run" / "workdir.py"))
+  below = ("t2t_jax.run.checkpoint", "t2t_jax.run.lock")
+  assert not [m for m in imported if m in below or m.startswith(tuple(b + "." for b in below))]
+
+
+LIBRARY = [p for p in _sources(".") if p.relative_to(PACKAGE).parts[0] != "cli"]
+
+
+def _is_cli_or_private_jax(module: str) -> bool:
+  return any(module == m or module.startswith(m + ".") for m in ("t2t_jax.cli", "jax._src"))
+
+
+@pytest.mark.parametrize("path", LIBRARY, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_the_library_imports_neither_the_command_line_tools_nor_private_jax(path):
+  """cli/ sits on top of the library, which serves notebooks and benchmarks without it; jax's
+  private modules change between releases without notice."""
+  imported = _imported(support.parse_source(path))
+  assert not [m for m in imported if _is_cli_or_private_jax(m)]

@@ -507,5 +507,94 @@ def test_resolve_single_explicit_slurm_and_errors(monkeypatch):
       distributed.resolve(environ={}, tpu_process_count=lambda e: 1, **kwargs)
 
 
+def test_tpu_worker_count_from_environment_and_metadata(monkeypatch):
+  import urllib.error
+
+  count = distributed.tpu_process_count_from_environment
+
+  def metadata(**answers):
+    def read(key):
+      answer = answers.get(key.replace("-", "_"), http(404))  # as the server: unset is 404
+      if isinstance(answer, Exception):
+        raise answer
+      return answer
+
+    return read
+
+  def unasked(key):
+    raise AssertionError(f"metadata {key} asked for")
+
+  def http(code):
+    return urllib.error.HTTPError("http://metadata/", code, "", {}, None)
+
+  assert count({"TPU_WORKER_HOSTNAMES": "w0,w1,w2,w3"}, unasked) == 4
+  assert count({"TPU_PROCESS_ADDRESSES": "a:1,b:1", "MEGASCALE_NUM_SLICES": "3"}, unasked) == 6
+  monkeypatch.setattr(distributed, "libtpu_installed", lambda env: False)
+  assert count({}, unasked) == 1  # no libtpu: not a TPU VM, and no network call
+  monkeypatch.setattr(distributed, "libtpu_installed", lambda env: True)
+  assert count({"TPU_SKIP_MDS_QUERY": "1"}, unasked) == 1  # jax found no TPU chips
+  endpoints = "w-0:0:10.0.0.2,w-1:1:10.0.0.3"  # the older name:id:ip form
+  assert count({}, metadata(worker_network_endpoints=endpoints)) == 2
+  assert count({}, metadata(worker_network_endpoints="h0", tpu_env="ZONE: 'x'")) == 1
+  two_slices = "ACCELERATOR_TYPE: 'v5e-8'\nMEGASCALE_NUM_SLICES: '2'\n"
+  assert count({}, metadata(worker_network_endpoints="h0", tpu_env=two_slices)) == 2
+  assert count({"MEGASCALE_NUM_SLICES": "3"}, metadata(worker_network_endpoints="h0,h1")) == 6
+  assert count({}, metadata(worker_network_endpoints=http(404))) == 1  # GCE, but no TPU VM
+  no_server = urllib.error.URLError("Name or service not known")
+  assert count({}, metadata(worker_network_endpoints=no_server)) == 1
+  assert count({}, metadata(worker_network_endpoints=http(503))) == 0  # unknown: JAX decides
+  assert count({}, metadata(worker_network_endpoints=TimeoutError("read"))) == 0
+  assert count({}, metadata(worker_network_endpoints="")) == 0
+  plan = distributed.resolve(
+    environ={}, tpu_process_count=lambda e: count(e, metadata(worker_network_endpoints="a,b"))
+  )
+  assert (plan.source, plan.num_processes, plan.reason) == (
+    "tpu",
+    None,
+    "Cloud TPU slice of 2 workers",
+  )
+
+
+def test_tpu_worker_count_asks_the_metadata_server_the_way_gce_answers(monkeypatch):
+  import http.server
+  import threading
+
+  asked = []
+
+  class Metadata(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+      asked.append((self.path, self.headers.get("Metadata-Flavor")))
+      key = self.path.rsplit("/", 1)[-1]
+      if self.headers.get("Metadata-Flavor") == "Google" and key == "worker-network-endpoints":
+        body = b"t-w-0,t-w-1,t-w-2"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+      else:
+        self.send_error(404)
+
+    def log_message(self, *args):
+      pass
+
+  server = http.server.HTTPServer(("127.0.0.1", 0), Metadata)
+  threading.Thread(target=server.serve_forever, daemon=True).start()
+  monkeypatch.setattr(distributed, "libtpu_installed", lambda env: True)
+  try:
+    env = {"GCE_METADATA_IP": f"127.0.0.1:{server.server_port}"}
+    assert distributed.tpu_process_count_from_environment(env) == 3
+    prefix = "/computeMetadata/v1/instance/attributes/"
+    assert asked == [
+      (prefix + "worker-network-endpoints", "Google"),
+      (prefix + "tpu-env", "Google"),
+    ]
+  finally:
+    server.shutdown()
+    server.server_close()
+  # Nothing listening: not on GCE, so one process.
+  env = {"GCE_METADATA_IP": f"127.0.0.1:{server.server_port}"}
+  assert distributed.tpu_process_count_from_environment(env) == 1
+
+
 if __name__ == "__main__":
   _worker(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5])

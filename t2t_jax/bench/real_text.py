@@ -35,6 +35,7 @@ a first run has cached that batch's programs).
 """
 
 import dataclasses
+import importlib.metadata
 import os
 import statistics
 import subprocess
@@ -48,6 +49,7 @@ from t2t_jax import compilation
 from t2t_jax.bench import inputs
 from t2t_jax.bench.ctranslate2 import COMPUTE_TYPES, interleaved
 from t2t_jax.bench.timing import CompileCounter, cpu_threads
+from t2t_jax.decoding.lines import read_lines
 from t2t_jax.decoding.translator import DecodeStats, TranslateError, Translator
 from t2t_jax.tokens import EOS_ID
 
@@ -75,8 +77,6 @@ class Text:
 
 
 def _read(path: str, flag: str) -> list[str]:
-  from t2t_jax.cli.translate import read_lines
-
   try:
     return read_lines(path)
   except TranslateError as e:
@@ -442,9 +442,15 @@ with open(os.devnull, "w", encoding="utf-8") as out:
 """
 
 
-# What the t2t-translate console script runs (setup.cfg), so that a process re-executes
-# for huge pages before importing jax, as a user's does (`python -m` imports it first).
-T2T_TRANSLATE = "from t2t_jax.cli import host; host.translate()"
+def console_script_code(name: str) -> str:
+  """Python code that calls what the console script `name` calls (its entry point in
+  setup.cfg), so that a process re-executes for huge pages before importing jax, as a
+  user's does (`python -m` imports it first)."""
+  entries = importlib.metadata.entry_points(group="console_scripts", name=name)
+  if not entries:
+    raise RuntimeError(f"no console script {name} installed (pip install -e .)")
+  (entry,) = entries
+  return f"import {entry.module} as tool; tool.{entry.attr}()"
 
 
 def _timed_process(command: Sequence[str], env: Mapping[str, str]) -> float:
@@ -494,11 +500,13 @@ def cold_processes(
     cache = os.path.join(tmp, "xla-cache")
     env[compilation.ENV] = cache
 
+    t2t_translate = console_script_code("t2t-translate")
+
     def translate(path: str) -> list[str]:
       return [
         sys.executable,
         "-c",
-        T2T_TRANSLATE,
+        t2t_translate,
         f"--workdir={workdir}",
         f"--checkpoint={checkpoint}",
         f"--input={path}",

@@ -21,7 +21,8 @@ from collections.abc import Sequence
 from absl import flags
 
 from t2t_jax.cli import common, host
-from t2t_jax.cli.translate import _check_output, read_lines, workdirs
+from t2t_jax.cli.translate import _check_output, workdirs
+from t2t_jax.decoding.lines import read_lines
 from t2t_jax.decoding.scoring import PairScore, Scorer
 from t2t_jax.decoding.translator import TranslateError, Translator
 from t2t_jax.run.checkpoint import CheckpointSpecError

@@ -24,15 +24,11 @@ import os
 import shutil
 import socket
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import ml_collections
 
 from t2t_jax.run import files
-
-if TYPE_CHECKING:  # checkpoints load orbax, the lock fcntl: imported when asked for
-  from t2t_jax.run.checkpoint import Checkpoints
-  from t2t_jax.run.lock import WorkdirLock
 
 
 class WorkdirError(OSError):
@@ -140,12 +136,6 @@ class Workdir:
       raise WorkdirError(f"--workdir={self.path} {what}")
     return self
 
-  def checkpoints(self, max_to_keep: int = 5, owner: bool = False) -> "Checkpoints":
-    """The workdir's checkpoints (see run.checkpoint.Checkpoints for `owner`)."""
-    from t2t_jax.run.checkpoint import Checkpoints
-
-    return Checkpoints(self.path, max_to_keep, owner)
-
   def has_checkpoints(self) -> bool:
     """Whether the checkpoint directory holds any step directory, complete or not (an
     interrupted first save's orbax temporary does not count)."""
@@ -169,11 +159,6 @@ class Workdir:
     }
     mine = tuple(n for n in names if n in owned or n.startswith(self.TEST_PREFIX))
     return files.remove_stale_temporaries(self.path, mine)
-
-  def lock(self) -> "WorkdirLock":
-    from t2t_jax.run.lock import WorkdirLock
-
-    return WorkdirLock(self.path)
 
   # -------------------------------------------------------------------- config and starts
 

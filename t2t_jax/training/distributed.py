@@ -25,11 +25,15 @@ raised exit at once (without the shutdown barrier, where it would otherwise wait
 
 import contextlib
 import dataclasses
+import functools
+import importlib.util
 import inspect
 import os
 import re
 import sys
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 
 from absl import flags, logging
@@ -306,28 +310,61 @@ def _slurm_tasks_on_this_node(env: Mapping[str, str]) -> int:
   return int(env.get("SLURM_NTASKS_PER_NODE", "1").split("(")[0] or 1)
 
 
-def tpu_process_count_from_environment(env: Mapping[str, str]) -> int:
-  """Workers of this Cloud TPU slice (x slices): 1 when not on a TPU VM, 0 if unknown."""
+def tpu_process_count_from_environment(
+  env: Mapping[str, str], metadata: Callable[[str], str] | None = None
+) -> int:
+  """Workers of this Cloud TPU slice (x slices): 1 when not on a TPU VM, 0 if unknown.
+
+  GKE names the workers in the environment; a Cloud TPU VM names them in its GCE metadata
+  (attribute `worker-network-endpoints`, which JAX's own cluster detection reads too), asked
+  only where libtpu is installed. `metadata(key)` returns an instance attribute (default:
+  the metadata server, see `gce_metadata`)."""
   hosts = env.get("TPU_PROCESS_ADDRESSES") or env.get("TPU_WORKER_HOSTNAMES")
   slices = int(env.get("MEGASCALE_NUM_SLICES") or 1)
   if hosts:
     return len([h for h in hosts.split(",") if h.strip()]) * slices
-  try:  # set when `import jax` found TPU chips and libtpu (private API: guarded)
-    from jax._src import cloud_tpu_init
-
-    if not cloud_tpu_init.running_in_cloud_tpu_vm:
+  # `import jax` sets TPU_SKIP_MDS_QUERY where it finds no TPU chips; JAX then skips the
+  # metadata as well.
+  if env.get("TPU_SKIP_MDS_QUERY") or not libtpu_installed(env):
+    return 1
+  read = metadata or functools.partial(gce_metadata, env=env)
+  try:
+    workers = [w for w in read("worker-network-endpoints").split(",") if w.strip()]
+  except urllib.error.HTTPError as e:
+    if e.code == 404:  # a GCE VM, but no TPU VM
       return 1
-  except Exception:
-    return 1
-  try:  # the TPU VM metadata server lists the slice's workers
-    from jax._src.clusters import cloud_tpu_cluster
-
-    if cloud_tpu_cluster.GceTpuCluster.is_env_present():
-      return int(cloud_tpu_cluster.GceTpuCluster.get_process_count())
-    return 1
-  except Exception as e:
     logging.warning("Cloud TPU VM: could not read the worker count (%s); letting JAX decide", e)
     return 0
+  except urllib.error.URLError:  # no metadata server: not on GCE
+    return 1
+  except OSError as e:
+    logging.warning("Cloud TPU VM: could not read the worker count (%s); letting JAX decide", e)
+    return 0
+  if not workers:
+    return 0
+  if "MEGASCALE_NUM_SLICES" not in env:  # a multislice run lists its slices in tpu-env
+    with contextlib.suppress(OSError, ValueError):
+      match = re.search(r"^MEGASCALE_NUM_SLICES:\s*'?(\d+)", read("tpu-env"), re.MULTILINE)
+      slices = int(match.group(1)) if match else 1
+  return len(workers) * slices
+
+
+def libtpu_installed(env: Mapping[str, str]) -> bool:
+  """Whether JAX could drive TPU chips here: the libtpu package, or TPU_LIBRARY_PATH."""
+  path = env.get("TPU_LIBRARY_PATH")
+  return bool(path and os.path.isfile(path)) or importlib.util.find_spec("libtpu") is not None
+
+
+def gce_metadata(key: str, env: Mapping[str, str] | None = None, timeout_s: float = 5) -> str:
+  """One instance attribute from the GCE metadata server
+  (https://cloud.google.com/compute/docs/metadata/querying-metadata); raises OSError."""
+  host = (os.environ if env is None else env).get("GCE_METADATA_IP", "metadata.google.internal")
+  request = urllib.request.Request(
+    f"http://{host}/computeMetadata/v1/instance/attributes/{key}",
+    headers={"Metadata-Flavor": "Google"},
+  )
+  with urllib.request.urlopen(request, timeout=timeout_s) as response:
+    return response.read().decode()
 
 
 def _env_int(env: Mapping[str, str], name: str, flag: str) -> int | None:
