@@ -11,6 +11,7 @@ import jax
 import numpy as np
 import pytest
 
+from t2t_jax.decoding.config import SearchConfig
 from t2t_jax.run import checkpoint
 
 
@@ -136,13 +137,13 @@ def _select(workdir, candidates, dev_scores):
 
   seen = []
 
-  def metric(translator, pairs, beam_size, alpha):
+  def metric(translator, pairs, search):
     seen.append(translator)
     return dev_scores[translator]
 
   ckpts = checkpoint.Checkpoints(workdir)
   selection = evaluation.select_checkpoint(
-    ckpts, candidates, [("a", "b")] * 3, lambda spec: spec, 4, 0.6, metric, "dev_bleu"
+    ckpts, candidates, [("a", "b")] * 3, lambda spec: spec, SearchConfig(), metric, "dev_bleu"
   )
   return selection, seen
 
@@ -160,7 +161,7 @@ def test_selection_chooses_the_highest_dev_score_and_writes_it(five_steps, tmp_p
   assert selection.steps["average:5"] == [10, 20, 30, 40, 50] and selection.num_sentences == 3
   out = str(tmp_path / "run")
   os.makedirs(out)
-  evaluation.write_selection(out, selection, 4, 0.6)
+  evaluation.write_selection(out, selection, SearchConfig(beam_size=4, alpha=0.6))
   record = Workdir(out).read_selection()
   assert record["checkpoint"] == "average:2" and record["steps"] == [40, 50]
   assert record["metric"] == "dev_bleu" and record["dev_bleu"] == {k: scores[k] for k in seen}

@@ -6,9 +6,11 @@ import dataclasses
 import sys
 import threading
 
+import jax
 import numpy as np
 import pytest
 
+from t2t_jax.decoding import SearchConfig
 from t2t_jax.decoding import translator as translator_lib
 from t2t_jax.decoding.stages import StageStats
 from t2t_jax.decoding.translator import TranslateError, Translator
@@ -21,8 +23,9 @@ LINES = [" ".join(str(3 + (i * 5 + j) % 40) for j in range(1 + i % 20)) for i in
 
 def _translator(batch_threads: int | None) -> Translator:
   model, params = support.small_model(seed=5, max_len=32)
+  extra = SearchConfig(max_output_extra=6)
   return Translator(
-    model, params, _IdTokenizer(), max_output_extra=6, batch_tokens=48, batch_threads=batch_threads
+    model, params, _IdTokenizer(), extra, batch_tokens=48, batch_threads=batch_threads
   )
 
 
@@ -32,8 +35,8 @@ def test_batches_decoded_together_give_the_outputs_and_stats_of_one_at_a_time():
   runs = {}
   for threads in (1, 2, 3):
     translator = _translator(threads)
-    plain = translator.translate(LINES, beam_size=3)
-    nbest = translator.translate(LINES, beam_size=3, nbest=2)
+    plain = translator.translate(LINES, search=translator.search.override(beam_size=3))
+    nbest = translator.translate(LINES, nbest=2, search=translator.search.override(beam_size=3))
     runs[threads] = plain, nbest, dataclasses.asdict(translator.stats)
   plain, nbest, stats = runs[1]
   assert stats["batches"] >= 6 * 2, stats  # several batches per call, two calls
@@ -96,13 +99,14 @@ def test_two_batch_threads_decode_two_batches_at_once(monkeypatch):
     return real(*args, **kwargs)
 
   monkeypatch.setattr(translator, "_translate_batch", meeting)
-  assert translator.translate(LINES, beam_size=2) == _translator(1).translate(LINES, beam_size=2)
+  two = translator.search.override(beam_size=2)
+  assert translator.translate(LINES, search=two) == _translator(1).translate(LINES, search=two)
   assert len(calls) > 2 and len(set(calls[:2])) == 2
 
 
 def test_batch_threads_default_to_two_on_a_cpu_and_one_on_an_accelerator(monkeypatch):
   assert _translator(None).batch_threads == translator_lib.default_batch_threads() == 2
-  monkeypatch.setattr(translator_lib.jax, "default_backend", lambda: "gpu")
+  monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
   assert translator_lib.default_batch_threads() == 1
   with pytest.raises(TranslateError, match="batch_threads=0: must be at least 1"):
     _translator(0)

@@ -229,7 +229,7 @@ def test_translate_beam_stop_values_and_a_bad_one(trained, tmp_path, run_transla
       "--nbest=2",
       f"--beam_stop={rule}",
     )
-    assert t2t.beam_stop == rule
+    assert t2t.search.beam_stop == rule
     assert {i for i, *_ in _nbest_rows(out)} == set(range(len(SOURCES)))
   with pytest.raises(flags.IllegalFlagValueError, match=r"--beam_stop=never.*exact\|heuristic"):
     run_translate(f"--workdir={workdir}", f"--input={src}", "--beam_stop=never")

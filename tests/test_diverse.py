@@ -69,7 +69,7 @@ def test_diverse_beam_search_equals_the_numpy_reference(beam, groups, strength, 
 
 
 def test_diverse_groups_must_divide_the_beam():
-  with pytest.raises(ValueError, match="diverse_groups=3 must be >= 1 and divide beam_size=4"):
+  with pytest.raises(ValueError, match="diverse_groups=3 must divide beam_size=4"):
     SearchConfig(beam_size=4, diverse_groups=3)
   with pytest.raises(ValueError, match="diversity_strength=-1"):
     SearchConfig(beam_size=4, diverse_groups=2, diversity_strength=-1.0)

@@ -9,6 +9,7 @@ import numpy as np
 import optax
 import pytest
 
+from t2t_jax.decoding.config import SearchConfig
 from t2t_jax.run import checkpoint
 from t2t_jax.training import evaluation, optim, parallel, steps
 from t2t_jax.training import trainer as train
@@ -138,7 +139,12 @@ def test_checkpoint_spec_ema_reads_the_average(ema_workdirs):
   ckpts = checkpoint.Checkpoints(straight)
   scores = {"latest": 1.0, "ema": 2.0}
   selection = evaluation.select_checkpoint(
-    ckpts, "latest,ema", [], lambda spec: spec, 1, 0.6, lambda spec, *_: scores[spec]
+    ckpts,
+    "latest,ema",
+    [],
+    lambda spec: spec,
+    SearchConfig(beam_size=1),
+    lambda spec, *_: scores[spec],
   )
   assert selection.best == "ema" and selection.steps["ema"] == [4]
 

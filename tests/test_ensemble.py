@@ -116,7 +116,7 @@ def test_ensemble_greedy_search_equals_greedy_over_the_hand_combined_steps(pair)
     model=model,
     max_decode_len=12,
     search=SearchConfig(beam_size=1),
-    nbest=True,
+    nbest=1,
   )
   want_seqs, want_log_probs = _np_greedy(ensemble.members, inputs, limits, 12)
   np.testing.assert_array_equal(np.asarray(seqs)[:, 0], want_seqs)
@@ -141,7 +141,9 @@ def test_ensemble_scores_are_the_hand_combined_token_log_probs(pair):
     want = combined[row, np.arange(n), tgt[row, :n]]
     np.testing.assert_allclose(score.tokens, want, atol=1e-5)
   # and an ensemble's beam search scores its outputs as its scorer does
-  best = [h[0] for h in ensemble.translate(SOURCES, beam_size=3, nbest=1)]
+  best = [
+    h[0] for h in ensemble.translate(SOURCES, nbest=1, search=ensemble.search.override(beam_size=3))
+  ]
   rescored = scoring.Scorer(ensemble).score(SOURCES, [h.text for h in best])
   for h, s in zip(best, rescored):
     assert s.log_prob == pytest.approx(h.log_prob, abs=1e-4)

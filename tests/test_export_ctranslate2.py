@@ -155,7 +155,7 @@ def test_tiny_model_greedy_and_scores_match(tmp_path):
   assert "vocab.symbols" in os.listdir(out)
   pairs = _test_pairs(workdir)
   t2t = Translator.from_workdir(workdir)
-  ours = t2t.translate([s for s, _ in pairs], beam_size=1)
+  ours = t2t.translate([s for s, _ in pairs], search=t2t.search.override(beam_size=1))
   translator = ctranslate2.Translator(out, intra_threads=2)
   tokens = [s.split() for s, _ in pairs]
   theirs = _greedy_ct2(translator, tokens, _limits(t2t, tokens))
@@ -182,7 +182,7 @@ def test_sentencepiece_model_translates_with_ctranslate2_alone(tmp_path):
   pieces = [sp.encode(s, out_type=str) for s, _ in pairs]
   t2t = Translator.from_workdir(workdir, "latest")
   theirs = [sp.decode_pieces(h) for h in _greedy_ct2(translator, pieces, _limits(t2t, pieces))]
-  assert theirs == t2t.translate([s for s, _ in pairs], beam_size=1)
+  assert theirs == t2t.translate([s for s, _ in pairs], search=t2t.search.override(beam_size=1))
   assert_scores_match(
     translator,
     t2t.model,

@@ -210,7 +210,7 @@ def test_tiny_model_greedy_outputs_and_logits_match(tmp_path):
   assert_logits_match(t2t.model.config, t2t.params, out)
   model = transformers.MarianMTModel.from_pretrained(out).eval()
   sources = [s for s, _ in _test_pairs(workdir)]
-  ours = t2t.translate(sources, beam_size=1)
+  ours = t2t.translate(sources, search=t2t.search.override(beam_size=1))
   for limit, rows in _greedy_groups(t2t, sources).items():
     ids = [t2t.tokenizer.encode(sources[i]) + [EOS_ID] for i in rows]
     inputs = np.full((len(ids), max(map(len, ids))), PAD_ID)
@@ -249,7 +249,7 @@ def test_sentencepiece_model_tokenizer_and_translation(tmp_path):
       t2t.tokenizer.decode(ids)
     )
   translate_hf = _translation_pipeline(out)
-  ours = t2t.translate(sources, beam_size=1)
+  ours = t2t.translate(sources, search=t2t.search.override(beam_size=1))
   for limit, rows in _greedy_groups(t2t, sources).items():
     theirs = translate_hf([sources[i] for i in rows], num_beams=1, max_new_tokens=limit)
     for i, text in zip(rows, theirs):

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from t2t_jax.data import tokenized
+from t2t_jax.decoding.config import SearchConfig
 from t2t_jax.decoding.translator import TranslateError, Translator
 from t2t_jax.run import checkpoint, files, fingerprint, lock
 from t2t_jax.run.workdir import Workdir, read_metrics
@@ -722,7 +723,7 @@ def test_an_interrupted_write_leaves_the_previous_file(tmp_path, monkeypatch):
   monkeypatch.setattr(os, "fsync", crash)
   selection = evaluation.Selection("latest", {"latest": 1.0}, {"latest": [6]}, 3)
   with pytest.raises(OSError, match="disk gone"):
-    evaluation.write_selection(str(tmp_path), selection, 4, 0.6)
+    evaluation.write_selection(str(tmp_path), selection, SearchConfig(beam_size=4, alpha=0.6))
   with pytest.raises(OSError, match="disk gone"):
     Workdir(str(tmp_path)).write_start(small_config())
   monkeypatch.undo()

@@ -134,7 +134,7 @@ def test_translate_gives_compacted_batches_the_calls_longest_bucket(monkeypatch)
     def decode(self, ids):
       return " ".join(str(int(i)) for i in ids if i > 2)
 
-  translator = Translator(model, params, Ids(), max_output_extra=4, batch_tokens=64)
+  translator = Translator(model, params, Ids(), SearchConfig(max_output_extra=4), batch_tokens=64)
   seen = []
   real = programs.search_batch
 
@@ -144,12 +144,12 @@ def test_translate_gives_compacted_batches_the_calls_longest_bucket(monkeypatch)
 
   monkeypatch.setattr("t2t_jax.decoding.translator.search_batch", recording)
   lines = [" ".join(["5"] * n) for n in (3, 3, 3, 20, 3, 12)]
-  translator.translate(lines, beam_size=2)
+  translator.translate(lines, search=translator.search.override(beam_size=2))
   longest = batching.source_bucket(40, 21)  # 20 tokens and EOS
   assert len({width for width, _ in seen}) > 1
   assert {memory for _, memory in seen} == {longest}
   seen.clear()
-  list(translator.translate_stream(lines[:2], beam_size=2))
+  list(translator.translate_stream(lines[:2], search=translator.search.override(beam_size=2)))
   assert {memory for _, memory in seen} == {None}
 
 

@@ -8,6 +8,7 @@ import types
 import ml_collections
 
 from t2t_jax.data.symbols import WordTokenizer
+from t2t_jax.decoding.config import SearchConfig
 from t2t_jax.export import Trained, vocabulary_tokens
 from t2t_jax.model import TransformerConfig
 from t2t_jax.run.workdir import Workdir
@@ -29,7 +30,7 @@ def _fake_trainer(tmp_path, bleu_beam_size, source="synthetic"):
     config=config,
     data=types.SimpleNamespace(dev_pairs=[("a b", "b a")]),
     ckpts=None,
-    search=types.SimpleNamespace(beam_size=21, alpha=0.3),
+    search=SearchConfig(beam_size=21, alpha=0.3),
     workdir=str(tmp_path),
     step_reached=7,
     writer=types.SimpleNamespace(write=lambda step, metrics: written.append(metrics)),
@@ -41,8 +42,8 @@ def _fake_trainer(tmp_path, bleu_beam_size, source="synthetic"):
 def test_selection_decodes_with_the_dev_beam_and_names_its_metric(tmp_path, monkeypatch):
   seen = []
 
-  def select(ckpts, candidates, pairs, translator_for, beam_size, alpha, metric, metric_name):
-    seen.append((beam_size, metric_name))
+  def select(ckpts, candidates, pairs, translator_for, search, metric, metric_name):
+    seen.append((search.beam_size, metric_name))
     return evaluation.Selection(
       "latest",
       {"latest": 3.0, "average:2": 2.0},
@@ -63,7 +64,7 @@ def test_selection_decodes_with_the_dev_beam_and_names_its_metric(tmp_path, monk
 
 def test_a_parsing_selection_is_written_as_dev_f1_and_older_files_still_read(tmp_path):
   selection = evaluation.Selection("latest", {"latest": 40.0}, {"latest": [5]}, 3, "dev_f1")
-  evaluation.write_selection(str(tmp_path), selection, 1, 0.3)
+  evaluation.write_selection(str(tmp_path), selection, SearchConfig(beam_size=1, alpha=0.3))
   record = Workdir(str(tmp_path)).read_selection()
   assert "dev_bleu" not in record and record["dev_f1"] == {"latest": 40.0}
   assert Workdir.selection_scores(record) == ("dev_f1", {"latest": 40.0})

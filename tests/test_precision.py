@@ -187,11 +187,13 @@ def test_the_translator_searches_with_decoding_params_made_once(workdir_and_line
     assert params["embed"][OUTPUT_KERNEL].dtype == jnp.dtype(dtype)
     wi = params["decoder"]["layer_0"]["ffn"]["wi"]["kernel"]
     assert wi.dtype == jnp.dtype(dtype)
-    got = [tr.translate(lines, beam_size=b, nbest=1) for b in (4, 1)]
+    got = [tr.translate(lines, nbest=1, search=tr.search.override(beam_size=b)) for b in (4, 1)]
     with monkeypatch.context() as m:
       m.setattr(translator_lib, "decoding_params", lambda p, config: p)
       plain = translator_lib.Translator.from_workdir(workdir, dtype=dtype)
-      want = [plain.translate(lines, beam_size=b, nbest=1) for b in (4, 1)]
+      want = [
+        plain.translate(lines, nbest=1, search=plain.search.override(beam_size=b)) for b in (4, 1)
+      ]
       assert OUTPUT_KERNEL not in plain.decoder()[0]["embed"]
     for g, w in zip(got, want):
       assert [h[0].text for h in g] == [h[0].text for h in w], dtype

@@ -126,6 +126,7 @@ def test_translate_command_with_a_prefix_file(tmp_path, monkeypatch, capsys):
   _translate(
     monkeypatch, f"--workdir={workdir}", f"--input={source}", f"--prefix={prefix}", "--beam_size=2"
   )
-  want = Translator.from_workdir(workdir).translate(sources, beam_size=2, prefixes=prefixes)
+  plain = Translator.from_workdir(workdir)
+  want = plain.translate(sources, search=plain.search.override(beam_size=2), prefixes=prefixes)
   assert capsys.readouterr().out.splitlines() == want
   assert want[0].startswith("3 2") and want[2].startswith("1")

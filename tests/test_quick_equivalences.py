@@ -28,6 +28,7 @@ import optax
 import pytest
 
 from t2t_jax.data.tokenizer import SymbolTokenizer
+from t2t_jax.decoding import SearchConfig
 from t2t_jax.decoding import translator as translate
 from t2t_jax.export import Trained, vocabulary_tokens
 from t2t_jax.model import Transformer, TransformerConfig
@@ -275,10 +276,12 @@ def random_export(tmp_path_factory):
   vocab_file = tmp_path_factory.mktemp("export") / "vocab.symbols"
   vocab_file.write_text("".join(s + "\n" for s in tokenizer.symbols))
   trained = Trained(cfg, params, tokenizer, vocabulary_tokens(tokenizer), str(vocab_file), [0])
-  t2t = translate.Translator(Transformer(cfg), params, tokenizer, max_output_extra=EXPORT_EXTRA)
+  t2t = translate.Translator(
+    Transformer(cfg), params, tokenizer, SearchConfig(max_output_extra=EXPORT_EXTRA)
+  )
   lengths = (1, 3, 5, 7, 9, 11)
   sources = [" ".join(str(i) for i in rng.integers(0, cfg.vocab_size - 4, n)) for n in lengths]
-  greedy = t2t.translate(sources, beam_size=1)
+  greedy = t2t.translate(sources, search=t2t.search.override(beam_size=1))
   source_ids = [tokenizer.encode(s) + [EOS_ID] for s in sources]
   targets = [tokenizer.encode(g) + [EOS_ID] for g in greedy] + [
     [*rng.integers(4, cfg.vocab_size, n), EOS_ID] for n in lengths

@@ -156,8 +156,8 @@ def test_scores_are_the_models_log_probs_in_every_mode(mode):
     model=model,
     max_decode_len=16,
     search=settings,
-    suppress_eos=True,
-    nbest=True,
+    eos_only_at_limit=True,
+    nbest=settings.hypotheses,
   )
   seqs, scores = np.asarray(seqs)[:, 0], np.asarray(scores)[:, 0]
   lengths = (seqs != PAD_ID).sum(-1)

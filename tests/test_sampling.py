@@ -244,7 +244,7 @@ def test_model_first_tokens_follow_its_top_k_softmax():
   inputs = np.array([[5, 9, 7, 1]], np.int32)
   settings = SearchConfig(beam_size=1, sampling=True, num_samples=4000, sampling_topk=5)
   seqs, _ = search_batch(
-    params, inputs, [2], model=model, max_decode_len=2, search=settings, nbest=True
+    params, inputs, [2], model=model, max_decode_len=2, search=settings, nbest=4000
   )
   first = np.asarray(seqs)[0, :, 0]
   eos = np.array([[EOS_ID]], np.int32)
@@ -277,7 +277,7 @@ def test_temperature_towards_zero_is_greedy():
 def test_samples_depend_on_the_seed_and_index_not_the_batch():
   model, params = support.small_model(seed=1)
   settings = SearchConfig(beam_size=1, sampling=True, num_samples=3, sampling_seed=7)
-  kw = dict(model=model, max_decode_len=16, search=settings, nbest=True)
+  kw = dict(model=model, max_decode_len=16, search=settings, nbest=3)
   one = np.array([[5, 6, 7, 1]], np.int32)
   alone = np.asarray(search_batch(params, one, [12], sentence_ids=[4], **kw)[0])
   batch = np.array([[9, 9, 9, 9, 9, 1], [5, 6, 7, 1, 0, 0], [8, 1, 0, 0, 0, 0], [0] * 6])
@@ -291,16 +291,17 @@ def test_samples_depend_on_the_seed_and_index_not_the_batch():
 @pytest.mark.slow
 def test_translator_samples_by_input_index(workdir):
   t = Translator.from_workdir(workdir)
-  a = t.sample(["1 2 3", "4 5 6 7 1 2", "7 7"], num_samples=4, seed=3, nbest=4)
-  b = t.sample(["5", "6 5 4 3 2 1 7", "7 7", "1 2"], num_samples=4, seed=3, nbest=4)
+  four = t.search.override(num_samples=4, sampling_seed=3)
+  a = t.sample(["1 2 3", "4 5 6 7 1 2", "7 7"], search=four, nbest=4)
+  b = t.sample(["5", "6 5 4 3 2 1 7", "7 7", "1 2"], search=four, nbest=4)
   assert a[2] == b[2]
   assert [h.text for h in a[0]] != [h.text for h in b[0]]
   for hyps in a:
     assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
   # Without nbest, the best-scoring sample.
-  assert t.sample(["1 2 3", "4 5 6 7 1 2", "7 7"], num_samples=4, seed=3) == [h[0].text for h in a]
+  assert t.sample(["1 2 3", "4 5 6 7 1 2", "7 7"], search=four) == [h[0].text for h in a]
   with pytest.raises(TranslateError, match="^nbest=5: must be between 1 and num_samples=4$"):
-    t.sample(["1"], num_samples=4, nbest=5)
+    t.sample(["1"], search=four, nbest=5)
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -360,7 +361,7 @@ def _translate(monkeypatch, *args):
     (["--sampling", "--sampling_topp=1.2"], r"--sampling_topp=1.2 must be in (0, 1]"),
     (["--sampling", "--sampling_topp=0"], r"--sampling_topp=0.0 must be in (0, 1]"),
     (["--sampling", "--sampling_topk=-2"], "--sampling_topk=-2 must be >= 0"),
-    (["--sampling", "--num_samples=2", "--nbest=3"], "--nbest=3: more than the --num_samples=2"),
+    (["--sampling", "--num_samples=2", "--nbest=3"], "--nbest=3: must be between 1 and num_samples=2 (0: off)"),
     (["--sampling_topk=5"], "--sampling_topk shapes sampling: add --sampling"),
   ],
 )
@@ -408,8 +409,10 @@ def test_translate_command_prints_the_translators_samples(workdir, tmp_path, mon
     "--seed=5",
   )
   lines = capsys.readouterr().out.splitlines()
-  want = Translator.from_workdir(workdir).sample(
-    ["1 2 3", "4 5", "7 7 7"], num_samples=3, temperature=0.8, topk=6, topp=0.9, seed=5, nbest=2
+  t = Translator.from_workdir(workdir)
+  fields = dict(sampling_temperature=0.8, sampling_topk=6, sampling_topp=0.9, sampling_seed=5)
+  want = t.sample(
+    ["1 2 3", "4 5", "7 7 7"], search=t.search.override(num_samples=3, **fields), nbest=2
   )
   assert lines == [
     f"{i}\t{r}\t{h.score:.6f}\t{h.log_prob:.6f}\t{h.text}"
@@ -442,5 +445,6 @@ def test_translator_outputs_stay_one_line_whatever_the_pieces_decode_to(workdir,
   t = Translator.from_workdir(workdir)
   monkeypatch.setattr(t.tokenizer, "decode", lambda ids: "a\nb\tc\r")
   assert t.translate(["1 2", "3"]) == ["a b c ", "a b c "]
-  for hyps in t.sample(["1 2", "3"], num_samples=2, seed=1, nbest=2):
+  two = t.search.override(num_samples=2, sampling_seed=1)
+  for hyps in t.sample(["1 2", "3"], search=two, nbest=2):
     assert [h.text for h in hyps] == ["a b c "] * 2

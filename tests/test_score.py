@@ -79,7 +79,10 @@ def test_scores_equal_the_training_log_likelihood():
 @pytest.mark.slow
 def test_a_translations_score_is_the_searchs_score(translator):
   """Beam search's n-best score and log-probability of its own output, scored again."""
-  best = [h[0] for h in translator.translate(SOURCES, beam_size=2, nbest=1)]
+  best = [
+    h[0]
+    for h in translator.translate(SOURCES, nbest=1, search=translator.search.override(beam_size=2))
+  ]
   got = scoring.Scorer(translator).score(SOURCES, [h.text for h in best])
   for h, score in zip(best, got):
     assert score.log_prob == pytest.approx(h.log_prob, abs=1e-4)

@@ -54,8 +54,8 @@ def expected(workdir):
   from t2t_jax.translate import Translator
 
   translator = Translator.from_workdir(workdir, "latest")
-  best = translator.translate(SENTENCES, beam_size=4)
-  nbest = translator.translate(SENTENCES, beam_size=4, nbest=3)
+  best = translator.translate(SENTENCES, search=translator.search.override(beam_size=4))
+  nbest = translator.translate(SENTENCES, nbest=3, search=translator.search.override(beam_size=4))
   return best, nbest
 
 

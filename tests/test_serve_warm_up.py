@@ -14,7 +14,7 @@ import pytest
 from jax._src import monitoring
 
 from t2t_jax import compilation
-from t2t_jax.decoding import batching, modes, programs
+from t2t_jax.decoding import SearchConfig, batching, modes, programs
 from t2t_jax.decoding.model_view import segment_bounds
 from t2t_jax.decoding.stages import (
   Stages,
@@ -217,7 +217,7 @@ LINES = [" ".join(str(3 + (i * 7 + j) % 30) for j in range(n)) for i, n in enume
 
 def _translator(max_len: int, **kwargs) -> Translator:
   model, params = support.small_model(seed=3, max_len=max_len)
-  return Translator(model, params, _IdTokenizer(), max_output_extra=4, **kwargs)
+  return Translator(model, params, _IdTokenizer(), SearchConfig(max_output_extra=4), **kwargs)
 
 
 def _same_answers(got: list, expected: list) -> None:
@@ -241,9 +241,13 @@ def test_after_warm_up_a_burst_of_requests_compiles_nothing_and_answers_as_alone
   max_len, nbests = 24, (0, 2)
   translator = _translator(max_len, batch_tokens=64, max_rows=16)
   compiled = _Compilations(monkeypatch)
-  shapes, calls = translator.warm_up_batches(beam_size=4, nbests=[n or None for n in nbests])
+  shapes, calls = translator.warm_up_batches(
+    nbests=[n or None for n in nbests], search=translator.search.override(beam_size=4)
+  )
   assert shapes == len(nbests) * len(batching.batch_shapes(max_len, 64, 4, 16)) < calls
-  translate = lambda lines, nbest: translator.translate(lines, beam_size=4, nbest=nbest or None)
+  translate = lambda lines, nbest: translator.translate(
+    lines, nbest=nbest or None, search=translator.search.override(beam_size=4)
+  )
   batcher = Batcher(translate, window_s=0.05, max_batch_chars=10**6)
   rng = random.Random(0)
   requests = [(rng.sample(LINES, rng.randint(1, 12)), rng.choice(nbests)) for _ in range(12)]
@@ -260,7 +264,12 @@ def test_after_warm_up_a_burst_of_requests_compiles_nothing_and_answers_as_alone
   assert batcher.stats.batches < len(requests)  # requests did share batches
   assert compiled.events == [] and compiled.stored == [], (compiled.events, compiled.stored)
   for (lines, nbest), answer in zip(requests, answers):
-    _same_answers(answer, translator.translate(lines, beam_size=4, nbest=nbest or None))
+    _same_answers(
+      answer,
+      translator.translate(
+        lines, nbest=nbest or None, search=translator.search.override(beam_size=4)
+      ),
+    )
 
 
 def test_warm_up_calls_every_stage_program_once_per_shape(monkeypatch):
@@ -276,7 +285,9 @@ def test_warm_up_calls_every_stage_program_once_per_shape(monkeypatch):
     return calls
 
   monkeypatch.setattr(programs, "warm_up_stages", counting)
-  shapes, calls = translator.warm_up_batches(beam_size=4, nbests=[None, 1, 2])
+  shapes, calls = translator.warm_up_batches(
+    nbests=[None, 1, 2], search=translator.search.override(beam_size=4)
+  )
   assert shapes == len(made) and calls == sum(m[-1] for m in made)
   for (rows, src_len), kw, count in made:
     bounds = programs.stage_bounds(kw["max_decode_len"], kw["decoding"])

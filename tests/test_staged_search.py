@@ -1,5 +1,5 @@
 """Beam, greedy search and sampling run in host-driven stages (`programs.decode_in_stages`,
-`run_in_stages`), the 1-best stopping rule (`final=1`), frozen done sentences, and
+`run_in_stages`), the 1-best stopping rule (`nbest=1`), frozen done sentences, and
 constrained decoding (decoding/constraints.py) inside the searches.
 
 Every comparison is against an independent reference: the reference beam search of
@@ -62,7 +62,7 @@ def _batch(batch: int, src_len: int = 7, extra: int = 20, seed: int = 0):
   return jnp.asarray(inputs, jnp.int32), jnp.asarray(lengths + extra, jnp.int32)
 
 
-def _staged(beam_size, stats=None, *, final=None, stop="exact", constraint=None, **kw):
+def _staged(beam_size, stats=None, *, nbest=None, stop="exact", constraint=None, **kw):
   """The Translator's search of one batch (`programs.decode_in_stages`), alpha 0.6."""
   model, params = _model_and_params(**kw)
   settings = SearchConfig(beam_size=beam_size, alpha=0.6, beam_stop=stop)
@@ -75,7 +75,7 @@ def _staged(beam_size, stats=None, *, final=None, stop="exact", constraint=None,
       programs.Knobs.of(settings),
       model=model,
       max_decode_len=max_decode_len,
-      decoding=programs.Decoding.of(settings, final=final, constraint=constraint),
+      decoding=programs.Decoding.of(settings, nbest=nbest, constraint=constraint),
       stats=stats,
     )
 
@@ -283,19 +283,19 @@ def test_staged_sampling_draws_as_the_forward_pass_reference(with_prefix, monkey
   assert stats.compactions >= 1 and stats.resizes >= 2, stats
 
 
-def test_final_one_keeps_the_best_output():
+def test_nbest_one_keeps_the_best_output():
   inputs, limits = _batch(32, seed=1)
   want = _staged(4)(inputs, limits, 32)
-  got = _staged(4, final=1)(inputs, limits, 32)
+  got = _staged(4, nbest=1)(inputs, limits, 32)
   np.testing.assert_array_equal(got[0][:, 0], want[0][:, 0])
   np.testing.assert_array_equal(got[1][:, 0], want[1][:, 0])
 
 
 @pytest.mark.parametrize("stop", ["exact", "heuristic"])
-def test_final_counts_the_finished_hypotheses_that_must_be_beaten(stop):
+def test_nbest_counts_the_finished_hypotheses_that_must_be_beaten(stop):
   """A sentence whose best live hypothesis can no longer beat its best finished one is
-  done for final=1 but not while it could still beat the second (final=2) or the empty
-  slots (final=None); the bound divides by the larger of lp(step + 1) and, for the exact
+  done for nbest=1 but not while it could still beat the second (nbest=2) or the empty
+  slots (nbest=None); the bound divides by the larger of lp(step + 1) and, for the exact
   rule, lp(limit)."""
   limit, alpha, step = 20, 0.6, 5
   lp = length_penalty(limit if stop == "exact" else step + 1, alpha)
@@ -306,10 +306,10 @@ def test_final_counts_the_finished_hypotheses_that_must_be_beaten(stop):
     live_log_probs=jnp.array([[live, -3.0, -4.0, -5.0]]),
     finished_scores=jnp.array([[bound + 0.1, bound - 0.1, -jnp.inf, -jnp.inf]]),
   )
-  done = lambda final: bool(beam_done(state, jnp.array([limit]), alpha, Stop(stop, final))[0])
+  done = lambda nbest: bool(beam_done(state, jnp.array([limit]), alpha, Stop(stop, nbest))[0])
   assert done(1) and not done(2) and not done(None)
-  with pytest.raises(ValueError, match="final=5"):
-    modes.Beam.of(SearchConfig(beam_size=4, beam_stop=stop), final=5)
+  with pytest.raises(ValueError, match="nbest=5: must be between 1 and beam_size=4"):
+    modes.Beam.of(SearchConfig(beam_size=4, beam_stop=stop), nbest=5)
 
 
 def _two_kinds_model(ids, cache):
@@ -327,17 +327,17 @@ def _two_kinds_model(ids, cache):
 
 @pytest.mark.parametrize("stop", ["exact", "heuristic"])
 def test_an_output_does_not_depend_on_the_sentences_beside_it(stop):
-  """A sentence done early (final=1: its best output is final) gives the same hypotheses
+  """A sentence done early (nbest=1: its best output is final) gives the same hypotheses
   alone as beside a sentence that runs to its limit: done sentences are frozen, so the
   steps run for the neighbour cannot add finished hypotheses to it (under the heuristic,
-  or below the best one with final=1, they could)."""
+  or below the best one with nbest=1, they could)."""
   run = lambda kinds, limits: search.beam_search(
     _two_kinds_model,
     dict(step=jnp.int32(0), kind=jnp.array(kinds, jnp.int32)),
     max_lengths=jnp.array(limits, jnp.int32),
     max_decode_len=12,
     search=SearchConfig(beam_size=4, beam_stop=stop),
-    final=1,
+    nbest=1,
   )
   alone_seqs, alone_scores = run([0], [10])
   seqs, scores = run([0, 1], [10, 12])

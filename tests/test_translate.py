@@ -36,11 +36,11 @@ def test_order_count_empty_and_long_lines(workdir, caplog):
   assert t.checkpoint_steps == [6]
   long_line = " ".join(["3"] * 40)  # 41 tokens > max_len=16
   sources = ["1 2 3", "", "4 5 6 7 1 2", long_line, "7"]
-  out = t.translate(sources, beam_size=2)
+  out = t.translate(sources, search=t.search.override(beam_size=2))
   assert len(out) == len(sources) and all(isinstance(o, str) for o in out)
   # Each output is the translation of its own line: translating lines one at a time agrees.
   for src, got in zip(sources, out):
-    assert t.translate([src], beam_size=2) == [got]
+    assert t.translate([src], search=t.search.override(beam_size=2)) == [got]
   assert (
     "input: 1 of 5 sentences have more source tokens than the model's max_len=16 and were "
     "truncated to it (lines 4)" in caplog.text
@@ -223,13 +223,13 @@ def test_average_command_writes_a_translatable_workdir(workdir, tmp_path):
 
 @pytest.mark.slow
 def test_beam_stop_comes_from_the_config_and_is_checked(workdir):
-  assert translate.Translator.from_workdir(workdir).beam_stop == "exact"  # base config's
-  t = translate.Translator.from_workdir(workdir, beam_stop="heuristic")
-  assert t.beam_stop == "heuristic"
-  out = t.translate(["1 2 3", "4 5 6 7 1 2"], beam_size=2)
+  t = translate.Translator.from_workdir(workdir)
+  assert t.search.beam_stop == "exact"  # base config's
+  t.search = t.search.override(beam_stop="heuristic")
+  out = t.translate(["1 2 3", "4 5 6 7 1 2"], search=t.search.override(beam_size=2))
   assert len(out) == 2 and all(isinstance(o, str) for o in out)
   with pytest.raises(ValueError, match="beam_stop='never'"):
-    translate.Translator(t.model, t.params, t.tokenizer, beam_stop="never")
+    t.search.override(beam_stop="never")
 
 
 def test_a_config_json_without_newer_data_fields_reads_with_their_defaults(tmp_path):

@@ -44,8 +44,8 @@ def _forced_log_prob(t2t, source: str, target: str) -> float:
 @pytest.mark.parametrize("beam_size", [1, 4])
 def test_nbest_first_is_the_plain_output_scores_sorted_and_exact(workdir, beam_size):
   t2t = Translator.from_workdir(workdir)
-  plain = t2t.translate(SOURCES, beam_size=beam_size)
-  nbest = t2t.translate(SOURCES, beam_size=beam_size, nbest=beam_size)
+  plain = t2t.translate(SOURCES, search=t2t.search.override(beam_size=beam_size))
+  nbest = t2t.translate(SOURCES, nbest=beam_size, search=t2t.search.override(beam_size=beam_size))
   assert [hyps[0].text for hyps in nbest] == plain
   for source, hyps in zip(SOURCES, nbest):
     assert 1 <= len(hyps) <= beam_size
@@ -55,8 +55,8 @@ def test_nbest_first_is_the_plain_output_scores_sorted_and_exact(workdir, beam_s
       length = len(t2t.tokenizer.encode(h.text)) + 1
       np.testing.assert_allclose(h.score, h.log_prob / length_penalty(length, 0.6), rtol=1e-5)
       np.testing.assert_allclose(h.log_prob, _forced_log_prob(t2t, source, h.text), atol=1e-4)
-  with pytest.raises(TranslateError, match="nbest=5: must be between 1 and the beam"):
-    t2t.translate(SOURCES, beam_size=4, nbest=5)
+  with pytest.raises(TranslateError, match="nbest=5: must be between 1 and beam_size=4"):
+    t2t.translate(SOURCES, nbest=5, search=t2t.search.override(beam_size=4))
 
 
 @pytest.mark.slow
@@ -64,7 +64,9 @@ def test_stream_gives_the_batch_translations(workdir):
   t2t = Translator.from_workdir(workdir)
   assert t2t.buckets() == [16, 32, 40]
   lines = SOURCES + [" ".join(["5"] * 20)]  # the second bucket
-  assert list(t2t.translate_stream(iter(lines), beam_size=2)) == t2t.translate(lines, beam_size=2)
+  assert list(
+    t2t.translate_stream(iter(lines), search=t2t.search.override(beam_size=2))
+  ) == t2t.translate(lines, search=t2t.search.override(beam_size=2))
 
 
 def _cli(*args, stdin=None):
@@ -81,7 +83,8 @@ def _cli(*args, stdin=None):
 @pytest.mark.slow
 def test_cli_nbest_and_scores(workdir):
   text = "".join(s + "\n" for s in SOURCES)
-  plain = Translator.from_workdir(workdir).translate(SOURCES, beam_size=3)
+  t = Translator.from_workdir(workdir)
+  plain = t.translate(SOURCES, search=t.search.override(beam_size=3))
   nbest = _cli(f"--workdir={workdir}", "--beam_size=3", "--nbest=3", stdin=text)
   scores = _cli(f"--workdir={workdir}", "--beam_size=3", "--scores", stdin=text)
   for proc in (nbest, scores):
@@ -99,7 +102,7 @@ def test_cli_nbest_and_scores(workdir):
   bad = _cli(f"--workdir={workdir}", "--beam_size=2", "--nbest=3", stdin=text)
   assert bad.returncode != 0
   assert bad.stderr.strip().splitlines()[-1] == (
-    "t2t-translate: --nbest=3: must be between 1 and --beam_size=2 (0: off)"
+    "t2t-translate: --nbest=3: must be between 1 and beam_size=2 (0: off)"
   )
 
 
@@ -111,7 +114,8 @@ def _read_line(stream, timeout: float = 300.0) -> str:
 
 @pytest.mark.slow
 def test_interactive_translates_each_line_before_the_next_arrives(workdir):
-  expected = Translator.from_workdir(workdir).translate(SOURCES, beam_size=4)
+  t = Translator.from_workdir(workdir)
+  expected = t.translate(SOURCES, search=t.search.override(beam_size=4))
   proc = subprocess.Popen(
     [sys.executable, "-m", "t2t_jax.cli.translate", f"--workdir={workdir}", "--interactive"],
     env=ENV,

@@ -21,6 +21,7 @@ import ast
 import dataclasses
 import functools
 import importlib
+import inspect
 import os
 import re
 import shutil
@@ -102,6 +103,8 @@ def _batch_search(name: str, translator: types.ModuleType) -> Callable:
   entry, its private jitted search with the same settings."""
   settings = dict(max_decode_len=32, suppress_eos=True)
   if hasattr(translator, "search_batch"):
+    if "eos_only_at_limit" in inspect.signature(translator.search_batch).parameters:
+      settings = dict(max_decode_len=32, eos_only_at_limit=True)
     paper = importlib.import_module(f"{name}.decoding.config").SearchConfig()
     return functools.partial(translator.search_batch, search=paper, **settings)
   paper = SearchConfig()

@@ -35,7 +35,8 @@ def main(tree: str, workdir: str, input_path: str, output: str) -> None:
   times = []
   for _ in range(2):
     start = time.perf_counter()
-    outputs = t.sample(lines, num_samples=1, seed=1)
+    settings = t.search.override(sampling=True, beam_size=1, num_samples=1, sampling_seed=1)
+    outputs = t.translate(lines, search=settings)
     times.append(time.perf_counter() - start)
   with open(output, "w", encoding="utf-8") as f:
     f.writelines(o + "\n" for o in outputs)

@@ -51,14 +51,14 @@ def main(
     lines = [line.rstrip("\n") for line in f]
   tr = translate.Translator.from_workdir(workdir, dtype=dtype)
   start = time.perf_counter()
-  hyps = tr.translate(lines, beam_size=beam)
+  hyps = tr.translate(lines, search=tr.search.override(beam_size=beam))
   first, first_compiles = time.perf_counter() - start, list(compiles)
   if hasattr(translate, "DecodeStats"):
     tr.stats = translate.DecodeStats()
   times = []
   for _ in range(2):
     start = time.perf_counter()
-    again = tr.translate(lines, beam_size=beam)
+    again = tr.translate(lines, search=tr.search.override(beam_size=beam))
     times.append(time.perf_counter() - start)
     assert again == hyps, "a second pass gave other outputs"
   with open(output, "w", encoding="utf-8") as f:

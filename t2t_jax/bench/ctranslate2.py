@@ -103,7 +103,7 @@ def t2t_system(
       model=model,
       max_decode_len=max_decode_len,
       search=search,
-      suppress_eos=forced,
+      eos_only_at_limit=forced,
     )
     return [[int(t) for t in row if t != 0] for row in np.asarray(seqs)]
 

@@ -129,7 +129,7 @@ def measure_decode(
         model=model,
         max_decode_len=max_decode_len,
         search=settings,
-        suppress_eos=not trained,
+        eos_only_at_limit=not trained,
       )
     )
     out[name] = _timed_search(run, len(ids), settings.beam_size)

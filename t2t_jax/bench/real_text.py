@@ -11,7 +11,7 @@ system translates the whole text once per round, rounds interleaved (t2t_jax, CT
 float32, CTranslate2 int8, t2t_jax, ...) so that machine noise hits all of them; figures
 are medians. Each system is run the way its users run it:
 
-- t2t_jax: `Translator.from_workdir(W, batch_tokens=B).translate(lines, beam_size=...)`,
+- t2t_jax: `Translator.from_workdir(W, batch_tokens=B).translate(lines, search=...)`,
   which is t2t-translate: batches of at most B source tokens (rows padded to a power of two,
   sources to `translator.source_buckets`), each output limited to its source length +
   max_output_extra;
@@ -193,7 +193,7 @@ def _t2t_run(
 
   def run() -> tuple[list[str], int]:
     translator.reset_stats()
-    texts = translator.translate(lines, beam_size=beam_size)
+    texts = translator.translate(lines, search=translator.search.override(beam_size=beam_size))
     return texts, translator.stats.needed_row_steps
 
   return run
@@ -341,18 +341,17 @@ def compare(
   start = time.perf_counter()
   for i, dtype in enumerate(dtypes):
     try:
-      t = Translator.from_workdir(
-        workdir, checkpoint, dtype, batch_tokens=batch_tokens, beam_stop=beam_stop
-      )
+      t = Translator.from_workdir(workdir, checkpoint, dtype, batch_tokens=batch_tokens)
     except ValueError as e:
       raise TextError(f"--decode_dtypes: {e}") from None
+    t.search = t.search.override(beam_stop=beam_stop)
     translators[T2T if i == 0 else f"{T2T} {t.model.config.dtype}"] = t
     if i == 0:
       load_s = time.perf_counter() - start
   translator = translators[T2T]
   beam_size = beam_size or translator.search.beam_size
   ids = translator.source_ids(text.lines)
-  extra, max_len = translator.max_output_extra, translator.model.config.max_len
+  extra, max_len = translator.search.max_output_extra, translator.model.config.max_len
   # t2t_jax's limit counts EOS; CTranslate2's max_decoding_length does not.
   max_decoding_length = min(max(map(len, ids)) + extra, max_len) - 1
   with tempfile.TemporaryDirectory(prefix="t2t-bench-ct2-") as tmp:

@@ -6,7 +6,7 @@
                   [--checkpoint=auto|latest|average:N|best[:N]|STEP|selected]
                   [--interactive] [--nbest=N | --scores]
                   [--sampling [--num_samples=N] [--sampling_temperature=T]
-                   [--sampling_topk=K] [--sampling_topp=P] [--seed=S]]
+                   [--sampling_topk=K] [--sampling_topp=P] [--sampling_seed=S]]
 
 Reads stdin and writes stdout by default: one output line per input line, in input order.
 With --reference it prints sacreBLEU (with its signature), the paper-style tokenized BLEU,
@@ -26,7 +26,7 @@ text. The score is log p / ((5 + length) / 6)^alpha, the number beam search rank
 --sampling_temperature, cut to the --sampling_topk most probable tokens and to the
 --sampling_topp nucleus) instead of searching; it decodes with beam 1, and --num_samples
 outputs are drawn per input (the best-scoring one is printed, or --nbest=N of them). The
-samples of the input at line i depend only on --seed and i, not on the other lines.
+samples of the input at line i depend only on --sampling_seed and i, not on the other lines.
 
 --workdir=A,B decodes with the ensemble of the workdirs' models (the same --checkpoint choice
 in each): at every step of beam search, greedy decoding and sampling the next-token
@@ -181,21 +181,35 @@ def _define_flags() -> flags.FlagValues:
     "workdir's config.no_repeat_ngram, 0)",
   )
   flags.DEFINE_integer(
-    "seed",
+    "sampling_seed",
     None,
     "with --sampling: the random seed (default: the workdir's config.sampling_seed, 0)",
   )
+  flags.DEFINE_alias("seed", "sampling_seed")
   flags.DEFINE_string("compilation_cache", "default", common.COMPILATION_CACHE_HELP)
   return flags.FLAGS
 
 
-SAMPLING_FLAGS = {  # flag -> SearchConfig field
-  "sampling_temperature": "sampling_temperature",
-  "sampling_topk": "sampling_topk",
-  "sampling_topp": "sampling_topp",
-  "num_samples": "num_samples",
-  "seed": "sampling_seed",
-}
+# The flags that shape sampling, each a SearchConfig field of its name.
+SAMPLING_FLAGS = (
+  "sampling_temperature",
+  "sampling_topk",
+  "sampling_topp",
+  "num_samples",
+  "sampling_seed",
+)
+# Every flag that sets a SearchConfig field of its name (checked there: check_field).
+SEARCH_FLAGS = (
+  "beam_size",
+  "alpha",
+  "beam_stop",
+  "sampling",
+  "constrained",
+  "no_repeat_ngram",
+  "diverse_groups",
+  "diversity_strength",
+  *SAMPLING_FLAGS,
+)
 
 
 def _usage(problem: str) -> common.UsageExit:
@@ -214,39 +228,22 @@ def _check_sampling_flags(args: flags.FlagValues, sampling: bool) -> None:
     )
 
 
-def _check_diverse_flags(args: flags.FlagValues, beam_size: int) -> None:
-  """One line naming --diverse_groups when it does not divide this workdir's beam."""
-  groups = args.diverse_groups
-  if groups is not None and beam_size % groups:
-    raise TranslateError(f"--diverse_groups={groups} must divide the beam {beam_size}")
-
-
 def _check_flags(args: flags.FlagValues, interactive: bool) -> None:
   """UsageExit for a flag or combination that no workdir could make right: before the
   workdir is read."""
   if not args.workdir:
     raise _usage("--workdir is required: a t2t-train workdir, e.g. --workdir=workdirs/NAME")
   common.check_checkpoint_flag("t2t-translate", args.checkpoint)
-  if args.beam_size is not None and args.beam_size < 1:
-    raise _usage(f"--beam_size={args.beam_size} must be >= 1 (1: greedy)")
+  for name in SEARCH_FLAGS:
+    if args[name].value is not None:
+      try:
+        SearchConfig.check_field(name, args[name].value)
+      except ValueError as e:
+        raise _usage(f"--{e}") from None
   if args.batch_tokens < 1:
     raise _usage(f"--batch_tokens={args.batch_tokens} must be >= 1")
   if args.nbest < 0:
     raise _usage(f"--nbest={args.nbest} must be >= 0 (0: off)")
-  if args.sampling_temperature is not None and not args.sampling_temperature > 0:
-    raise _usage(f"--sampling_temperature={args.sampling_temperature} must be > 0")
-  if args.sampling_topk is not None and args.sampling_topk < 0:
-    raise _usage(f"--sampling_topk={args.sampling_topk} must be >= 0 (0: all tokens)")
-  if args.sampling_topp is not None and not 0 < args.sampling_topp <= 1:
-    raise _usage(f"--sampling_topp={args.sampling_topp} must be in (0, 1] (1: all tokens)")
-  if args.num_samples is not None and args.num_samples < 1:
-    raise _usage(f"--num_samples={args.num_samples} must be >= 1")
-  if args.no_repeat_ngram is not None and args.no_repeat_ngram < 0:
-    raise _usage(f"--no_repeat_ngram={args.no_repeat_ngram} must be >= 0 (0: off)")
-  if args.diverse_groups is not None and args.diverse_groups < 1:
-    raise _usage(f"--diverse_groups={args.diverse_groups} must be >= 1 (1: off)")
-  if args.diversity_strength is not None and args.diversity_strength < 0:
-    raise _usage(f"--diversity_strength={args.diversity_strength} must be >= 0")
   if args.reference and (args.nbest or args.scores):
     raise _usage("--reference scores plain translations: drop --nbest and --scores")
   if args.reference and interactive:
@@ -257,14 +254,10 @@ def _check_flags(args: flags.FlagValues, interactive: bool) -> None:
 
 def _check_search_flags(args: flags.FlagValues, search: SearchConfig) -> None:
   """UsageExit for --nbest beyond what this workdir's search returns."""
-  if search.sampling and args.nbest > search.num_samples:
-    raise _usage(
-      f"--nbest={args.nbest}: more than the --num_samples={search.num_samples} drawn (0: off)"
-    )
-  if not search.sampling and args.nbest > search.beam_size:
-    raise _usage(
-      f"--nbest={args.nbest}: must be between 1 and --beam_size={search.beam_size} (0: off)"
-    )
+  try:
+    search.check_nbest(args.nbest or None)
+  except ValueError as e:
+    raise _usage(f"--{e} (0: off)") from None
 
 
 def _check_output(path: str | None) -> None:
@@ -353,22 +346,16 @@ def _decoding_defaults(args: flags.FlagValues) -> tuple[SearchConfig, str | None
     raise TranslateError(f"{first}/config.json: {e}") from None
   sampling = search.sampling if args.sampling is None else args.sampling
   _check_sampling_flags(args, sampling)
-  _check_diverse_flags(args, search.beam_size if args.beam_size is None else args.beam_size)
-  beam_size = 1 if sampling else args.beam_size
-  fields = {field: args[name].value for name, field in SAMPLING_FLAGS.items()}
+  fields = {name: args[name].value for name in SEARCH_FLAGS}
+  fields.update(sampling=sampling, beam_size=1 if sampling else args.beam_size)
   try:
-    search = search.override(
-      beam_size=beam_size,
-      alpha=args.alpha,
-      beam_stop=args.beam_stop,
-      sampling=sampling,
-      constrained=args.constrained,
-      no_repeat_ngram=args.no_repeat_ngram,
-      diverse_groups=args.diverse_groups,
-      diversity_strength=args.diversity_strength,
-      **fields,
-    )
-  except ValueError as e:  # a flag's value is checked above: here a config.json field
+    search = search.override(**fields)
+  except ValueError as e:  # each flag's value is checked alone before: here across fields
+    field = str(e).split("=", 1)[0]
+    if (
+      field in SEARCH_FLAGS and args[field].value is not None
+    ):  # the flag's value does not fit with the workdir's
+      raise TranslateError(f"--{e}") from None
     raise TranslateError(f"{first}/config.json: config.{e}") from None
   return search, evaluate.tree_leaves(config.data)
 

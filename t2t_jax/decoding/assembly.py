@@ -44,14 +44,14 @@ class Decoding:
     cls,
     settings: SearchConfig,
     *,
-    final: int | None = None,
+    nbest: int | None = None,
     mode: modes.Mode | None = None,
     constraint: Any = None,
     eos_only_at_limit: bool = False,
   ) -> "Decoding":
     """The decoding `settings` ask for (`modes.of_settings`, or `mode` as given)."""
     return cls(
-      mode=modes.of_settings(settings, final) if mode is None else mode,
+      mode=modes.of_settings(settings, nbest) if mode is None else mode,
       constraint=constraint,
       eos_only_at_limit=eos_only_at_limit,
       no_repeat_ngram=settings.no_repeat_ngram,

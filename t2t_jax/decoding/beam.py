@@ -162,7 +162,7 @@ def beam_step(
   candidates = candidates.reshape(batch_size, -1)
   if done is not None:
     candidates = jnp.where(done[:, None], NEG_INF, candidates)
-  if diversity.groups == 1:
+  if diversity.diverse_groups == 1:
     live_log_probs, top = lax.top_k(candidates, beam_size)  # [batch, beam]
   else:
     shaped = candidates.reshape(batch_size, beam_size, per_beam)
@@ -185,19 +185,20 @@ def beam_step(
 
 
 class Stop(NamedTuple):
-  """Beam search's stopping rule, the one place it is read (`beam_done`): `rule` one of
-  STOP_RULES and `final`, how many of the best finished hypotheses must be final when a
-  sentence stops (None: all beam_size, tensor2tensor's rule; 1: the best output only)."""
+  """Beam search's stopping rule, the one place it is read (`beam_done`): `beam_stop` one
+  of STOP_RULES (`SearchConfig.beam_stop`) and `nbest`, how many of the best finished
+  hypotheses the caller reads, which must be final when a sentence stops (None: all
+  beam_size, tensor2tensor's rule; 1: the best output only)."""
 
-  rule: str = SearchConfig.beam_stop
-  final: int | None = None
+  beam_stop: str = SearchConfig.beam_stop
+  nbest: int | None = None
   early: bool = True  # False: every sentence runs to its limit (tests: the same results)
 
 
 def beam_done(
   state: BeamState, limits: jax.Array, alpha: float | jax.Array, stop: Stop
 ) -> jax.Array:
-  """[batch] bool: True where no live hypothesis can still change the `stop.final` best
+  """[batch] bool: True where no live hypothesis can still change the `stop.nbest` best
   finished hypotheses (None: all beam_size of them).
 
   Bound: a live hypothesis with log-prob L <= 0 and length `step` ends with log-prob
@@ -207,12 +208,12 @@ def beam_done(
   alpha < 0), so its largest value on the range is at an end. The bound is exact (never
   stops while a live hypothesis could still enter the finished set) for every alpha.
   A sentence is done when that bound for its best live hypothesis is strictly below the
-  score of its `final`-th best finished hypothesis (so it has at least `final`) or it has
-  no live hypothesis left. With final=1 the 1-best is exact and the search stops as soon as
-  no live hypothesis can beat the best finished one; with final=beam_size (tensor2tensor's
+  score of its `nbest`-th best finished hypothesis (so it has at least `nbest`) or it has
+  no live hypothesis left. With nbest=1 the 1-best is exact and the search stops as soon as
+  no live hypothesis can beat the best finished one; with nbest=beam_size (tensor2tensor's
   rule) the whole finished set is.
 
-  stop.rule="heuristic" divides by lp(step + 1) alone: the best live hypothesis is scored as
+  stop.beam_stop="heuristic" divides by lp(step + 1) alone: the best live hypothesis is scored as
   if it ended at the next step (Hugging Face's early_stopping=False rule). For alpha > 0 it
   stops sooner, since a longer ending's larger divisor is ignored, and may then miss a
   longer hypothesis that would have scored better; for alpha <= 0 it is the exact rule.
@@ -222,10 +223,10 @@ def beam_done(
     return state.step >= limits
   best_live = jnp.max(state.live_log_probs, axis=1)  # the first, unless diverse groups
   largest_lp = length_penalty(state.step + 1, alpha)
-  if stop.rule == "exact":
+  if stop.beam_stop == "exact":
     largest_lp = jnp.maximum(largest_lp, length_penalty(limits, alpha))
   best_possible = best_live / largest_lp
-  rank = state.finished_scores.shape[1] if stop.final is None else stop.final
+  rank = state.finished_scores.shape[1] if stop.nbest is None else stop.nbest
   last_needed = state.finished_scores[:, rank - 1]
   return (best_live == NEG_INF) | (best_possible < last_needed)
 

@@ -64,33 +64,37 @@ class SearchConfig:
   diversity_strength: float = 0.5
 
   def __post_init__(self) -> None:
-    if self.beam_stop not in STOP_RULES:
-      raise ValueError(f"beam_stop={self.beam_stop!r} must be one of {', '.join(STOP_RULES)}")
-    if not self.sampling_temperature > 0:
-      raise ValueError(f"sampling_temperature={self.sampling_temperature} must be > 0")
-    if self.sampling_topk < 0:
-      raise ValueError(f"sampling_topk={self.sampling_topk} must be >= 0 (0: no top-k)")
-    if not 0 < self.sampling_topp <= 1:
-      raise ValueError(f"sampling_topp={self.sampling_topp} must be in (0, 1] (1: no top-p)")
-    if self.diverse_groups < 1 or self.beam_size % self.diverse_groups:
+    for f in dataclasses.fields(self):
+      self.check_field(f.name, getattr(self, f.name))
+    if self.beam_size % self.diverse_groups:
       raise ValueError(
-        f"diverse_groups={self.diverse_groups} must be >= 1 and divide beam_size={self.beam_size}"
+        f"diverse_groups={self.diverse_groups} must divide beam_size={self.beam_size}"
       )
-    if self.diversity_strength < 0:
-      raise ValueError(f"diversity_strength={self.diversity_strength} must be >= 0")
-    if self.no_repeat_ngram < 0:
-      raise ValueError(f"no_repeat_ngram={self.no_repeat_ngram} must be >= 0 (0: off)")
-    if self.num_samples < 1:
-      raise ValueError(f"num_samples={self.num_samples} must be >= 1")
     if self.sampling and self.beam_size != 1:
       raise ValueError(
         f"sampling=True draws tokens, it does not search: beam_size={self.beam_size} must be 1"
       )
 
+  @staticmethod
+  def check_field(name: str, value: Any) -> None:
+    """ValueError 'NAME=VALUE must ...' unless `value` is one field `name` can hold alone
+    (the checks across fields are __post_init__'s): the one place each is written, for
+    the commands' flags as for configs and calls."""
+    if name in _CHECKS and not _CHECKS[name][0](value):
+      raise ValueError(f"{name}={value!r} {_CHECKS[name][1]}")
+
   @property
   def hypotheses(self) -> int:
     """Outputs the search returns per sentence: num_samples when sampling, else beam_size."""
     return self.num_samples if self.sampling else self.beam_size
+
+  def check_nbest(self, nbest: int | None) -> None:
+    """ValueError unless an n-best list of `nbest` outputs per sentence (None: the best
+    output alone) is one this search returns: 1 to `hypotheses`."""
+    if nbest is None or 1 <= nbest <= self.hypotheses:
+      return
+    most = f"num_samples={self.num_samples}" if self.sampling else f"beam_size={self.beam_size}"
+    raise ValueError(f"nbest={nbest}: must be between 1 and {most}")
 
   @classmethod
   def from_config(cls, config: Mapping[str, Any]) -> "SearchConfig":
@@ -114,6 +118,19 @@ class SearchConfig:
     """The fields as an experiment config holds them (config.beam_size, ...)."""
     return dataclasses.asdict(self)
 
+
+# Each field's check of its value alone (SearchConfig.check_field): (ok, what it must be).
+_CHECKS: dict[str, tuple[Any, str]] = {
+  "beam_size": (lambda v: v >= 1, "must be >= 1 (1: greedy)"),
+  "beam_stop": (lambda v: v in STOP_RULES, f"must be one of {', '.join(STOP_RULES)}"),
+  "sampling_temperature": (lambda v: v > 0, "must be > 0"),
+  "sampling_topk": (lambda v: v >= 0, "must be >= 0 (0: all tokens)"),
+  "sampling_topp": (lambda v: 0 < v <= 1, "must be in (0, 1] (1: all tokens)"),
+  "num_samples": (lambda v: v >= 1, "must be >= 1"),
+  "no_repeat_ngram": (lambda v: v >= 0, "must be >= 0 (0: off)"),
+  "diverse_groups": (lambda v: v >= 1, "must be >= 1 (1: off)"),
+  "diversity_strength": (lambda v: v >= 0, "must be >= 0"),
+}
 
 # The paper's search (section 6.1), the default of every entry that takes a SearchConfig.
 PAPER_SEARCH = SearchConfig()

@@ -16,19 +16,11 @@ NEG_INF = float("-inf")
 
 
 class Diversity(NamedTuple):
-  """groups: 1 is plain beam search; strength: the penalty per earlier choice of a token."""
+  """`SearchConfig`'s fields of the same names (checked there): diverse_groups, 1 is plain
+  beam search; diversity_strength, the penalty per earlier choice of a token."""
 
-  groups: int = 1
-  strength: float = 0.5
-
-  def check(self, beam_size: int) -> "Diversity":
-    if self.groups < 1 or beam_size % self.groups:
-      raise ValueError(
-        f"diverse_groups={self.groups} must be >= 1 and divide beam_size={beam_size}"
-      )
-    if self.strength < 0:
-      raise ValueError(f"diversity_strength={self.strength} must be >= 0")
-    return self
+  diverse_groups: int = 1
+  diversity_strength: float = 0.5
 
 
 PLAIN = Diversity()  # plain beam search
@@ -51,17 +43,17 @@ def diverse_top(
   log-prob - strength * (times a group before g chose that token at this step). k >= beam
   keeps this exact: at most beam - beam / groups tokens are lowered."""
   batch, beam, k = candidates.shape
-  size = beam // diversity.groups
+  size = beam // diversity.diverse_groups
   chosen: list[jax.Array] = []
   log_probs, indices = [], []
-  for g in range(diversity.groups):
+  for g in range(diversity.diverse_groups):
     cand = candidates[:, g * size : (g + 1) * size].reshape(batch, -1)
     toks = tokens[:, g * size : (g + 1) * size].reshape(batch, -1)
     ranked = cand
     if chosen:
       before = jnp.concatenate(chosen, axis=1)  # [batch, g * size]
       count = jnp.sum(toks[:, :, None] == before[:, None, :], axis=-1)
-      ranked = cand - diversity.strength * count
+      ranked = cand - diversity.diversity_strength * count
     _, top = lax.top_k(ranked, size)
     picked = jnp.take_along_axis(cand, top, axis=1)
     chosen.append(jnp.where(picked > NEG_INF, jnp.take_along_axis(toks, top, axis=1), -1))

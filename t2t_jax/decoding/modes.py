@@ -67,15 +67,15 @@ class Beam:
   finish_programs: ClassVar[int] = 0  # compiled programs `finish` calls
 
   @classmethod
-  def of(cls, settings: SearchConfig, final: int | None = None, early: bool = True) -> "Beam":
+  def of(cls, settings: SearchConfig, nbest: int | None = None, early: bool = True) -> "Beam":
     """Beam search of `settings` (beam_size, beam_stop, diverse_groups and strength);
-    `final`: how many of the best hypotheses must be exact when a sentence stops (`Stop`)."""
-    if final is not None and not 1 <= final <= settings.beam_size:
-      raise ValueError(f"final={final}: must be between 1 and beam_size={settings.beam_size}")
+    `nbest`: how many of the best hypotheses the caller reads, exact when a sentence stops
+    (`Stop`; `SearchConfig.check_nbest`)."""
+    settings.check_nbest(nbest)
     diversity = Diversity(settings.diverse_groups, settings.diversity_strength)
-    if diversity.groups == 1:
+    if diversity.diverse_groups == 1:
       diversity = PLAIN  # the strength of plain beam search does not multiply programs
-    return cls(settings.beam_size, Stop(settings.beam_stop, final, early), diversity)
+    return cls(settings.beam_size, Stop(settings.beam_stop, nbest, early), diversity)
 
   def init(
     self, model: Any, batch: Any, rule_state: PyTree, knobs: Any, max_decode_len: int
@@ -85,7 +85,7 @@ class Beam:
     cache = model.beam_cache(batch.inputs, max_decode_len, self.beam_size)
     size = batch.limits.shape[0]
     state = init_beam_state(
-      cache, size, self.beam_size, max_decode_len, rule_state, self.diversity.groups
+      cache, size, self.beam_size, max_decode_len, rule_state, self.diversity.diverse_groups
     )
     return state, RowInputs(batch.limits, batch.prefix)
 
@@ -262,11 +262,11 @@ def _samples_ranked(
 Mode = Beam | Greedy | Sample
 
 
-def of_settings(settings: SearchConfig, final: int | None = None) -> Mode:
-  """The mode `settings` ask for: sampling, greedy (beam_size 1) or beam search. `final`:
-  how many of beam search's best hypotheses must be exact when a sentence stops (`Stop`)."""
+def of_settings(settings: SearchConfig, nbest: int | None = None) -> Mode:
+  """The mode `settings` ask for: sampling, greedy (beam_size 1) or beam search. `nbest`:
+  how many of beam search's best hypotheses the caller reads (`Beam.of`)."""
   if settings.sampling:
     return Sample(num_samples=settings.num_samples)
   if settings.beam_size == 1:
     return Greedy()
-  return Beam.of(settings, final)
+  return Beam.of(settings, nbest)

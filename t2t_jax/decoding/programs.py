@@ -279,11 +279,10 @@ def search_batch(
   model: Transformer | Members,
   max_decode_len: int,
   search: SearchConfig = PAPER_SEARCH,
-  suppress_eos: bool = False,
-  nbest: bool = False,
+  nbest: int | None = None,
+  eos_only_at_limit: bool = False,
   sentence_ids: ArrayLike | None = None,
   prefix: ArrayLike | None = None,
-  final: int | None = None,
   stats: StageStats | None = None,
   constraint: Any = None,
   warm_up: bool = False,
@@ -295,19 +294,19 @@ def search_batch(
 
   inputs: int32 [batch, source length] (PAD 0); max_lengths: int32 [batch], each output's
   limit, EOS included (search.max_output_extra is the caller's business: it is already in
-  them). final: how many of the best beam hypotheses must be exact when a sentence stops
-  (`beam.Stop`); default 1 for the best output, all of them with nbest. suppress_eos
+  them). nbest: None returns the best output per sentence, int32 [batch, max_decode_len];
+  n returns `decode_in_stages`' (sequences, values) of every hypothesis, the n best of
+  beam search's exact when a sentence stops (`beam.Stop`). eos_only_at_limit
   (benchmarks): EOS only at each output's limit. constraint: a `decoding.constraints`
   constraint that every mode obeys. prefix: int32 [batch, P], the tokens each output
   starts with, PAD after them (None or all-PAD rows: unconstrained). With search.sampling,
   row r's samples are keyed by sentence_ids[r] (default: r), its index in the caller's
   input, so that a sentence's samples do not depend on its batch.
 
-  Returns the best output per sentence, int32 [batch, max_decode_len]; with `nbest`,
-  `decode_in_stages`' (sequences, scores). warm_up: decodes nothing, but calls every
-  program a batch of this shape can need (`warm_up_stages`) and returns their number.
-  memory_len: `decode_in_stages`'; with warm_up, memory_lens (default [memory_len]) are
-  every memory_len a later search of this shape may be given.
+  warm_up: decodes nothing, but calls every program a batch of this shape can need
+  (`warm_up_stages`) and returns their number. memory_len: `decode_in_stages`'; with
+  warm_up, memory_lens (default [memory_len]) are every memory_len a later search of this
+  shape may be given.
   """
   batch, knobs, decoding = _prepared(
     search,
@@ -315,15 +314,15 @@ def search_batch(
     max_lengths,
     sentence_ids,
     prefix,
-    final=final if final is not None or nbest else 1,
+    nbest=1 if nbest is None else nbest,
     constraint=constraint,
-    eos_only_at_limit=suppress_eos,
+    eos_only_at_limit=eos_only_at_limit,
   )
   common = dict(model=model, max_decode_len=max_decode_len, decoding=decoding)
   if warm_up:
     memory_lens = (memory_len,) if memory_lens is None else tuple(memory_lens)
     return warm_up_stages(params, batch, knobs, memory_lens=memory_lens, **common)
-  seqs, scores = decode_in_stages(
+  seqs, values = decode_in_stages(
     params, batch, knobs, stats=stats, memory_len=memory_len, **common
   )
-  return (seqs, scores) if nbest else seqs[:, 0]
+  return seqs[:, 0] if nbest is None else (seqs, values)

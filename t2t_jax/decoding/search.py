@@ -134,7 +134,7 @@ def beam_search(
   prefix: jax.Array | None = None,
   constraint: Any = None,
   sources: jax.Array | None = None,
-  final: int | None = None,
+  nbest: int | None = None,
   eos_only_at_limit: bool = False,
   early_stop: bool = True,
   staged: bool = False,
@@ -182,7 +182,8 @@ def beam_search(
       from), eos_only_at_limit: the decoding rules (`rules.of_settings`). prefix: int32
       [batch, P], each sentence's forced first tokens, PAD after them (an all-PAD row:
       unconstrained); a limit below len(prefix) + 1 is raised to it.
-    final: how many of the best hypotheses must be exact when a sentence stops (`Stop`).
+    nbest: how many of the best hypotheses must be exact when a sentence stops (`Stop`;
+      None: all beam_size of them).
     early_stop: False runs every sentence to its limit (for tests; same results).
     eos_id, bos_id: end and start token ids.
 
@@ -194,7 +195,7 @@ def beam_search(
     returns its live hypotheses, scored log p / lp(length).
   """
   limits = _checked_limits(cache, max_lengths, max_decode_len)
-  mode = modes.Beam.of(search, final, early_stop)
+  mode = modes.Beam.of(search, nbest, early_stop)
   decoding = Decoding.of(
     search, mode=mode, constraint=constraint, eos_only_at_limit=eos_only_at_limit
   )

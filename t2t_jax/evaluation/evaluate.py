@@ -15,16 +15,19 @@ from t2t_jax.data.sources import treebank
 from t2t_jax.evaluation import parseval, scoring
 
 if TYPE_CHECKING:  # the translator's module is loaded by whoever builds one
+  from t2t_jax.decoding.config import SearchConfig
   from t2t_jax.decoding.translator import Translator
 
 Pairs = Sequence[tuple[str, str]]
 
 
 def bleu(
-  translator: "Translator", pairs: Pairs, beam_size: int, alpha: float, source_name: str = "dev"
+  translator: "Translator", pairs: Pairs, search: "SearchConfig", source_name: str = "dev"
 ) -> float:
-  """sacreBLEU of `translator` on (source, reference) pairs (`source_name` labels warnings)."""
-  hyps = translator.translate([s for s, _ in pairs], beam_size, alpha, source_name=source_name)
+  """sacreBLEU of `translator` decoding with `search` on (source, reference) pairs
+  (`source_name` labels warnings)."""
+  sources = [s for s, _ in pairs]
+  hyps = translator.translate(sources, search=search, source_name=source_name)
   return scoring.sacrebleu_score(hyps, [r for _, r in pairs]).score
 
 
@@ -58,31 +61,30 @@ def f1(
   translator: "Translator",
   pairs: Pairs,
   golds: Sequence[trees.Tree],
-  beam_size: int,
-  alpha: float,
+  search: "SearchConfig",
   source_name: str = "dev",
   leaves: str = "xx",
 ) -> parseval.ParseScore:
-  """EVALB bracket F1 (`parseval.ParseScore`) of parsing the pairs' sources; the outputs'
-  leaf tokens are of the form `leaves` (config.data.tree_leaves)."""
-  outputs = translator.translate([s for s, _ in pairs], beam_size, alpha, source_name=source_name)
+  """EVALB bracket F1 (`parseval.ParseScore`) of parsing the pairs' sources with `search`;
+  the outputs' leaf tokens are of the form `leaves` (config.data.tree_leaves)."""
+  sources = [s for s, _ in pairs]
+  outputs = translator.translate(sources, search=search, source_name=source_name)
   return parseval.score_outputs(outputs, golds, leaves)
 
 
 def dev_metrics(
   translator: "Translator",
   pairs: Pairs,
-  beam_size: int,
-  alpha: float,
+  search: "SearchConfig",
   data_config: ml_collections.ConfigDict,
   source_name: str = "dev",
 ) -> dict[str, float]:
   """{'dev_bleu': sacreBLEU} or, for parsing, {'dev_f1': bracket F1} of `pairs`."""
   if is_parsing(data_config):
     golds = gold_trees(data_config, "dev", pairs)
-    score = f1(translator, pairs, golds, beam_size, alpha, source_name, data_config.tree_leaves)
+    score = f1(translator, pairs, golds, search, source_name, data_config.tree_leaves)
     return dict(dev_f1=score.f1)
-  return dict(dev_bleu=bleu(translator, pairs, beam_size, alpha, source_name))
+  return dict(dev_bleu=bleu(translator, pairs, search, source_name))
 
 
 def read_gold_trees(path: str) -> list[trees.Tree]:

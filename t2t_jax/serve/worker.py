@@ -95,19 +95,20 @@ class Model:
       batch_tokens=s.batch_tokens,
       max_rows=s.max_rows,
     )
+    # the server's beam_size and alpha into the one search every request decodes with
+    translator.search = translator.search.override(beam_size=s.beam_size, alpha=s.alpha)
     start = time.perf_counter()
     if s.warm_up == "all":
-      beam = s.beam_size or translator.search.beam_size
-      nbests = self.nbest_sizes(beam)
+      nbests = self.nbest_sizes(translator.search.beam_size)
       print(
         f"t2t-serve: compiling the search for every batch shape (up to {s.max_rows} "
         f"sentences, n-best sizes {', '.join(map(str, sorted({n or 1 for n in nbests})))})",
         file=sys.stderr,
         flush=True,
       )
-      shapes, programs = translator.warm_up_batches(s.beam_size, s.alpha, nbests)
+      shapes, programs = translator.warm_up_batches(nbests=nbests)
     else:
-      translator.warm_up(beam_size=s.beam_size, alpha=s.alpha)
+      translator.warm_up()
       shapes, programs = len(translator.buckets()), 0
     self.warm_up = WarmUp(shapes, programs, time.perf_counter() - start)
     self.pair = Pair(source=self.pair.source, target=translator.target_lang)
@@ -123,14 +124,13 @@ class Model:
   @property
   def beam_size(self) -> int:
     """The beam of every request: the flag's, else the workdir's config."""
-    return self.settings.beam_size or self._translator.search.beam_size
+    return self._translator.search.beam_size
 
   def translate(self, lines: list[str], nbest: int = 0) -> list[Any]:
     """One string per line, or with nbest a list of `Hypothesis` per line, best first."""
-    s = self.settings
     if not nbest:
-      return list(self._translator.translate(lines, beam_size=s.beam_size, alpha=s.alpha))
-    found = self._translator.translate(lines, beam_size=s.beam_size, alpha=s.alpha, nbest=nbest)
+      return list(self._translator.translate(lines))
+    found = self._translator.translate(lines, nbest=nbest)
     return [[Hypothesis(h.text, float(h.score), float(h.log_prob)) for h in hyps] for hyps in found]
 
   def attention(self, source: str, target: str) -> dict[str, Any]:

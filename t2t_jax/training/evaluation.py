@@ -22,6 +22,7 @@ from t2t_jax.run.workdir import Workdir
 from t2t_jax.training import parallel
 
 if TYPE_CHECKING:  # the translator's module is loaded by whoever builds one
+  from t2t_jax.decoding.config import SearchConfig
   from t2t_jax.decoding.translator import Translator
 
 Pairs = Sequence[tuple[str, str]]
@@ -76,14 +77,13 @@ def select_checkpoint(
   candidates: str,
   pairs: Pairs,
   translator_for: Callable[[str], "Translator"],
-  beam_size: int,
-  alpha: float,
-  metric: Callable[["Translator", Pairs, int, float], float] = evaluate.bleu,
+  search: "SearchConfig",
+  metric: Callable[["Translator", Pairs, "SearchConfig"], float] = evaluate.bleu,
   metric_name: str = "dev_bleu",
 ) -> Selection:
   """Scores each candidate of `candidates` ('latest,average:3,best,...') by dev sacreBLEU (or by
-  `metric(translator, pairs, beam_size, alpha)`, higher is better, named `metric_name` in
-  what is written).
+  `metric(translator, pairs, search)`, higher is better, named `metric_name` in what is
+  written), decoding with `search`.
 
   `translator_for(spec)` builds a Translator on that checkpoint spec. Averages of more
   checkpoints than are kept are skipped with a warning; ties go to the first listed.
@@ -102,7 +102,7 @@ def select_checkpoint(
         f"config.select_checkpoints: candidate {spec!r} is not 'latest', 'average:N', "
         f"'best', 'best:N', 'ema' or a kept step ({e})"
       ) from None
-    scores[spec] = metric(translator_for(spec), pairs, beam_size, alpha)
+    scores[spec] = metric(translator_for(spec), pairs, search)
   if not scores:
     raise ValueError(
       f"config.select_checkpoints={candidates!r}: no candidate can be built from the "
@@ -112,9 +112,10 @@ def select_checkpoint(
   return Selection(best, scores, steps_of, len(pairs), metric_name)
 
 
-def write_selection(workdir: str, selection: Selection, beam_size: int, alpha: float) -> str:
+def write_selection(workdir: str, selection: Selection, search: "SearchConfig") -> str:
   """Writes <workdir>/selected.json (read by t2t-translate --checkpoint=selected|auto): the
-  scores under their metric's name ('metric' says which; `Workdir.selection_scores`)."""
+  scores under their metric's name ('metric' says which; `Workdir.selection_scores`) and
+  the beam_size and alpha they were decoded with."""
   path = Workdir(workdir).selected_file
   if jax.process_index() == 0:
     record = dict(
@@ -123,26 +124,25 @@ def write_selection(workdir: str, selection: Selection, beam_size: int, alpha: f
       metric=selection.metric,
       **{selection.metric: selection.scores},
       dev_sentences=selection.num_sentences,
-      beam_size=beam_size,
-      alpha=alpha,
+      beam_size=search.beam_size,
+      alpha=search.alpha,
     )
     Workdir(workdir).write_selection(record)
   return path
 
 
-def dev_beam(bleu_beam_size: int, beam_size: int) -> int:
-  """The beam of the trainer's dev decodings (dev scores and checkpoint selection):
-  `bleu_beam_size`, or `beam_size` when it is 0. Selection scores several candidates on dev,
-  so it decodes as cheaply as the periodic dev scores do."""
-  return bleu_beam_size or beam_size
+def dev_search(bleu_beam_size: int, search: "SearchConfig") -> "SearchConfig":
+  """The search of the trainer's dev decodings (dev scores and checkpoint selection):
+  `search` with a beam of `bleu_beam_size` (0: its own). Selection scores several
+  candidates on dev, so it decodes as cheaply as the periodic dev scores do."""
+  return search.override(beam_size=bleu_beam_size or None)
 
 
 def translate_test(
   translator: "Translator",
   pairs: Pairs,
   lang: str,
-  beam_size: int,
-  alpha: float,
+  search: "SearchConfig",
   output: str,
   source_name: str = "test",
 ) -> tuple[dict[str, float], str]:
@@ -150,7 +150,7 @@ def translate_test(
   the test_* metrics with a printable report (examples, exact match, the four scores)."""
   sources, refs = [s for s, _ in pairs], [r for _, r in pairs]
   t0 = time.time()
-  hyps = translator.translate(sources, beam_size, alpha, source_name=source_name)
+  hyps = translator.translate(sources, search=search, source_name=source_name)
   seconds = time.time() - t0
   metrics, scores_text = evaluate.score_report(hyps, refs, lang)
   if jax.process_index() == 0:
@@ -161,7 +161,7 @@ def translate_test(
   )
   report = (
     f"test split: {len(pairs)} sentences translated in {seconds:.1f}s "
-    f"(beam {beam_size}, alpha {alpha})\n{examples}\n"
+    f"(beam {search.beam_size}, alpha {search.alpha})\n{examples}\n"
     f"exact match {100 * metrics['test_exact_match']:.2f}%\n{scores_text}"
   )
   return metrics, report
@@ -171,8 +171,7 @@ def parse_test(
   translator: "Translator",
   pairs: Pairs,
   golds: Sequence[trees.Tree],
-  beam_size: int,
-  alpha: float,
+  search: "SearchConfig",
   workdir: str,
   source_name: str = "test",
   leaves: str = "xx",
@@ -182,7 +181,7 @@ def parse_test(
   metrics and a printable report with examples. `leaves`: the targets' leaf form."""
   sources = [s for s, _ in pairs]
   t0 = time.time()
-  outputs = translator.translate(sources, beam_size, alpha, source_name=source_name)
+  outputs = translator.translate(sources, search=search, source_name=source_name)
   seconds = time.time() - t0
   metrics, text = evaluate.parse_report(outputs, sources, golds, leaves)
   parsed = [str(trees.rebuild(o, g.leaves(), leaves)[0]) for o, g in zip(outputs, golds)]
@@ -195,7 +194,7 @@ def parse_test(
     for s, o, (_, r) in list(zip(sources, outputs, pairs))[:2]
   )
   report = (
-    f"test split: {len(pairs)} sentences parsed in {seconds:.1f}s (beam {beam_size}, alpha "
-    f"{alpha})\n{examples}\n{text}"
+    f"test split: {len(pairs)} sentences parsed in {seconds:.1f}s (beam {search.beam_size}, "
+    f"alpha {search.alpha})\n{examples}\n{text}"
   )
   return metrics, report

@@ -269,7 +269,7 @@ class Trainer:
 
   def select(self) -> str:
     """The best of `select_checkpoints` by dev sacreBLEU (parsing: dev F1), decoded with the
-    dev beam (`evaluation.dev_beam`), written to <workdir>/selected.json."""
+    dev beam (`evaluation.dev_search`), written to <workdir>/selected.json."""
     n = self.config.select_num_sentences
     pairs = self.data.dev_pairs[:n] if n else self.data.dev_pairs
     metric, metric_name, name = evaluate.bleu, "dev_bleu", "sacreBLEU"
@@ -277,24 +277,23 @@ class Trainer:
       golds = evaluate.gold_trees(self.config.data, "dev", pairs)
       leaves = self.config.data.tree_leaves
       metric, metric_name, name = (
-        lambda t, p, b, a: evaluate.f1(t, p, golds, b, a, leaves=leaves).f1,
+        lambda t, p, search: evaluate.f1(t, p, golds, search, leaves=leaves).f1,
         "dev_f1",
         "bracket F1",
       )
-    beam = evaluation.dev_beam(self.config.bleu_beam_size, self.search.beam_size)
+    search = evaluation.dev_search(self.config.bleu_beam_size, self.search)
     selection = evaluation.select_checkpoint(
       self.ckpts,
       self.config.select_checkpoints,
       pairs,
       lambda spec: self.translator(None, spec),
-      beam,
-      self.search.alpha,
+      search,
       metric,
       metric_name,
     )
-    evaluation.write_selection(self.workdir, selection, beam, self.search.alpha)
+    evaluation.write_selection(self.workdir, selection, search)
     summary.log(
-      f"checkpoint selection on dev ({len(pairs)} sentences, {name}, beam {beam}):\n"
+      f"checkpoint selection on dev ({len(pairs)} sentences, {name}, beam {search.beam_size}):\n"
       f"{selection.table()}"
     )
     self.writer.write(
@@ -319,12 +318,10 @@ class Trainer:
     pairs = self.data.dev_pairs[: self.config.bleu_num_sentences]
     if not pairs:
       return {}
-    beam = evaluation.dev_beam(self.config.bleu_beam_size, self.search.beam_size)
     return evaluate.dev_metrics(
       self.translator(p_params),
       pairs,
-      beam,
-      self.search.alpha,
+      evaluation.dev_search(self.config.bleu_beam_size, self.search),
       self.config.data,
       self.data.split_name("dev"),
     )
@@ -350,8 +347,7 @@ class Trainer:
         translator,
         pairs,
         golds,
-        self.search.beam_size,
-        self.search.alpha,
+        self.search,
         self.workdir,
         self.data.split_name("test"),
         self.config.data.tree_leaves,
@@ -364,8 +360,7 @@ class Trainer:
       translator,
       pairs,
       lang,
-      self.search.beam_size,
-      self.search.alpha,
+      self.search,
       Workdir(self.workdir).test_file(lang),
       self.data.split_name("test"),
     )

@@ -22,8 +22,8 @@ MUTATIONS = (
     "stop_rule_exact",
     "the exact stopping rule bounds by lp(step + 1) only: == 'exact' becomes !=",
     "t2t_jax/decoding/beam.py",
-    'if stop.rule == "exact":',
-    'if stop.rule != "exact":',
+    'if stop.beam_stop == "exact":',
+    'if stop.beam_stop != "exact":',
     ("tests/test_decode.py",),
   ),
   M(
@@ -136,8 +136,8 @@ MUTATIONS = (
     "diverse_penalty",
     "diverse beam groups ignore the earlier groups' choices: - strength becomes + strength",
     "t2t_jax/decoding/diverse.py",
-    "ranked = cand - diversity.strength * count",
-    "ranked = cand + diversity.strength * count",
+    "ranked = cand - diversity.diversity_strength * count",
+    "ranked = cand + diversity.diversity_strength * count",
     ("tests/test_diverse.py",),
   ),
   M(
@@ -215,9 +215,9 @@ MUTATIONS = (
   M(
     "precision_dtype_dropped",
     "Translator.from_workdir reads the dtype but decodes in the config's",
-    "t2t_jax/decoding/translator.py",
-    '        model_dict["dtype"] = precision.decode_dtype(dtype, configured, platform)',
-    "        precision.decode_dtype(dtype, configured, platform)",
+    "t2t_jax/decoding/loading.py",
+    '      model_dict["dtype"] = precision.decode_dtype(dtype, configured, jax.default_backend())',
+    "      precision.decode_dtype(dtype, configured, jax.default_backend())",
     (PRECISION,),
   ),
   M(
@@ -311,9 +311,9 @@ MUTATIONS = (
   M(
     "batch_threads_one_at_a_time",
     "translate() decodes its batches one at a time whatever batch_threads says",
-    "t2t_jax/decoding/translator.py",
-    "    threads = min(self.batch_threads, len(batches))",
-    "    threads = 1",
+    "t2t_jax/decoding/batch_threads.py",
+    "  threads = min(threads, len(batches))",
+    "  threads = 1",
     (BATCH_THREADS,),
   ),
   M(
@@ -335,7 +335,7 @@ MUTATIONS = (
   M(
     "batch_threads_default_one",
     "translate() decodes one batch at a time on a CPU too by default",
-    "t2t_jax/decoding/translator.py",
+    "t2t_jax/decoding/batch_threads.py",
     '  return 2 if jax.default_backend() == "cpu" else 1',
     "  return 1",
     (BATCH_THREADS,),

@@ -115,8 +115,8 @@ MUTATIONS = (
     "serve_warm_up_skips_nbest_scoring",
     "the n-best scores' host-side length penalty is not compiled in the warm-up",
     "t2t_jax/decoding/translator.py",
-    "    _warm_up_hypotheses(settings.alpha)",
-    "    pass",
+    "      hypotheses_lib.warm_up_hypotheses(settings.alpha)",
+    "      pass",
     WARM_UP,
   ),
 )
