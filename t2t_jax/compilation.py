@@ -143,7 +143,8 @@ class stored:  # noqa: N801 (a decorator, named like jax.jit)
   function, the values of its static (keyword) arguments, the pytree structure, shapes,
   dtypes and shardings of its positional arguments, jax's settings and the software and
   devices (`_environment`: jax, jaxlib and flax versions, the t2t_jax sources, the
-  backend, XLA_FLAGS). Positional arguments are the traced ones, keyword arguments static;
+  backend, XLA_FLAGS), so that an upgraded installation never runs a program exported from
+  its old code. Positional arguments are the traced ones, keyword arguments static;
   `donate` names positional arguments whose buffers the program may reuse, as jit's
   donate_argnames.
 
@@ -381,10 +382,13 @@ def _environment() -> tuple:
   )
 
 
+SOURCES = os.path.dirname(os.path.abspath(__file__))  # the package whose sources key programs
+
+
 def _sources_digest() -> str:
-  """sha256 of t2t_jax's Python sources: a change anywhere in the package makes new
-  programs (cheaper to export again than to prove which changes could matter)."""
-  root = os.path.dirname(os.path.abspath(__file__))
+  """sha256 of t2t_jax's Python sources (`SOURCES`): a change anywhere in the package makes
+  new programs (cheaper to export again than to prove which changes could matter)."""
+  root = SOURCES
   digest = hashlib.sha256()
   for folder, dirs, files in os.walk(root):
     dirs.sort()
