@@ -20,7 +20,9 @@ import json
 import os
 import pickle
 import tempfile
+import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any
 
 import jax
@@ -141,7 +143,8 @@ class stored:  # noqa: N801 (a decorator, named like jax.jit)
   function, the values of its static (keyword) arguments, the pytree structure, shapes,
   dtypes and shardings of its positional arguments, jax's settings and the software and
   devices (`_environment`: jax, jaxlib and flax versions, the t2t_jax sources, the
-  backend, XLA_FLAGS). Positional arguments are the traced ones, keyword arguments static;
+  backend, XLA_FLAGS), so that an upgraded installation never runs a program exported from
+  its old code. Positional arguments are the traced ones, keyword arguments static;
   `donate` names positional arguments whose buffers the program may reuse, as jit's
   donate_argnames.
 
@@ -150,6 +153,9 @@ class stored:  # noqa: N801 (a decorator, named like jax.jit)
   it), this is the jitted function itself. A file that cannot be read (another jax, a
   truncated file) is exported again and rewritten; one that cannot be written is only not
   kept. Nothing here changes jax's settings.
+
+  Threads may share it (the Translator's batch threads do): a program several of them ask
+  for at once is loaded or exported once, by the first, and the others wait for it.
   """
 
   def __init__(self, jitted: Any, donate: tuple[str, ...] = ()) -> None:
@@ -159,6 +165,8 @@ class stored:  # noqa: N801 (a decorator, named like jax.jit)
     names = list(inspect.signature(jitted).parameters)
     self._donate = tuple(names.index(n) for n in donate)
     self._programs: dict[Any, Callable[..., Any]] = {}
+    self._building: dict[Any, Future] = {}  # a key's program while its first caller builds it
+    self._lock = threading.Lock()  # guards both dicts
 
   def __call__(self, *args: Any, **static: Any) -> Any:
     directory = jax.config.jax_compilation_cache_dir
@@ -169,13 +177,38 @@ class stored:  # noqa: N801 (a decorator, named like jax.jit)
       return self.jitted(*args, **static)  # called inside another traced function
     signature = tuple(_signature(x) for x in leaves)
     key = (tuple(sorted(static.items())), tree, signature, _settings())
-    program = self._programs.get(key)
-    if program is None:
+    return self._program(directory, key, args, static)(*args)
+
+  def _program(self, directory: str, key: Any, args: tuple, static: dict) -> Callable:
+    """`key`'s program, from memory or loaded or exported by the first of the threads that
+    ask for it at once while the others wait for it. A build that fails is the error of
+    every caller waiting for it and leaves nothing behind: the next call builds again."""
+    with self._lock:
+      program = self._programs.get(key)
+      if program is not None:
+        return program
+      pending = self._building.get(key)
+      if pending is None:
+        pending = self._building[key] = Future()
+        first = True
+      else:
+        first = False
+    if not first:
+      return pending.result()
+    try:
       program = self._load_or_export(directory, key, args, static)
+    except BaseException as e:
+      with self._lock:
+        del self._building[key]
+      pending.set_exception(e)
+      raise
+    with self._lock:
+      del self._building[key]
       if len(self._programs) >= MAX_PROGRAMS:
         self._programs.pop(next(iter(self._programs)))
       self._programs[key] = program
-    return program(*args)
+    pending.set_result(program)
+    return program
 
   def _load_or_export(self, directory: str, key: Any, args: tuple, static: dict) -> Callable:
     path = self._path(directory, key)
@@ -349,10 +382,13 @@ def _environment() -> tuple:
   )
 
 
+SOURCES = os.path.dirname(os.path.abspath(__file__))  # the package whose sources key programs
+
+
 def _sources_digest() -> str:
-  """sha256 of t2t_jax's Python sources: a change anywhere in the package makes new
-  programs (cheaper to export again than to prove which changes could matter)."""
-  root = os.path.dirname(os.path.abspath(__file__))
+  """sha256 of t2t_jax's Python sources (`SOURCES`): a change anywhere in the package makes
+  new programs (cheaper to export again than to prove which changes could matter)."""
+  root = SOURCES
   digest = hashlib.sha256()
   for folder, dirs, files in os.walk(root):
     dirs.sort()

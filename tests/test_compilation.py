@@ -3,6 +3,7 @@
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -162,6 +163,38 @@ def test_a_stored_program_is_read_back_without_tracing_and_gives_the_same_result
     assert set(traced) == {"_scaled_sum"}
     np.testing.assert_array_equal(got[0], want[0])
     assert call(compilation.stored(_jitted()))[0] == []
+
+
+def test_a_stored_program_is_exported_again_once_the_sources_change(tmp_path, monkeypatch):
+  """An upgraded installation never runs a program exported from its old code: with one
+  byte of a t2t_jax source file changed (here in a copy the digest is pointed at), a new
+  process traces and stores the program again instead of reading the old one back."""
+  import jax.numpy as jnp
+
+  sources, cache = tmp_path / "t2t_jax", tmp_path / "xla"
+  sources.mkdir()
+  cache.mkdir()
+  copy = sources / "compilation.py"
+  shutil.copy(compilation.__file__, copy)
+  monkeypatch.setattr(compilation, "SOURCES", str(sources))
+
+  def traced_by_a_new_process() -> list[str]:
+    compilation._environment.cache_clear()  # what a new process computes again
+    f = compilation.stored(_jitted())
+    return _traces(lambda: f(jnp.ones(3), jnp.ones(3), scale=2.0), "_scaled_sum")
+
+  try:
+    with _cache_dir(str(cache)):
+      assert set(traced_by_a_new_process()) == {"_scaled_sum"}
+      assert traced_by_a_new_process() == []  # the same sources: read back
+      text = copy.read_bytes()
+      copy.write_bytes(text.replace(b"MAX_PROGRAMS = 1024", b"MAX_PROGRAMS = 1025", 1))
+      assert copy.read_bytes() != text
+      assert set(traced_by_a_new_process()) == {"_scaled_sum"}  # not the old program
+      assert len(_stored_files(cache)) == 2
+      assert traced_by_a_new_process() == []
+  finally:
+    compilation._environment.cache_clear()  # the real sources' digest for later tests
 
 
 def _fresh_process(code: str, *args) -> dict:

@@ -418,11 +418,15 @@ class _Metrics:
     waiting.set_function(lambda: server.waiting)
     stats = server.batcher.stats
     for name, doc, get in (
-      ("t2t_serve_batches", "batches run", lambda: stats.batches),
-      ("t2t_serve_batched_lines", "lines translated", lambda: stats.lines),
-      ("t2t_serve_batched_requests", "requests in batches", lambda: stats.requests),
-      ("t2t_serve_dropped_requests", "queued requests dropped", lambda: stats.dropped),
-      ("t2t_serve_last_batch_lines", "lines of the last batch", lambda: stats.last_batch_lines),
+      ("t2t_serve_batches", "batches run", lambda: stats.snapshot().batches),
+      ("t2t_serve_batched_lines", "lines translated", lambda: stats.snapshot().lines),
+      ("t2t_serve_batched_requests", "requests in batches", lambda: stats.snapshot().requests),
+      ("t2t_serve_dropped_requests", "queued requests dropped", lambda: stats.snapshot().dropped),
+      (
+        "t2t_serve_last_batch_lines",
+        "lines of the last batch",
+        lambda: stats.snapshot().last_batch_lines,
+      ),
     ):
       prom.Gauge(name, doc, registry=self.registry).set_function(get)
 

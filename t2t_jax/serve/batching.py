@@ -48,7 +48,9 @@ class _Call:
 
 @dataclasses.dataclass
 class BatchStats:
-  """What the worker did, for /metrics and the benchmark."""
+  """What the worker did, for /metrics and the benchmark. The model thread and the event
+  loop both count here and /metrics reads it: each count and each `snapshot` is taken
+  under `lock`."""
 
   batches: int = 0
   lines: int = 0
@@ -56,6 +58,27 @@ class BatchStats:
   dropped: int = 0  # requests cancelled (client gone, timed out) before they ran
   last_batch_lines: int = 0
   sizes: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+  lock: Any = dataclasses.field(
+    default_factory=threading.Lock, init=False, repr=False, compare=False
+  )
+
+  def count_dropped(self, requests: int) -> None:
+    with self.lock:
+      self.dropped += requests
+
+  def count_batch(self, requests: int, lines: int) -> None:
+    """One batch of `requests` requests and `lines` lines has run."""
+    with self.lock:
+      self.batches += 1
+      self.requests += requests
+      self.lines += lines
+      self.last_batch_lines = lines
+      self.sizes[requests] += 1
+
+  def snapshot(self) -> "BatchStats":
+    """A copy of the counts as they are now, every batch counted whole."""
+    with self.lock:
+      return dataclasses.replace(self, sizes=collections.Counter(self.sizes))
 
 
 def padded_cost(lines: Sequence[str]) -> int:
@@ -138,7 +161,7 @@ class Batcher:
   def _purge(self) -> None:
     """Drops the cancelled jobs (clients gone, timed out) from the queue."""
     kept = [job for job in self._queue if not job.future.cancelled()]
-    self.stats.dropped += len(self._queue) - len(kept)
+    self.stats.count_dropped(len(self._queue) - len(kept))
     self._queue = collections.deque(kept)
     self._queued_lines = sum(len(job.lines) for job in kept)
 
@@ -185,7 +208,7 @@ class Batcher:
       if not batch:
         return
       running = [job for job in batch if job.future.set_running_or_notify_cancel()]
-      self.stats.dropped += len(batch) - len(running)
+      self.stats.count_dropped(len(batch) - len(running))
       if not running:
         continue
       if isinstance(running[0], _Call):
@@ -207,14 +230,7 @@ class Batcher:
         continue
       for job, part in zip(group, parts):
         job.future.set_result(part)
-      self._count(len(group), len(lines))
-
-  def _count(self, requests: int, lines: int) -> None:
-    self.stats.batches += 1
-    self.stats.requests += requests
-    self.stats.lines += lines
-    self.stats.last_batch_lines = lines
-    self.stats.sizes[requests] += 1
+      self.stats.count_batch(len(group), len(lines))
 
 
 def _settle(future: Future, fn: Callable[[], Any]) -> None:
