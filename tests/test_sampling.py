@@ -361,7 +361,10 @@ def _translate(monkeypatch, *args):
     (["--sampling", "--sampling_topp=1.2"], r"--sampling_topp=1.2 must be in (0, 1]"),
     (["--sampling", "--sampling_topp=0"], r"--sampling_topp=0.0 must be in (0, 1]"),
     (["--sampling", "--sampling_topk=-2"], "--sampling_topk=-2 must be >= 0"),
-    (["--sampling", "--num_samples=2", "--nbest=3"], "--nbest=3: must be between 1 and num_samples=2 (0: off)"),
+    (
+      ["--sampling", "--num_samples=2", "--nbest=3"],
+      "--nbest=3: must be between 1 and num_samples=2 (0: off)",
+    ),
     (["--sampling_topk=5"], "--sampling_topk shapes sampling: add --sampling"),
   ],
 )

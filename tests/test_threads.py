@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from t2t_jax import compilation
-from t2t_jax.decoding import search
+from t2t_jax.decoding.stages import StageStats
 from t2t_jax.serve.batching import BatchStats
 
 THREADS = 8
@@ -242,7 +242,7 @@ def test_a_translator_s_statistics_counted_and_reset_from_several_threads_lose_n
   model, params = support.small_model(seed=5, max_len=32)
   translator = Translator(model, params, _IdTokenizer(), batch_tokens=48, batch_threads=1)
   best = np.array([[5, 6, 0]], np.int32)
-  one = search.StageStats(row_steps=2, stages=1, compactions=1, resizes=1)
+  one = StageStats(row_steps=2, stages=1, compactions=1, resizes=1)
   rounds, taken = 2000, []
 
   def work(i):
