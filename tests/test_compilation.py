@@ -304,6 +304,8 @@ def test_a_program_s_key_is_the_content_of_its_static_arguments():
   only by its identity has no key (the program is then not kept across processes)."""
   from t2t_jax.decoding import constraints, modes, programs
   from t2t_jax.decoding.diverse import Diversity
+  from t2t_jax.decoding.min_length import MinLengthRatio
+  from t2t_jax.decoding.no_repeat import NoRepeatNgram
   from t2t_jax.model.config import TransformerConfig
   from t2t_jax.model.transformer import Transformer
 
@@ -329,7 +331,9 @@ def test_a_program_s_key_is_the_content_of_its_static_arguments():
     (model(), decoding(mode=modes.Greedy()), 0.6),
     (model(), decoding(mode=modes.Sample(num_samples=2)), 0.6),
     (model(), decoding(constraint=None), 0.6),
-    (model(), decoding(no_repeat_ngram=3), 0.6),
+    (model(), decoding(registered=(NoRepeatNgram(3),)), 0.6),
+    (model(), decoding(registered=(MinLengthRatio(0.5),)), 0.6),
+    (model(), decoding(registered=(MinLengthRatio(0.75),)), 0.6),
     (model(), decoding(), 0.7),
     (model(), decoding(), 1),
   ]

@@ -167,3 +167,67 @@ def test_scores_are_the_models_log_probs_in_every_mode(mode):
   forced = np.asarray(scoring.target_log_probs(params, inputs, jnp.asarray(seqs), model=model))
   assert np.all(forced.sum(-1) > -1e3)  # no -1e9 for a suppressed EOS
   np.testing.assert_allclose(scores, forced.sum(-1), rtol=1e-4)
+
+
+def _ref_min_length(sources: np.ndarray, limits: np.ndarray, ratio: float) -> list[int]:
+  """Each sentence's minimum output length, EOS included: ceil(ratio * its source tokens),
+  within its limit (Python's own arithmetic)."""
+  lengths = [int(np.sum(row != PAD_ID)) for row in sources]
+  return [min(int(np.ceil(np.float32(ratio) * n)), int(m)) for n, m in zip(lengths, limits)]
+
+
+@pytest.mark.parametrize("staged", [False, True])
+def test_searches_with_a_minimum_length_ratio_equal_the_trie_references(staged):
+  """Sources of 2-7 tokens and ratio 1.3: greedy equals numpy greedy with EOS banned
+  before each sentence's minimum; beam 16 equals the exhaustive search over the outputs at
+  least that long; every output holds its minimum (a rule registered in rulebook.py and
+  turned on by SearchConfig.min_length_ratio alone)."""
+  max_lengths = np.array([8, 6, 7, 8], np.int32)
+  sources = np.zeros((4, 7), np.int32)
+  for row, n in enumerate([2, 4, 7, 5]):
+    sources[row, :n] = np.arange(3, 3 + n)
+  minimum = _ref_min_length(sources, max_lengths, 1.3)
+  assert minimum == [3, 6, 7, 7]  # one capped at its limit
+  table = trie._random_table(71, batch=4, max_decode_len=8, eos_bias=1.5)
+  lm, cache = trie._trie_lm(table, 8, trie.SLOPE)
+  common = dict(max_lengths=max_lengths, max_decode_len=8, sources=jnp.asarray(sources))
+  greedy = SearchConfig(beam_size=1, min_length_ratio=1.3)
+  seqs, log_probs = trie.decode.greedy_search(lm, cache, search=greedy, staged=staged, **common)
+  for b in range(4):
+    seq, total = (), 0.0
+    while not seq or seq[-1] != EOS_ID:
+      step_log_probs = trie._ref_log_probs(table[b], seq, trie.SLOPE).copy()
+      if len(seq) + 1 < minimum[b]:
+        step_log_probs[EOS_ID] = -np.inf
+      last = len(seq) + 1 >= max_lengths[b]
+      token = EOS_ID if last else int(np.argmax(step_log_probs))
+      total += trie._ref_log_probs(table[b], seq, trie.SLOPE)[token]
+      seq += (token,)
+    assert trie._strip(np.asarray(seqs[b])) == seq and len(seq) >= minimum[b]
+    np.testing.assert_allclose(log_probs[b], total, rtol=1e-5)
+  lm, cache = trie._trie_lm(table, 8, trie.SLOPE)
+  beam = SearchConfig(beam_size=16, alpha=0.6, min_length_ratio=1.3)
+  seqs, scores = trie.decode.beam_search(lm, cache, search=beam, staged=staged, **common)
+  for b in range(4):
+    ranked = [
+      (score, seq)
+      for score, seq in trie._ref_exhaustive(table[b], max_lengths[b], 0.6)
+      if len(seq) >= minimum[b]
+    ]
+    assert trie._strip(np.asarray(seqs[b, 0])) == ranked[0][1]
+    np.testing.assert_allclose(scores[b, 0], ranked[0][0], rtol=1e-5)
+  plain = trie.decode.greedy_search(lm, cache, search=SearchConfig(beam_size=1), **common)[0]
+  assert min(len(trie._strip(np.asarray(s))) for s in plain) < 3  # the rule did change them
+
+
+def test_a_minimum_length_needs_the_sources():
+  with pytest.raises(ValueError, match="min_length_ratio needs the sources"):
+    trie.decode.greedy_search(
+      lambda ids, cache: (jnp.zeros((1, trie.VOCAB)), cache),
+      {},
+      max_lengths=[4],
+      max_decode_len=4,
+      search=SearchConfig(beam_size=1, min_length_ratio=0.5),
+    )
+  with pytest.raises(ValueError, match=r"^min_length_ratio=-0\.5 must be >= 0 \(0: off\)$"):
+    SearchConfig(min_length_ratio=-0.5)

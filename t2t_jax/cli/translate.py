@@ -180,6 +180,12 @@ def _define_flags() -> flags.FlagValues:
     "no output holds the same N tokens twice, in every search mode (0: off; default: the "
     "workdir's config.no_repeat_ngram, 0)",
   )
+  flags.DEFINE_float(
+    "min_length_ratio",
+    None,
+    "no output ends before it holds R times its input's tokens (both counting the end "
+    "token), within its length limit (0: off; default: the workdir's config.min_length_ratio)",
+  )
   flags.DEFINE_integer(
     "sampling_seed",
     None,
@@ -206,6 +212,7 @@ SEARCH_FLAGS = (
   "sampling",
   "constrained",
   "no_repeat_ngram",
+  "min_length_ratio",
   "diverse_groups",
   "diversity_strength",
   *SAMPLING_FLAGS,

@@ -19,25 +19,25 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from t2t_jax.decoding import modes
-from t2t_jax.decoding import rules as rules_lib
+from t2t_jax.decoding import modes, rulebook
 from t2t_jax.decoding.config import SearchConfig
 from t2t_jax.decoding.model_view import LAYOUTS
 from t2t_jax.decoding.rows import RowInputs, prefix_limits
+from t2t_jax.decoding.rules import Rules
 from t2t_jax.tokens import BOS_ID, EOS_ID
 
 
 @dataclasses.dataclass(frozen=True)
 class Decoding:
   """The static settings of one search (hashable: the programs' key): the mode
-  (`modes.Beam`, `Greedy` or `Sample`) and the settings of the decoding rules
-  (`rules.of_settings`): a `decoding.constraints` constraint, EOS only at each output's limit
-  (benchmarks), no n-gram twice in an output (0: off)."""
+  (`modes.Beam`, `Greedy` or `Sample`) and the decoding rules (`rulebook.rules_of`): a
+  `decoding.constraints` constraint, EOS only at each output's limit (benchmarks), and the
+  rules the settings turn on (`rulebook.registered`: no repeated n-gram, a minimum length)."""
 
   mode: modes.Mode = modes.Greedy()
   constraint: Any = None
   eos_only_at_limit: bool = False
-  no_repeat_ngram: int = 0
+  registered: tuple[Any, ...] = ()
 
   @classmethod
   def of(
@@ -54,15 +54,16 @@ class Decoding:
       mode=modes.of_settings(settings, nbest) if mode is None else mode,
       constraint=constraint,
       eos_only_at_limit=eos_only_at_limit,
-      no_repeat_ngram=settings.no_repeat_ngram,
+      registered=rulebook.registered(settings),
     )
 
-  def rules(self, prefix: bool) -> rules_lib.Rules:
-    return rules_lib.of_settings(
+  def rules(self, prefix: bool) -> Rules:
+    """The rules of a batch with (`prefix`) or without forced prefixes."""
+    return rulebook.rules_of(
       prefix=prefix,
       constraint=self.constraint,
       eos_only_at_limit=self.eos_only_at_limit,
-      no_repeat_ngram=self.no_repeat_ngram,
+      registered=self.registered,
     )
 
 

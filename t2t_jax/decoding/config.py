@@ -43,6 +43,8 @@ class SearchConfig:
       malformed; False decodes the model as it is. No effect on translation.
     no_repeat_ngram: no output holds the same n tokens twice (decoding/no_repeat.py;
       fairseq's --no-repeat-ngram-size); 0: off.
+    min_length_ratio: no output ends before it holds this many times its source's tokens
+      (both counting EOS; decoding/min_length.py), within its limit; 0: off.
     diverse_groups, diversity_strength: diverse beam search (decoding/diverse.py): the beam
       in groups that choose in turn, each lowering by the strength the tokens the groups
       before it chose at the step; 1 group: plain beam search. Must divide beam_size.
@@ -60,6 +62,7 @@ class SearchConfig:
   sampling_seed: int = 0
   constrained: bool = True
   no_repeat_ngram: int = 0
+  min_length_ratio: float = 0.0
   diverse_groups: int = 1
   diversity_strength: float = 0.5
 
@@ -128,6 +131,7 @@ _CHECKS: dict[str, tuple[Any, str]] = {
   "sampling_topp": (lambda v: 0 < v <= 1, "must be in (0, 1] (1: all tokens)"),
   "num_samples": (lambda v: v >= 1, "must be >= 1"),
   "no_repeat_ngram": (lambda v: v >= 0, "must be >= 0 (0: off)"),
+  "min_length_ratio": (lambda v: v >= 0, "must be >= 0 (0: off)"),
   "diverse_groups": (lambda v: v >= 1, "must be >= 1 (1: off)"),
   "diversity_strength": (lambda v: v >= 0, "must be >= 0"),
 }

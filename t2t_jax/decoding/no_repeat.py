@@ -6,12 +6,12 @@ import dataclasses
 
 import jax.numpy as jnp
 
-from t2t_jax.decoding.rules import Choice, PyTree, View, _Stateless
+from t2t_jax.decoding.rules import Choice, PyTree, Stateless, View
 from t2t_jax.tokens import EOS_ID
 
 
 @dataclasses.dataclass(frozen=True)
-class NoRepeatNgram(_Stateless):
+class NoRepeatNgram(Stateless):
   """Bans, at each step, every token that would complete an n-gram the row already holds:
   token t is banned after ... a_1 .. a_{n-1} when a_1 .. a_{n-1} t occurs earlier in the row.
   With n = 1 no token repeats. EOS is never banned, so a row can always end."""

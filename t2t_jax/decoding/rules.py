@@ -16,7 +16,8 @@ so every mode returns the model's log p of its outputs.
 
 A rule with state (a grammar's automaton) keeps it per row: `init` at the start, `advance`
 with the chosen tokens; beam search gathers it by parent like every other per-hypothesis
-leaf. docs/design.md says where a new rule goes and what it may touch.
+leaf. A rule the settings ask for is registered once in decoding/rulebook.py, which
+builds every search's rules; docs/design.md says where a new rule goes.
 """
 
 import dataclasses
@@ -75,8 +76,8 @@ class Rule(Protocol):
   def advance(self, state: PyTree, tokens: jax.Array) -> PyTree: ...
 
 
-class _Stateless:
-  """A rule that decides from the `View` alone."""
+class Stateless:
+  """A rule that decides from the `View` alone (no per-row state)."""
 
   def init(self, sources: jax.Array, limits: jax.Array, prefix: jax.Array | None) -> PyTree:
     return None
@@ -86,7 +87,7 @@ class _Stateless:
 
 
 @dataclasses.dataclass(frozen=True)
-class EndAtLimit(_Stateless):
+class EndAtLimit(Stateless):
   """A row that reaches its limit ends: at its last step only EOS may be taken, and EOS keeps
   its model log-probability (the paper's output limit, source length + 50)."""
 
@@ -95,7 +96,7 @@ class EndAtLimit(_Stateless):
 
 
 @dataclasses.dataclass(frozen=True)
-class EosOnlyAtLimit(_Stateless):
+class EosOnlyAtLimit(Stateless):
   """EOS only at the limit, so every output has its limit's length whatever the model
   (benchmarks; CTranslate2's min_decoding_length). EOS stays in the softmax."""
 
@@ -104,7 +105,7 @@ class EosOnlyAtLimit(_Stateless):
 
 
 @dataclasses.dataclass(frozen=True)
-class ForcePrefix(_Stateless):
+class ForcePrefix(Stateless):
   """A row inside its prefix takes the prefix's next token and nothing else (not EOS);
   its score counts the token's log-probability."""
 
@@ -161,25 +162,3 @@ def token_mask(choice: Choice, vocab: int, eos_id: int = EOS_ID) -> jax.Array | 
 def end_where_stopped(choice: Choice, tokens: jax.Array, eos_id: int = EOS_ID) -> jax.Array:
   """tokens int32 [rows] with EOS wherever `choice.go_on` is False."""
   return tokens if choice.go_on is None else jnp.where(choice.go_on, tokens, eos_id)
-
-
-def of_settings(
-  *,
-  prefix: bool,
-  constraint: Any = None,
-  eos_only_at_limit: bool = False,
-  no_repeat_ngram: int = 0,
-) -> Rules:
-  """The rules of a search: the end at the limit always, then those its settings ask for."""
-  from t2t_jax.decoding.no_repeat import NoRepeatNgram
-
-  members: list[Any] = [EndAtLimit()]
-  if eos_only_at_limit:
-    members.append(EosOnlyAtLimit())
-  if prefix:
-    members.append(ForcePrefix())
-  if constraint is not None:
-    members.append(Constrained(constraint))
-  if no_repeat_ngram > 0:
-    members.append(NoRepeatNgram(no_repeat_ngram))
-  return Rules(tuple(members))

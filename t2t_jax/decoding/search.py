@@ -179,7 +179,7 @@ def beam_search(
       new hypothesis b of sentence i continues old hypothesis parents[i, b]. Hypotheses
       start identical (all with BOS; only hypothesis 0 is expanded at the first step).
     prefix, constraint (with `sources`, int32 [batch, src_len], that its state starts
-      from), eos_only_at_limit: the decoding rules (`rules.of_settings`). prefix: int32
+      from), eos_only_at_limit: the decoding rules (`rulebook.rules_of`). prefix: int32
       [batch, P], each sentence's forced first tokens, PAD after them (an all-PAD row:
       unconstrained); a limit below len(prefix) + 1 is raised to it.
     nbest: how many of the best hypotheses must be exact when a sentence stops (`Stop`;

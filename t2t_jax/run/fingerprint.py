@@ -45,6 +45,7 @@ MAY_CHANGE_ON_RESUME = frozenset(
     "no_repeat_ngram",
     "max_output_extra",
     "min_delta",
+    "min_length_ratio",
     "num_samples",
     "num_train_steps",
     "patience",

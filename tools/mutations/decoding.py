@@ -405,4 +405,28 @@ MUTATIONS = (
     "      if made is None:\n",
     (PRECISION,),
   ),
+  M(
+    "min_length_one_step_late",
+    "the minimum length lets EOS in one step late: step + 1 >= minimum becomes step >= minimum",
+    "t2t_jax/decoding/min_length.py",
+    "    return Choice(eos=view.step + 1 >= state)",
+    "    return Choice(eos=view.step >= state)",
+    ("tests/test_rules.py",),
+  ),
+  M(
+    "min_length_rounded_down",
+    "the minimum length rounds ratio * source length down instead of up",
+    "t2t_jax/decoding/min_length.py",
+    "    minimum = jnp.ceil(self.ratio * source_len).astype(jnp.int32)",
+    "    minimum = jnp.floor(self.ratio * source_len).astype(jnp.int32)",
+    ("tests/test_rules.py",),
+  ),
+  M(
+    "min_length_unregistered",
+    "min_length_ratio turns no rule on: its registry entry is dropped",
+    "t2t_jax/decoding/rulebook.py",
+    '  ("min_length_ratio", lambda ratio: MinLengthRatio(ratio) if ratio > 0 else None),\n',
+    "",
+    ("tests/test_rules.py",),
+  ),
 )
