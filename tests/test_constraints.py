@@ -2,6 +2,8 @@
 their rules, and random constrained walks: every walk that samples only allowed tokens ends
 in a well-formed tree over exactly the source's words."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -235,3 +237,124 @@ def test_vocabulary_constraint_and_all_of():
   state = both.advance(state, jnp.asarray([7, EOS_ID]))
   mask = np.asarray(both.allowed(state))
   assert [list(np.flatnonzero(m)) for m in mask] == [[EOS_ID, 5, 7], [PAD_ID, EOS_ID]]
+
+
+# --- sentences whose last leaf is the last entry of its table ---------------------------------
+
+
+def _well_formed(leaf_tokens, opens, closes, max_depth, limit) -> set[tuple[int, ...]]:
+  """Every well-formed output over `leaf_tokens` (each word's leaf token, in order) of at
+  most `limit` tokens with EOS, written from the grammar alone: one labelled root over every
+  leaf, no empty constituent, at most `max_depth` brackets open at once."""
+  if not leaf_tokens:
+    return {(EOS_ID,)}
+  budget = limit - 1  # tokens before EOS
+
+  @functools.cache
+  def constituents(i, j, level):  # one bracket pair at `level` (1: the root) over leaves i..j-1
+    if level > max_depth:
+      return ()
+    inner = forests(i, j, level + 1)
+    return tuple(
+      (o,) + body + (c,) for body in inner for o, c in zip(opens, closes) if len(body) + 2 <= budget
+    )
+
+  @functools.cache
+  def forests(i, j, level):  # non-empty sequences of leaves and constituents at `level`
+    out = []
+    for k in range(i + 1, j + 1):
+      firsts = constituents(i, k, level) + (((leaf_tokens[i],),) if k == i + 1 else ())
+      rests = forests(k, j, level) if k < j else ((),)
+      out += [f + r for f in firsts for r in rests if len(f) + len(r) <= budget]
+    return tuple(out)
+
+  return {tree + (EOS_ID,) for tree in constituents(0, len(leaf_tokens), 1)}
+
+
+def _every_output(c, pieces, leaves, sources, limits, max_depth, capacity=512):
+  """Every output the constraint lets a search emit from each source, taking every allowed
+  token at every step (breadth first, the state gathered by parent as a search does, in
+  `capacity` rows so that each function compiles once), each step's allowed set checked
+  against `Reference`; {row: set of outputs}."""
+  n = np.asarray(constraints.source_lengths(jnp.asarray(sources)))
+  at = np.arange(capacity) % len(sources)  # the rows beyond the frontier are ignored
+  state = c.init(jnp.asarray(sources[at]), jnp.asarray(limits[at], jnp.int32))
+  allowed_fn = jax.jit(c.allowed)
+
+  @jax.jit
+  def grow(state, parents, tokens):
+    return c.advance(jax.tree_util.tree_map(lambda x: x[parents], state), tokens)
+
+  frontier = [(row, ()) for row in range(len(sources))]
+  outputs = {row: set() for row in range(len(sources))}
+  while frontier:
+    mask = np.asarray(allowed_fn(state))
+    parents, tokens, grown = [], [], []
+    for k, (row, prefix) in enumerate(frontier):
+      ref = Reference(pieces, leaves, list(sources[row, : n[row]]), int(limits[row]), max_depth)
+      for token in prefix:
+        ref.advance(token)
+      allowed = set(np.flatnonzero(mask[k]).tolist())
+      assert allowed == ref.allowed(), (row, [pieces[t] for t in prefix])
+      for token in sorted(allowed):
+        if token == EOS_ID:
+          outputs[row].add(prefix + (EOS_ID,))
+        else:
+          parents.append(k)
+          tokens.append(token)
+          grown.append((row, prefix + (token,)))
+    assert len(grown) <= capacity
+    pad = capacity - len(grown)
+    parents, tokens = np.asarray(parents + [0] * pad), np.asarray(tokens + [PAD_ID] * pad)
+    state = grow(state, jnp.asarray(parents, jnp.int32), jnp.asarray(tokens, jnp.int32))
+    frontier = grown
+  return outputs
+
+
+def test_the_last_leaf_at_the_edge_of_its_table_is_the_right_one():
+  """'words': a source that fills its row (no EOS left in it, so every column is a word)
+  copies its last word from the last column; 'positions': a sentence of as many words as
+  there are XXk symbols ends on the last one, and a longer one repeats it. Every output the
+  constraint allows, over every path, is checked step by step against `Reference` and, as a
+  set, against every well-formed tree over exactly the source's words (`_well_formed`), so a
+  bound that clamps the leaf index one entry short of its table fails here. (An
+  EOS-terminated source never reaches the last column: only a full row tests 'words'.)"""
+  max_depth = 3
+  the, dog, ran, unk = WORDS
+  end, pad = "</s>", "<pad>"
+  for leaves, positions, rows in (
+    (
+      "words",
+      12,
+      [[the, dog, ran, unk], [ran, the, dog, the], [dog, unk, ran, end], [ran, the, end, pad]],
+    ),
+    (
+      "positions",
+      4,
+      [
+        [the, dog, ran, unk, end, pad],
+        [dog, the, unk, ran, the, end],
+        [ran, unk, the, end, pad, pad],
+      ],
+    ),
+  ):
+    pieces = _pieces(leaves, positions)
+    sources = np.asarray([[pieces.index(w) for w in row] for row in rows], np.int32)
+    c = constraints.TreeConstraint.for_symbols(pieces, leaves, max_depth)
+    opens = [pieces.index("(" + label) for label in LABELS]
+    closes = [pieces.index(")" + label) for label in LABELS]
+    n = np.asarray(constraints.source_lengths(jnp.asarray(sources)))
+    # The edge is reached: a source as long as its row ('words'), or as the XXk table.
+    edge = sources.shape[1] if leaves == "words" else len(c.leaf_ids)
+    assert edge in n and max(n) >= edge
+    limits = np.asarray([c.min_length(k) + 2 for k in n])  # room for one more constituent
+    found = _every_output(c, pieces, leaves, sources, limits, max_depth)
+    for row, k in enumerate(n):
+      if leaves == "words":
+        leaf_tokens = tuple(int(t) for t in sources[row, :k])
+      else:
+        symbols = [trees.position_symbol(min(i + 1, positions)) for i in range(k)]
+        leaf_tokens = tuple(pieces.index(s) for s in symbols)
+      expected = _well_formed(leaf_tokens, opens, closes, max_depth, int(limits[row]))
+      assert len(expected) > len(LABELS)  # flat trees and trees with one inner constituent
+      assert found[row] == expected, (leaves, row, sorted(found[row] ^ expected)[:3])
