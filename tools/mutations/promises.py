@@ -14,4 +14,22 @@ MUTATIONS = (
     "",
     ("tests/test_compilation.py",),
   ),
+  M(
+    "tree_leaf_bound_off_by_one",
+    "constrained parsing, leaves 'words': the leaf index is clamped one column short of the"
+    " source row, so a source filling its row copies its next-to-last word as the last leaf",
+    "t2t_jax/decoding/constraints.py",
+    'index = jnp.minimum(state["leaves"], state["words"].shape[1] - 1)',
+    'index = jnp.minimum(state["leaves"], state["words"].shape[1] - 2)',
+    ("tests/test_constraints.py",),
+  ),
+  M(
+    "stop_bound_wrong_length_for_negative_alpha",
+    "the exact stop bounds a live hypothesis by lp(step + 2), not lp(step + 1): for alpha < 0"
+    " it stops before a next-step ending that would still enter the finished set",
+    "t2t_jax/decoding/beam.py",
+    "largest_lp = length_penalty(state.step + 1, alpha)",
+    "largest_lp = length_penalty(state.step + 2, alpha)",
+    ("tests/test_stopping_rule.py",),
+  ),
 )
