@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from absl import flags
 
 from t2t_jax.cli import common, host
-from t2t_jax.cli.translate import _check_output, workdirs
+from t2t_jax.cli.translate import check_output, workdirs
 from t2t_jax.decoding.lines import read_lines
 from t2t_jax.decoding.scoring import PairScore, Scorer
 from t2t_jax.decoding.translator import TranslateError, Translator
@@ -104,7 +104,7 @@ def main(argv: Sequence[str]) -> None:
         f"--source={args.source} has {len(sources)} lines but --target={args.target} has "
         f"{len(targets)}"
       )
-    _check_output(args.output)
+    check_output(args.output)
     translator = Translator.from_workdirs(
       workdirs(args.workdir), args.checkpoint, batch_tokens=args.batch_tokens
     )

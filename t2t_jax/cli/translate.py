@@ -267,7 +267,7 @@ def _check_search_flags(args: flags.FlagValues, search: SearchConfig) -> None:
     raise _usage(f"--{e} (0: off)") from None
 
 
-def _check_output(path: str | None) -> None:
+def check_output(path: str | None) -> None:
   """Refuses an --output that cannot be written (no such directory, a directory in its
   place, no permission) before the model loads, so that no translating is thrown away."""
   if not path:
@@ -312,7 +312,7 @@ def main(argv: Sequence[str]) -> None:
   try:
     search, parsing = _decoding_defaults(args)
     _check_search_flags(args, search)
-    _check_output(args.output)
+    check_output(args.output)
     inputs = None if interactive else _read_inputs(args, parsing)
     translator = Translator.from_workdirs(
       workdirs(args.workdir),
