@@ -139,7 +139,7 @@ def _greedy_ct2(translator, token_lists, limits):
 
 def _limits(t2t, source_ids):
   max_len = t2t.model.config.max_len
-  return [min(len(s) + 1 + t2t.max_output_extra, max_len) for s in source_ids]
+  return [min(len(s) + 1 + t2t.search.max_output_extra, max_len) for s in source_ids]
 
 
 def _test_pairs(workdir):

@@ -189,7 +189,7 @@ def _greedy_groups(t2t, sources):
   groups = {}
   for i, text in enumerate(sources):
     limit = min(
-      len(t2t.tokenizer.encode(text)) + 1 + t2t.max_output_extra, t2t.model.config.max_len
+      len(t2t.tokenizer.encode(text)) + 1 + t2t.search.max_output_extra, t2t.model.config.max_len
     )
     groups.setdefault(limit, []).append(i)
   return groups
