@@ -115,8 +115,7 @@ flags.DEFINE_integer(
 flags.DEFINE_string(
   "checkpoint",
   "auto",
-  "--vs=ctranslate2 --workdir: the parameters, as t2t-translate's --checkpoint ('auto', "
-  "'latest', 'average:N', 'best[:N]', 'selected' or a step)",
+  "--vs=ctranslate2 --workdir: the parameters: " + common.CHECKPOINT_HELP,
 )
 flags.DEFINE_boolean(
   "cold",

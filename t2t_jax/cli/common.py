@@ -155,6 +155,14 @@ def unknown_override(config: ml_collections.ConfigDict, argv: Sequence[str]) -> 
   return None
 
 
+# Every command's --checkpoint: which parameters of a workdir (run.checkpoint.resolve_spec).
+CHECKPOINT_HELP = (
+  "'latest', 'average:N' (last N), 'best' or 'best:N' (the best by the dev metric t2t-train "
+  "ranked by; best:N averages the N best), 'ema' (the moving average of the parameters "
+  "kept with config.ema_decay), a step, 'selected' (the choice t2t-train made on dev), or "
+  "'auto': 'selected' when the workdir has one, else 'latest'"
+)
+
 COMPILATION_CACHE_HELP = (
   "directory of JAX's persistent compilation cache, so that a later run reads the programs "
   "this one compiled ('default': $T2T_COMPILATION_CACHE, else ~/.cache/t2t_jax/xla; "

@@ -29,7 +29,7 @@ flags.DEFINE_string("output", None, "new model directory (must not exist or be e
 flags.DEFINE_string(
   "checkpoint",
   "auto",
-  "'latest', 'average:N', 'best', 'best:N', a step, 'selected' or 'auto' (as t2t-translate)",
+  common.CHECKPOINT_HELP,
 )
 flags.DEFINE_string(
   "quantization",

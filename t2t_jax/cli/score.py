@@ -45,10 +45,7 @@ def _define_flags() -> flags.FlagValues:
   flags.DEFINE_string(
     "checkpoint",
     "auto",
-    "'latest', 'average:N' (last N), 'best' or 'best:N' (the best by the dev metric "
-    "t2t-train ranked by; best:N averages the N best), a step, "
-    "'selected' (the choice t2t-train made on dev), or 'auto': 'selected' "
-    "when the workdir has one, else 'latest'",
+    common.CHECKPOINT_HELP,
   )
   flags.DEFINE_float(
     "alpha", None, "length penalty exponent of the third column (default: the workdir's alpha)"

@@ -28,9 +28,7 @@ flags.DEFINE_string(
 )
 flags.DEFINE_string("host", "127.0.0.1", "address to bind (0.0.0.0: every interface)")
 flags.DEFINE_integer("port", 5000, "TCP port")
-flags.DEFINE_string(
-  "checkpoint", "auto", "the parameters, as t2t-translate's --checkpoint ('auto', 'latest', ...)"
-)
+flags.DEFINE_string("checkpoint", "auto", common.CHECKPOINT_HELP)
 flags.DEFINE_integer("beam_size", None, "beam width (default: the workdir's config.beam_size)")
 flags.DEFINE_float("alpha", None, "length penalty exponent (default: the workdir's config.alpha)")
 flags.DEFINE_integer(

@@ -111,11 +111,7 @@ def _define_flags() -> flags.FlagValues:
   flags.DEFINE_string(
     "checkpoint",
     "auto",
-    "'latest', 'average:N' (last N), 'best' or 'best:N' (the best by the dev metric t2t-train "
-    "ranked by; best:N averages the N best), 'ema' (the moving average of the parameters "
-    "kept with config.ema_decay), a step, "
-    "'selected' (the choice t2t-train made on dev), or 'auto': 'selected' "
-    "when the workdir has one, else 'latest'",
+    common.CHECKPOINT_HELP,
   )
   flags.DEFINE_integer("batch_tokens", 4096, "source tokens per decoding batch")
   flags.DEFINE_boolean(
