@@ -2,7 +2,7 @@
 
     t2t-export --workdir=DIR --format=ctranslate2 --output=OUT [--quantization=int8]
     t2t-export --workdir=DIR --format=huggingface --output=OUT
-               [--checkpoint=auto|latest|average:N|best[:N]|selected|STEP]
+               [--checkpoint=auto|latest|average:N|best[:N]|ema|selected|STEP]
 
 --checkpoint chooses the parameters as t2t-translate does ('auto': the checkpoint t2t-train
 selected on dev when there is one, else the latest); --beam_size and --alpha (the defaults

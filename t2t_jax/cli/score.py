@@ -1,7 +1,7 @@
 """t2t-score: the log-probability a trained workdir's model gives each given translation.
 
     t2t-score --workdir=DIR[,DIR...] --source=FILE --target=FILE [--output=FILE] [--per_token]
-              [--checkpoint=auto|latest|average:N|best[:N]|STEP|selected] [--alpha=A]
+              [--checkpoint=auto|latest|average:N|best[:N]|ema|STEP|selected] [--alpha=A]
 
 Line i of --target is scored as the translation of line i of --source, teacher-forced (no
 search). One TSV line per pair, in input order: log p(target | source) summed over the

@@ -1,7 +1,7 @@
 """t2t-serve: a trained workdir behind LibreTranslate's HTTP API, with a page at `/`.
 
     t2t-serve --workdir=DIR[,DIR...] [--host=127.0.0.1] [--port=5000]
-              [--checkpoint=auto|latest|average:N|best[:N]|STEP|selected]
+              [--checkpoint=auto|latest|average:N|best[:N]|ema|STEP|selected]
               [--beam_size=N] [--alpha=A] [--char_limit=5000] [--batch_limit=128]
               [--alternatives_limit=3] [--batch_window_ms=5] [--api_keys=FILE] [--metrics]
               [--dtype=auto|float32|bfloat16]

@@ -3,7 +3,7 @@
     t2t-translate --workdir=DIR[,DIR...] [--input=FILE] [--output=FILE] [--reference=FILE]
                   [--prefix=FILE]
                   [--beam_size=N] [--alpha=A]
-                  [--checkpoint=auto|latest|average:N|best[:N]|STEP|selected]
+                  [--checkpoint=auto|latest|average:N|best[:N]|ema|STEP|selected]
                   [--interactive] [--nbest=N | --scores]
                   [--sampling [--num_samples=N] [--sampling_temperature=T]
                    [--sampling_topk=K] [--sampling_topp=P] [--sampling_seed=S]]
