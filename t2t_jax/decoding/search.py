@@ -86,21 +86,28 @@ def _knobs(search: SearchConfig) -> Knobs:
 
 
 def _search(
+  mode: modes.Mode,
   model: FunctionModel,
   batch: Batch,
   search: SearchConfig,
-  decoding: Decoding,
   *,
   max_decode_len: int,
+  constraint: Any,
+  eos_only_at_limit: bool,
   staged: bool,
   eos_id: int,
   bos_id: int,
 ) -> tuple[jax.Array, jax.Array]:
-  """`assembly.start` and `assembly.stage` run once to the end, or from the host by
-  `run_in_stages` (halving the batch down to one row as rows finish; each stage jitted):
-  the mode's outputs (sequences [rows, hypotheses, L], values [rows, hypotheses])."""
-  if decoding.constraint is not None and batch.inputs is None:
+  """`mode` under `search`'s rules: `assembly.start` and `assembly.stage` run once to the
+  end, or from the host by `run_in_stages` (halving the batch down to one row as rows
+  finish; each stage jitted). Returns the mode's outputs (sequences [rows, hypotheses, L],
+  values [rows, hypotheses])."""
+  batch = batch._replace(limits=_checked_limits(model.cache, batch.limits, max_decode_len))
+  if constraint is not None and batch.inputs is None:
     raise ValueError("a constraint needs the sources its state starts from")
+  decoding = Decoding.of(
+    search, mode=mode, constraint=constraint, eos_only_at_limit=eos_only_at_limit
+  )
   knobs = _knobs(search)
   rows = assembly.start(
     model, batch, knobs, max_decode_len=max_decode_len, first=max_decode_len, decoding=decoding
@@ -194,40 +201,18 @@ def beam_search(
     finished hypothesis at all (only possible if the model gives EOS probability 0)
     returns its live hypotheses, scored log p / lp(length).
   """
-  limits = _checked_limits(cache, max_lengths, max_decode_len)
-  mode = modes.Beam.of(search, nbest, early_stop)
-  decoding = Decoding.of(
-    search, mode=mode, constraint=constraint, eos_only_at_limit=eos_only_at_limit
+  return _search(
+    modes.Beam.of(search, nbest, early_stop),
+    FunctionModel(tokens_to_logits, cache, reorder_cache),
+    Batch(inputs=sources, limits=max_lengths, prefix=prefix),
+    search,
+    max_decode_len=max_decode_len,
+    constraint=constraint,
+    eos_only_at_limit=eos_only_at_limit,
+    staged=staged,
+    eos_id=eos_id,
+    bos_id=bos_id,
   )
-  model = FunctionModel(tokens_to_logits, cache, reorder_cache)
-  batch = Batch(inputs=sources, limits=limits, prefix=prefix)
-  common = dict(max_decode_len=max_decode_len, staged=staged, eos_id=eos_id, bos_id=bos_id)
-  return _search(model, batch, search, decoding, **common)
-
-
-def _row_search(
-  mode: modes.Mode,
-  tokens_to_logits: TokensToLogits,
-  cache: Cache,
-  batch: Batch,
-  search: SearchConfig,
-  *,
-  max_decode_len: int,
-  constraint: Any,
-  eos_only_at_limit: bool,
-  staged: bool,
-  eos_id: int,
-  bos_id: int,
-) -> tuple[jax.Array, jax.Array]:
-  """A row mode's search: (sequences [rows, max_decode_len], log-probs [rows])."""
-  decoding = Decoding.of(
-    search, mode=mode, constraint=constraint, eos_only_at_limit=eos_only_at_limit
-  )
-  common = dict(max_decode_len=max_decode_len, staged=staged, eos_id=eos_id, bos_id=bos_id)
-  seqs, log_probs = _search(
-    FunctionModel(tokens_to_logits, cache), batch, search, decoding, **common
-  )
-  return seqs[:, 0], log_probs[:, 0]
 
 
 def greedy_search(
@@ -255,13 +240,10 @@ def greedy_search(
     sequences int32 [batch, max_decode_len] (no BOS, EOS then PAD) and their log-probs
     float32 [batch]. Stops as soon as every sentence has ended.
   """
-  limits = _checked_limits(cache, max_lengths, max_decode_len)
-  batch = Batch(inputs=sources, limits=limits, prefix=prefix)
-  return _row_search(
+  found = _search(
     modes.Greedy(),
-    tokens_to_logits,
-    cache,
-    batch,
+    FunctionModel(tokens_to_logits, cache),
+    Batch(inputs=sources, limits=max_lengths, prefix=prefix),
     search,
     max_decode_len=max_decode_len,
     constraint=constraint,
@@ -270,6 +252,7 @@ def greedy_search(
     eos_id=eos_id,
     bos_id=bos_id,
   )
+  return tuple(x[:, 0] for x in found)  # one hypothesis per row
 
 
 def sample_search(
@@ -301,16 +284,13 @@ def sample_search(
     float32 [rows] under the model itself (before temperature and truncation), so that
     they rank and compare with beam search's.
   """
-  limits = _checked_limits(cache, max_lengths, max_decode_len)
-  rows = limits.shape[0]
+  rows = np.shape(max_lengths)[0]
   if keys.shape != (rows, 2):
     raise ValueError(f"keys of shape {keys.shape}: need one key per row, ({rows}, 2)")
-  batch = Batch(inputs=sources, limits=limits, prefix=prefix, keys=keys)
-  return _row_search(
+  found = _search(
     modes.Sample(num_samples=1, bos_id=bos_id),
-    tokens_to_logits,
-    cache,
-    batch,
+    FunctionModel(tokens_to_logits, cache),
+    Batch(inputs=sources, limits=max_lengths, prefix=prefix, keys=keys),
     search,
     max_decode_len=max_decode_len,
     constraint=constraint,
@@ -319,3 +299,4 @@ def sample_search(
     eos_id=eos_id,
     bos_id=bos_id,
   )
+  return tuple(x[:, 0] for x in found)  # one hypothesis per row
