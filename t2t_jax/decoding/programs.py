@@ -225,6 +225,7 @@ def warm_up_stages(
   entering: dict[Move, dict[int | None, Rows | None]] = {Move(full, 0): {None: None}}
   calls = 1
   for move, after in schedule.moves(full).items():
+    growth = schedule.growth(move)
     for memory, start in entering.get(move, {}).items():
       if start is None:
         rows = first[0]
@@ -233,7 +234,7 @@ def warm_up_stages(
         rows = _stage_run(params, start, knobs, until, bound=bound, **common)[0]
         calls += 1
       for following in after:
-        if following == schedule.growth(move):
+        if following == growth:
           grown = _stage_resize(rows, layout=layout, length=bounds[following.segment])
           entering.setdefault(following, {}).setdefault(memory, grown)
           calls += 1
