@@ -32,4 +32,21 @@ MUTATIONS = (
     "largest_lp = length_penalty(state.step + 2, alpha)",
     ("tests/test_stopping_rule.py",),
   ),
+  M(
+    "constraints_pin_outside_setup_cfg",
+    "constraints.txt pins a version setup.cfg excludes: README's install line fails on a"
+    " fresh machine",
+    "constraints.txt",
+    "ml_dtypes==0.6.0\n",
+    "ml_dtypes==0.7.0\n",
+    ("tests/test_install.py",),
+  ),
+  M(
+    "ci_installs_other_extras_than_readme",
+    "CI installs fewer extras than README's test command: the export tests skip in CI only",
+    ".ci/run",
+    "pip install -c constraints.txt -e '.[dev,export,serve,browser]'\n",
+    "pip install -c constraints.txt -e '.[dev,serve,browser]'\n",
+    ("tests/test_install.py",),
+  ),
 )
