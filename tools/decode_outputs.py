@@ -58,7 +58,7 @@ def main(
   jax.monitoring.register_event_duration_secs_listener(listen)
   with open(input_path, encoding="utf-8") as f:
     lines = [line.rstrip("\n") for line in f]
-  tr = Translator.from_workdir(workdir, dtype=dtype)
+  tr = Translator.from_workdir(workdir, "latest", dtype)
   hyps = lambda found: [[[h.text, repr(h.score), repr(h.log_prob)] for h in s] for s in found]
   beam, greedy = tr.search.override(beam_size=4), tr.search.override(beam_size=1)
   sampling = lambda **fields: tr.search.override(beam_size=1, sampling=True, **fields)
@@ -82,7 +82,7 @@ def main(
     out["diverse"] = hyps(tr.translate(lines, nbest=2, search=diverse))
     out["no_repeat_beam"] = tr.translate(lines, search=beam.override(no_repeat_ngram=2))
     out["no_repeat_greedy"] = tr.translate(lines, search=greedy.override(no_repeat_ngram=2))
-    pair = Translator.from_workdirs([workdir, workdir], dtype=dtype)
+    pair = Translator.from_workdirs([workdir, workdir], "latest", dtype)
     out["ensemble"] = hyps(pair.translate(lines[:40], nbest=2, search=beam))
     out["stream"] = list(tr.translate_stream(lines[:20], search=beam))
   with open(output, "w", encoding="utf-8") as f:

@@ -31,7 +31,7 @@ def main(tree: str, workdir: str, input_path: str, output: str) -> None:
 
   with open(input_path, encoding="utf-8") as f:
     lines = f.read().splitlines()
-  t = translate.Translator.from_workdir(workdir)
+  t = translate.Translator.from_workdir(workdir, "latest", None)
   times = []
   for _ in range(2):
     start = time.perf_counter()

@@ -49,7 +49,7 @@ def main(
   jax.monitoring.register_event_duration_secs_listener(listen)
   with open(input_path, encoding="utf-8") as f:
     lines = [line.rstrip("\n") for line in f]
-  tr = translate.Translator.from_workdir(workdir, dtype=dtype)
+  tr = translate.Translator.from_workdir(workdir, "latest", dtype)
   start = time.perf_counter()
   hyps = tr.translate(lines, search=tr.search.override(beam_size=beam))
   first, first_compiles = time.perf_counter() - start, list(compiles)

@@ -38,7 +38,7 @@ def _workdir_sources(workdir: str, n: int, corpus: str) -> tuple[list[list[int]]
   sentences, origin = inputs.real_sentences(n, corpus)
   if sentences is None:
     raise app.UsageError("--workdir given but no real sentences under ../shared/data")
-  translator = Translator.from_workdir(workdir)
+  translator = Translator.from_workdir(workdir, "latest", None)
   return translator.source_ids(sentences), origin, translator
 
 

@@ -138,8 +138,8 @@ class Translator:
   def from_workdirs(
     cls,
     workdirs: Sequence[str],
-    checkpoint_spec: str = "latest",
-    dtype: str | None = None,
+    checkpoint_spec: str = "auto",
+    dtype: str | None = "auto",
     **kwargs: Any,
   ) -> "Translator":
     """`from_workdir` of one workdir, or the `ensemble` of several (the same checkpoint
@@ -155,13 +155,16 @@ class Translator:
   def from_workdir(
     cls,
     workdir: str,
-    checkpoint_spec: str = "latest",
-    dtype: str | None = None,
+    checkpoint_spec: str = "auto",
+    dtype: str | None = "auto",
     **kwargs: Any,
   ) -> "Translator":
-    """A workdir's model (`loading.load_workdir`: checkpoint 'latest', 'average:N',
-    'best[:N]', 'ema' or 'STEP'; dtype 'float32', 'bfloat16', 'auto' or None, the
-    config's); the search defaults to the config's, `kwargs` go to Translator()."""
+    """A workdir's model (`loading.load_workdir`). The defaults are t2t-translate's, so
+    that the same workdir gives the same lines from Python as from the command: checkpoint
+    'auto' (the one chosen on dev, else the latest; also 'latest', 'average:N', 'best[:N]',
+    'ema', 'selected' or 'STEP') and dtype 'auto' (bfloat16 on a CPU with AMX or
+    AVX512-BF16; also 'float32', 'bfloat16', or None: the config's). The search defaults to
+    the config's, `kwargs` go to Translator()."""
     loaded = load_workdir(workdir, checkpoint_spec, dtype)
     return cls(loaded.model, loaded.params, loaded.tokenizer, **(loaded.settings | kwargs))
 

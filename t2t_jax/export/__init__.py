@@ -89,7 +89,7 @@ def load_trained(workdir: str, checkpoint: str = "auto") -> Trained:
   from t2t_jax import data
   from t2t_jax.decoding.translator import Translator, load_config
 
-  translator = Translator.from_workdir(workdir, checkpoint)
+  translator = Translator.from_workdir(workdir, checkpoint, None)  # the model as stored
   config = load_config(workdir)
   vocab_file = str(data.vocab_path(config.data, workdir))
   params = _to_numpy(translator.params)

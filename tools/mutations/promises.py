@@ -49,4 +49,13 @@ MUTATIONS = (
     "pip install -c constraints.txt -e '.[dev,serve,browser]'\n",
     ("tests/test_install.py",),
   ),
+  M(
+    "from_workdir_default_latest_checkpoint",
+    "Translator.from_workdir takes the latest checkpoint by default where t2t-translate takes"
+    " the one chosen on dev: README's Python snippet gives other lines than its command",
+    "t2t_jax/decoding/translator.py",
+    '    workdir: str,\n    checkpoint_spec: str = "auto",\n',
+    '    workdir: str,\n    checkpoint_spec: str = "latest",\n',
+    ("tests/test_readme.py",),
+  ),
 )
