@@ -1,3 +1,3 @@
 """t2t_jax: the Transformer of "Attention Is All You Need" in JAX/Flax."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
