@@ -86,3 +86,33 @@ def test_readme_python_snippet_gives_the_lines_of_readme_command(tmp_path):
   assert snippet.returncode == 0, snippet.stderr[-3000:]
   assert snippet.stdout.splitlines() == shell.stdout.splitlines()
   assert len(shell.stdout.splitlines()) == command.count("\\n")
+
+
+def _record_entries(revision: str) -> str:
+  """The text of bench/record/performance.md's entries headed with `revision`."""
+  record = (ROOT / "bench" / "record" / "performance.md").read_text()
+  entries = re.split(r"\n(?=### )", record)
+  return "\n".join(e for e in entries if e.startswith(f"### `{revision}`"))
+
+
+def readme_figures_by_record() -> dict[str, list[str]]:
+  """{revision: the decimal figures of the tables that follow README's "record `REV`"}."""
+  readme = (ROOT / "README.md").read_text()
+  found = {}
+  for match in re.finditer(r"record `([0-9a-f]{7})`", readme):
+    rest = readme[match.end() :].split("\n## ", 1)[0]
+    rest = rest.split("record `", 1)[0]  # up to the next figure's source
+    tables = "\n".join(line for line in rest.splitlines() if line.startswith("|"))
+    found[match[1]] = re.findall(r"\d[\d,]*\.\d+", tables)
+  return found
+
+
+def test_readme_figures_are_the_record_entries_they_cite():
+  """Every decimal figure in a README table is in the results-record entry it names."""
+  figures = readme_figures_by_record()
+  assert len(figures) >= 2 and all(figures.values()), figures
+  for revision, numbers in figures.items():
+    entry = _record_entries(revision)
+    assert entry, f"README cites record `{revision}`, which has no entry"
+    missing = [n for n in numbers if n not in entry]
+    assert not missing, f"README's figures {missing} are not in record `{revision}`"

@@ -58,4 +58,12 @@ MUTATIONS = (
     '    workdir: str,\n    checkpoint_spec: str = "latest",\n',
     ("tests/test_readme.py",),
   ),
+  M(
+    "readme_speed_figure_not_in_record",
+    "README's speed table shows a figure its cited record entry does not hold",
+    "README.md",
+    "| 156.0 |",
+    "| 165.0 |",
+    ("tests/test_readme.py",),
+  ),
 )
