@@ -303,9 +303,13 @@ EXTERNAL_FLAGS = (
     "XLA's flags, read from $XLA_FLAGS (tests/conftest.py's FAST_COMPILE, measured options)",
   ),
 )
-# Wrong flags a doc shows on purpose: {(doc, flag): why}.
+# Wrong names a doc shows on purpose: {(doc, flag or path problem): why}.
 DELIBERATE = {
   ("docs/faults.md", "--config.num_train_step"): "the mistyped override whose refusal it quotes",
+  (
+    "docs/testing.md",
+    "tests/test_faults.py defines no test_sigint_saves_exits_75_and_resumes",
+  ): "a renamed test's old name, beside its new one",
 }
 
 
@@ -667,6 +671,72 @@ def test_a_stale_dotted_name_is_caught(span, problem, known, foreign):
 )
 def test_a_stale_private_name_or_keyword_is_caught(span, problem, names):
   assert bool(_name_problems(span, names)) == problem
+
+
+# --- paths and test ids --------------------------------------------------------------------
+
+_PATH = re.compile(
+  r"(?<![\w/.-])(?P<path>(?:t2t_jax|tests|tools|docs|launch|experiments)/[\w/.-]*[\w/]"
+  r"|test_\w+\.py)(?:::(?P<name>\w+))?|(?<![\w.:])::(?P<bare>\w+)"
+)
+
+
+@functools.cache
+def _defined_in(path: str) -> frozenset[str]:
+  """The functions and classes a Python file defines (a test id's name)."""
+  with open(os.path.join(REPO, path), encoding="utf-8") as f:
+    tree = ast.parse(f.read(), path)
+  kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+  return frozenset(n.name for n in ast.walk(tree) if isinstance(n, kinds))
+
+
+def _path_problems(text: str) -> list[tuple[int, str]]:
+  """(offset, problem) for each repository path or test id in one prose unit or code line:
+  the path exists (`test_x.py` alone is tests/test_x.py); in `FILE::name` the file defines
+  name; `::name` alone is a name of the last file named before it."""
+  problems, last = [], None
+  for m in _PATH.finditer(text):
+    following = text[m.end() : m.end() + 1]
+    if following in ("{", "*", "<") or (m["path"] and _placeholder(m["path"])):
+      last = None  # a pattern: experiments/NAME.py, test_{a,b}_*
+      continue
+    if m["path"]:
+      path = m["path"].rstrip(".")
+      path = path if "/" in path else f"tests/{path}"
+      if not os.path.exists(os.path.join(REPO, path)):
+        problems.append((m.start(), f"no file {path}"))
+        last = None
+        continue
+      last = path if path.endswith(".py") else None
+    name = m["name"] or m["bare"]
+    if name and last and name not in _defined_in(last):
+      problems.append((m.start(), f"{last} defines no {name}"))
+  return problems
+
+
+def test_every_path_and_test_id_a_doc_names_exists():
+  problems = []
+  for doc in DOCS:
+    for block in doc_names.blocks(doc):
+      if block.code:
+        for i, line in enumerate(block.text.split("\n")):
+          problems += [f"{doc}:{block.line + i}: {p}" for _, p in _path_problems(line)]
+      else:
+        for offset, p in _path_problems(block.text):
+          line = block.line_of(offset)
+          if (doc, p) not in DELIBERATE:
+            problems.append(f"{doc}:{line}: {p}")
+  assert not problems, "\n".join(problems)
+
+
+def test_a_stale_path_or_test_id_is_caught():
+  assert not _path_problems("`tests/test_docs.py::test_a_stale_path_or_test_id_is_caught`")
+  assert not _path_problems("`test_docs.py::test_every_path_and_test_id_a_doc_names_exists`")
+  assert not _path_problems("`test_docs.py::_path_problems`, `::_defined_in`, t2t_jax/cli/")
+  assert _path_problems("`tests/test_docs.py::test_gone`")
+  assert _path_problems("`tests/test_docs.py::_path_problems`, `::test_gone`")
+  assert _path_problems("t2t_jax/decoding/gone.py")
+  assert not _path_problems("experiments/NAME.py, `test_quick_equivalences.py::test_{a,b}_*`")
 
 
 # --- Python blocks -------------------------------------------------------------------------
