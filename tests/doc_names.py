@@ -42,9 +42,10 @@ def doc_text(path: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Block:
-  """A fenced code block (`lang` its info string, `note` the `<!-- not run: REASON -->` on
-  the line right above its fence) or a prose unit: a paragraph, one table row, one list
-  item or a heading, its lines joined by spaces."""
+  """A fenced code block (`lang` its info string, `note` the `<!-- not run: REASON -->` or
+  `<!-- slow: REASON -->` on the line right above its fence, as "not run: REASON") or a
+  prose unit: a paragraph, one table row, one list item or a heading, its lines joined by
+  single spaces."""
 
   doc: str
   line: int  # of its first line (1-based); for a code block, of its first line of code
@@ -52,17 +53,18 @@ class Block:
   lang: str
   text: str
   note: str | None = None
+  starts: tuple[int, ...] = dataclasses.field(default=(0,), compare=False, repr=False)
 
   def line_of(self, offset: int) -> int:
-    """The doc line of a character of `text` (code keeps its newlines; prose joins lines
-    with one space each, so lines are counted from a map kept at parse time)."""
-    starts = _LINE_STARTS.get((self.doc, self.line, self.text), (0,))
-    return self.line + sum(1 for s in starts[1:] if s <= offset)
+    """The doc line of a character of `text`."""
+    if self.code:
+      return self.line + self.text.count("\n", 0, offset)
+    return self.line + sum(1 for s in self.starts[1:] if s <= offset)
 
 
-_LINE_STARTS: dict[tuple[str, int, str], tuple[int, ...]] = {}
 _FENCE = re.compile(r"^\s*(```+|~~~+)\s*([\w+-]*)")
-_NOT_RUN = re.compile(r"^\s*<!--\s*not run:\s*(.+?)\s*-->\s*$")
+_NOTE = re.compile(r"^\s*<!--\s*((?:not run|slow):\s*.+?)\s*-->\s*$")
+# A line that starts a new prose unit: a list item, a table row, a heading, an HTML comment.
 _ITEM = re.compile(r"^\s*(?:[-*]|\d+\.)\s+|^\s*\||^\s*#|^\s*<!--")
 
 
@@ -79,9 +81,7 @@ def blocks(path: str) -> tuple[Block, ...]:
       for _, line in unit:
         starts.append(len(text) + (1 if text else 0))
         text = f"{text} {line.strip()}" if text else line.strip()
-      block = Block(path, unit[0][0], False, "", text)
-      _LINE_STARTS[(path, block.line, text)] = tuple(starts)
-      out.append(block)
+      out.append(Block(path, unit[0][0], False, "", text, starts=tuple(starts)))
       unit.clear()
 
   i = 0
@@ -90,7 +90,7 @@ def blocks(path: str) -> tuple[Block, ...]:
     fence = _FENCE.match(line)
     if fence:
       flush()
-      note = _NOT_RUN.match(lines[i - 1]) if i else None
+      note = _NOTE.match(lines[i - 1]) if i else None
       end = i + 1
       while end < len(lines) and not lines[end].strip().startswith(fence[1]):
         end += 1
@@ -126,14 +126,17 @@ def masked(text: str) -> str:
 
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`(\[*])")
+_NOT_AN_END = ("e.g.", "i.e.", "al.", "cf.", "vs.")
 
 
 def sentence_bounds(text: str, offset: int) -> tuple[int, int]:
-  """[start, end) of the sentence of a prose unit holding `offset` (code spans never end
-  one; "e.g. `x`" does not either: a sentence ends before a capital letter, a code span or
-  a bracket)."""
+  """[start, end) of the sentence of a prose unit holding `offset`: it ends at `.`, `!` or
+  `?` before a space and a capital letter, a code span, a bracket or emphasis (not inside a
+  code span, not after "e.g." and the like)."""
   start, end = 0, len(text)
-  for m in _SENTENCE_END.finditer(masked(text)):
+  prose = masked(text)
+  ends = [m for m in _SENTENCE_END.finditer(prose) if not prose[: m.start()].endswith(_NOT_AN_END)]
+  for m in ends:
     if m.end() <= offset:
       start = m.end()
     elif m.start() >= offset:

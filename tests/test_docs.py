@@ -16,7 +16,7 @@ Python is indexed once with `ast`):
   t2t-train's); where none is named, to some command, to a file the doc names anywhere, or to
   another program that `EXTERNAL_FLAGS` lists and the sentence names (pip, pytest, Slurm,
   fairseq, ...; XLA's `--xla_*` anywhere). `--config.FIELD` must be a field of some
-  experiment. `DELIBERATE` lists the wrong flags a doc shows on purpose.
+  experiment. `DELIBERATE` lists the wrong names a doc shows on purpose.
 - Dotted names in inline code: a span that is one dotted name (`a.b.c`, `a.b()`, also
   `Class.method(args)`) resolves when its first part is `t2t_jax`, `tests` or `tools` (the
   whole path), a class of the repository (`Translator.from_workdir`: an attribute of a class
@@ -36,10 +36,15 @@ Python is indexed once with `ast`):
 - Python blocks: each compiles, its t2t_jax names resolve and its keywords are parameters;
   each runs (in a subprocess, from an empty directory) unless the line above its fence says
   `<!-- not run: REASON -->` or `<!-- slow: REASON -->` (run by the slow test).
+- Paths and test ids: every repository path (`t2t_jax/...`, `tests/...`, `docs/...`, ...,
+  and `test_x.py` for tests/test_x.py) exists; `FILE::name` and a bare `::name` after it name
+  a function or class the file defines.
 - Checkpoint choices: a list of `--checkpoint` values (three or more of them in one
-  sentence, table row or synopsis) lists every choice the code accepts
-  (t2t_jax/cli/common.py's CHECKPOINT_SPEC) and no other; each command's --checkpoint help
-  lists them all.
+  sentence, table row or synopsis) lists every choice the code takes
+  (t2t_jax/cli/common.py's CHECKPOINT_SPEC; t2t-average refuses `auto` and `selected`) and
+  no other, unless it starts with "also" (an addition to an earlier list: only choices
+  taken); so does a list of `config.init_from`'s SPEC (t2t_jax/training/warm_start.py's
+  _SPEC); each command's --checkpoint help lists every choice it takes.
 
 Slow: README's own-text-files command verbatim on a tiny corpus, with overrides that make it
 a few steps of a small model, then t2t-translate and t2t-score of the workdir it wrote; and
@@ -259,9 +264,9 @@ _PROGRAM = re.compile(
   r"|(?P<file>\b(?:tools|launch|experiments)/[\w/]+\.(?:py|sh|sbatch)"
   r"|(?<![\w/.-])\w+\.(?:sh|sbatch)\b|\b(?:tools|t2t_jax)(?:\.\w+)+)"
 )
-# Other programs' flags the docs quote: (a pattern naming the program, which must come before
-# the flag in its code span or code line, or in its sentence; None: the flag's prefix names
-# it), the flags, why they are there.
+# Other programs' flags the docs quote: (a pattern naming the program, which must occur in
+# the flag's sentence or code line; None: the flag's own prefix names it), the flags, why
+# they are there.
 EXTERNAL_FLAGS = (
   (
     r"\bpip\b",
@@ -519,7 +524,8 @@ def test_every_dotted_name_a_doc_names_resolves(known, foreign):
     for name, call in sorted(names):
       if problem := _dotted_problem(name, call, known["fields"], foreign):
         problems.append(f"{doc}:{line}: `{span}`: {problem}")
-  for doc, text in _texts().items():  # t2t_jax.x.y anywhere: prose, code blocks
+  for doc in DOCS:  # t2t_jax.x.y anywhere: prose, code blocks
+    text = doc_names.doc_text(doc)
     for m in _REPO_PATH.finditer(text):
       if doc_names.lookup(m[1]) is False:
         problems.append(f"{doc}:{text.count(chr(10), 0, m.start()) + 1}: {m[1]} does not resolve")
@@ -541,18 +547,20 @@ def _parameters() -> set[str]:
 
 
 def _callables(name: str) -> list[tuple[frozenset[str], bool]]:
-  """The signatures of every function, method or class of the repository called `name`."""
+  """The signatures of every function, method or class of t2t_jax called `name` (of the
+  tests and tools where t2t_jax has none)."""
   ix = doc_names.index()
-  found = []
+  found = {}
   for module in ix.modules.values():
+    own = found.setdefault(module.name.startswith("t2t_jax"), [])
     if name in module.functions:
-      found.append(module.functions[name])
+      own.append(module.functions[name])
     for cls in module.classes.values():
       if cls.name == name:
-        found.append(doc_names._class_params(ix, cls))
+        own.append(doc_names._class_params(ix, cls))
       if name in cls.params:
-        found.append(cls.params[name])
-  return found
+        own.append(cls.params[name])
+  return found.get(True) or found.get(False, [])
 
 
 def _keywords(arguments: str) -> list[str]:
@@ -741,20 +749,15 @@ def test_a_stale_path_or_test_id_is_caught():
 
 # --- Python blocks -------------------------------------------------------------------------
 
-_SLOW_NOTE = re.compile(r"^\s*<!--\s*slow:\s*(.+?)\s*-->\s*$")
-
 
 def python_blocks() -> list[tuple[doc_names.Block, str]]:
   """(block, "run" | "slow" | "not run") for every ```python block of the docs."""
-  found = []
-  for doc in DOCS:
-    lines = doc_names.doc_text(doc).splitlines()
-    for block in doc_names.blocks(doc):
-      if block.code and block.lang == "python":
-        above = lines[block.line - 3] if block.line >= 3 else ""
-        how = "not run" if block.note else "slow" if _SLOW_NOTE.match(above) else "run"
-        found.append((block, how))
-  return found
+  return [
+    (block, (block.note or "run").split(":")[0])
+    for doc in DOCS
+    for block in doc_names.blocks(doc)
+    if block.code and block.lang == "python"
+  ]
 
 
 def _block_problems(block: doc_names.Block) -> list[str]:
@@ -797,6 +800,18 @@ def test_every_python_block_compiles_and_its_names_resolve():
   assert len(blocks) >= 5
   problems = [p for block, _ in blocks for p in _block_problems(block)]
   assert not problems, "\n".join(problems)
+
+
+def test_a_python_block_with_a_stale_name_is_caught():
+  def problems(text: str) -> list[str]:
+    return _block_problems(doc_names.Block("x.md", 1, True, "python", text))
+
+  assert problems("from t2t_jax.decoding import search\nsearch.force_prefix(p)")
+  assert problems("from t2t_jax.model import TransformerConfig\nTransformerConfig(d_modle=8)")
+  assert problems("import t2t_jax.decoding.search as s\ns.sample_stage")
+  assert problems("x = (")
+  ok = "from t2t_jax.model import TransformerConfig\nTransformerConfig(d_model=8).replace(d_ff=4)"
+  assert not problems(ok)
 
 
 def _run_block(block: doc_names.Block, tmp_path, timeout: int) -> None:
@@ -913,9 +928,7 @@ def choice_lists() -> list[tuple[str, int, str, str, str]]:
           lists.append((m.start(), "init_from", "", _window(block.text, m.end(), end)))
       for start, kind, command, window in lists:
         if len(_listed(window)) >= 3:
-          line = (
-            block.line + block.text.count("\n", 0, start) if block.code else block.line_of(start)
-          )
+          line = block.line_of(start)
           found.append((doc, line, kind, command, window))
   return found
 
