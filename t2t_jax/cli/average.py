@@ -48,7 +48,7 @@ def main(argv: Sequence[str]) -> None:
     if FLAGS.checkpoint in ("auto", "selected"):
       raise app.UsageError(
         f"--checkpoint={FLAGS.checkpoint}: t2t-average takes 'latest', 'average:N', 'best', "
-        "'best:N' or a step"
+        "'best:N', 'ema' or a step"
       )
     common.check_checkpoint_flag("t2t-average", FLAGS.checkpoint)
   common.quiet_library_logs()
@@ -84,7 +84,8 @@ def _define_flags() -> None:
   flags.DEFINE_string(
     "checkpoint",
     None,
-    "instead of --num: 'best', 'best:N', 'average:N', 'latest' or a step (as t2t-translate)",
+    "instead of --num: 'best', 'best:N', 'average:N', 'latest', 'ema' (the moving average of "
+    "the parameters) or a step (as t2t-translate)",
   )
   flags.DEFINE_string("output", None, "new workdir for the averaged checkpoint")
 
