@@ -270,10 +270,19 @@ _PROGRAM = re.compile(
 EXTERNAL_FLAGS = (
   (
     r"\bpip\b",
-    {"--index-url", "--no-index", "--find-links", "--no-deps", "--dry-run", "--report"},
+    {
+      "--index-url",
+      "--extra-index-url",
+      "--no-index",
+      "--find-links",
+      "--no-deps",
+      "--dry-run",
+      "--report",
+    },
     "pip install/download/wheel options (launch/README.md's wheelhouse, docs/export.md)",
   ),
   (r"\buv\b", {"--resolution"}, "uv pip install's resolver strategy (the lowest versions)"),
+  (r"\bruff\b", {"--check"}, "ruff format's check-only mode (CI)"),
   (r"\bpytest\b", {"--collect-only", "--durations"}, "pytest's own options"),
   (r"#SBATCH|\bsbatch\b", {"--nodes", "--signal", "--requeue"}, "Slurm's sbatch options"),
   (r"\bsrun\b", {"--kill-on-bad-exit"}, "Slurm's srun option"),
