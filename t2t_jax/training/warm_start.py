@@ -112,7 +112,9 @@ def resolve(config: ml_collections.ConfigDict, workdir: str) -> Parent | None:
   if os.path.realpath(path) == os.path.realpath(workdir):
     raise WarmStartError(f"{what}: names this run's own workdir {workdir}")
   if spec is not None and not _SPEC.match(spec):
-    raise WarmStartError(f"{what}: SPEC {spec!r} is not one of latest, average:N, STEP, selected, ema")
+    raise WarmStartError(
+      f"{what}: SPEC {spec!r} is not one of latest, average:N, STEP, selected, ema"
+    )
   run_dir = Workdir(path)
   if not os.path.isdir(run_dir.checkpoint_dir):
     raise WarmStartError(f"{what}: {path} holds no checkpoints (no {run_dir.checkpoint_dir})")
