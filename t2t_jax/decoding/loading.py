@@ -28,10 +28,11 @@ class Loaded(NamedTuple):
 
 
 def load_workdir(workdir: str, checkpoint_spec: str, dtype: str | None) -> Loaded:
-  """config.json, the vocabulary and checkpoint(s) ('latest', 'average:N', 'best[:N]',
-  'ema', 'STEP'); the search is the config's (SearchConfig.from_config), the constraint the
-  task's (`task_constraint`). dtype: the products' dtype ('float32', 'bfloat16', or 'auto':
-  precision.decode_dtype); None: the config's."""
+  """config.json, the vocabulary and checkpoint(s) ('auto', 'latest', 'average:N',
+  'best[:N]', 'ema', 'selected', 'STEP'); the search is the config's
+  (SearchConfig.from_config), the constraint the task's (`task_constraint`). dtype: the
+  products' dtype ('float32', 'bfloat16', or 'auto': precision.decode_dtype); None: the
+  config's."""
   config = load_config(workdir)
   checkpoint_spec = checkpoint.resolve_spec(workdir, checkpoint_spec)
   tokenizer = workdirs_lib.load_tokenizer(config, workdir)

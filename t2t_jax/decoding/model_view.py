@@ -91,8 +91,8 @@ class BeamSlots(NamedTuple):
     return mask.reshape(batch_size, 1, beam_size, length * beam_size)
 
   def resize(self, length: int) -> "BeamSlots":
-    """The table for a cache of `length` positions (`beam_search`'s resize_cache): cut, or
-    padded with zeros for positions not written yet."""
+    """The table for a cache of `length` positions (a stage growing or compacting the beam
+    cache, `stages.Schedule`): cut, or padded with zeros for positions not written yet."""
     return BeamSlots(slots=resize_positions(self.slots, length), step=self.step)
 
   def reorder(self, parents: jax.Array) -> "BeamSlots":
