@@ -75,10 +75,19 @@ class FakeModel:
   """A stand-in with the served model's surface: each word reversed, the words in reverse
   order; n-best r: the same with '~r' added; load() waits for `release` (readiness)."""
 
-  def __init__(self, delay: float = 0.0, loaded: bool = True) -> None:
+  def __init__(
+    self,
+    delay: float = 0.0,
+    loaded: bool = True,
+    pair: str = "en-de",
+    mark: str = "",
+    fail_on: str | None = None,
+  ) -> None:
     from t2t_jax.serve.api import Pair
 
-    self.pair = Pair("en", "de")
+    self.pair = Pair(*pair.split("-"))
+    self.mark = mark  # put before every answer: which model answered
+    self.fail_on = fail_on  # a batch holding a line with this text raises, as a bad line would
     self.beam_size = 4
     self.delay = delay
     self.release = threading.Event()
@@ -91,13 +100,14 @@ class FakeModel:
   def load(self) -> None:
     self.release.wait()
 
-  @staticmethod
-  def answer(line: str) -> str:
-    return " ".join(word[::-1] for word in reversed(line.split()))
+  def answer(self, line: str) -> str:
+    return self.mark + " ".join(word[::-1] for word in reversed(line.split()))
 
   def translate(self, lines: list[str], nbest: int = 0) -> list[Any]:
     self.calls.append(list(lines))
     self.gate.wait()
+    if self.fail_on is not None and any(self.fail_on in line for line in lines):
+      raise RuntimeError(f"cannot translate {self.fail_on!r}")
     time.sleep(self.delay)
     if not nbest:
       return [self.answer(line) for line in lines]

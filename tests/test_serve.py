@@ -8,6 +8,7 @@ request in flight finish and exits 0.
 """
 
 import concurrent.futures
+import re
 import signal
 
 import pytest
@@ -37,7 +38,13 @@ def server(workdir, tmp_path_factory):
   keys.write_text(f"# test keys\n{KEY}\nother-key\n")
   port = ss.free_port()
   proc = ss.start_serve(
-    workdir, port, f"--api_keys={keys}", "--metrics", "--batch_window_ms=20", "--beam_size=4"
+    workdir,
+    port,
+    f"--workdir=de:en={workdir}",  # a second pair: the same model under another name
+    f"--api_keys={keys}",
+    "--metrics",
+    "--batch_window_ms=20",
+    "--beam_size=4",
   )
   try:
     ss.wait_for(port, "/ready", proc=proc)
@@ -130,6 +137,20 @@ def test_keys_and_bad_input(server, expected):
   assert ss.call(port, "GET", "/languages").json[0]["targets"] == ["de"]
 
 
+def test_two_pairs_in_one_process_each_compiled_before_ready_with_its_memory(server, expected):
+  _, port = server
+  assert ss.call(port, "GET", "/languages").json == [
+    {"code": "en", "name": "English", "targets": ["de"]},
+    {"code": "de", "name": "German", "targets": ["en"]},
+  ]
+  for source, target in (("en", "de"), ("de", "en")):
+    answer = ss.translate(port, q=SENTENCES, source=source, target=target, api_key=KEY)
+    assert answer.json["translatedText"] == expected[0], (source, target)
+  metrics = ss.call(port, "GET", "/metrics").body.decode()
+  sizes = dict(re.findall(r't2t_serve_model_bytes\{pair="(\S+)"\} (\S+)', metrics))
+  assert sizes.keys() == {"en-de", "de-en"} and all(float(v) > 0 for v in sizes.values())
+
+
 def test_sigterm_finishes_the_request_in_flight_and_exits_0(server, expected):
   proc, port = server
   best, _ = expected
@@ -149,3 +170,4 @@ def _in_flight(port) -> bool:
   text = ss.call(port, "GET", "/metrics").body.decode()
   line = next(line for line in text.splitlines() if line.startswith("t2t_serve_waiting_requests "))
   return float(line.split()[1]) > 0
+

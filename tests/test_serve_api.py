@@ -19,6 +19,7 @@ from t2t_jax.serve.batching import Batcher, QueueFullError, padded_cost, split_r
 from tests import support
 
 PAIR = api.Pair("en", "de")
+PAIRS = api.Pairs((PAIR,))
 LIMITS = api.Limits(char_limit=100, batch_limit=4, alternatives_limit=3)
 
 lines_text = st.text(alphabet=st.sampled_from("ab \n\t"), max_size=30)
@@ -125,13 +126,13 @@ def fields(**kw):
 
 
 def test_a_string_q_is_one_text_and_a_list_stays_a_list():
-  one = api.parse_translate(fields(), True, PAIR, LIMITS)
-  many = api.parse_translate(fields(q=["a", "", "b"]), True, PAIR, LIMITS)
+  one = api.parse_translate(fields(), True, PAIRS, LIMITS)
+  many = api.parse_translate(fields(q=["a", "", "b"]), True, PAIRS, LIMITS)
   assert (one.texts, one.is_list) == (("a b",), False)
   assert (many.texts, many.is_list) == (("a", "", "b"), True)
-  answer = api.translate_answer(one, ["x"], [[]], PAIR)
+  answer = api.translate_answer(one, ["x"], [[]])
   assert answer == {"translatedText": "x"}
-  answer = api.translate_answer(many, ["x", "", "y"], [[], [], []], PAIR)
+  answer = api.translate_answer(many, ["x", "", "y"], [[], [], []])
   assert answer == {"translatedText": ["x", "", "y"]}
 
 
@@ -153,35 +154,37 @@ def test_a_string_q_is_one_text_and_a_list_stays_a_list():
     (dict(alternatives=4), 400, "alternatives parameter must be <= 3"),
     (dict(alternatives=10000), 400, "alternatives parameter must be <= 3"),
     (dict(q="x" * 101), 400, r"request \(101\) exceeds text limit \(100\)"),
-    (dict(q=["x" * 60, "y" * 41]), 400, r"request \(101\) exceeds text limit \(100\)"),
+    (dict(q=["x" * 60, "y" * 101]), 400, r"request \(101\) exceeds text limit \(100\)"),
     (dict(q=["a"] * 5), 400, r"request \(5\) exceeds text limit \(4\)"),
   ],
 )
 def test_refusals_name_the_field(given, status, message):
   with pytest.raises(api.ApiError, match=message) as e:
-    api.parse_translate(fields(**given), True, PAIR, LIMITS)
+    api.parse_translate(fields(**given), True, PAIRS, LIMITS)
   assert e.value.status == status
 
 
 def test_libretranslate_defaults_and_readings():
-  req = api.parse_translate(fields(alternatives="-2", format=""), False, PAIR, LIMITS)
+  req = api.parse_translate(fields(alternatives="-2", format=""), False, PAIRS, LIMITS)
   assert req.alternatives == 0
-  assert api.parse_translate(fields(alternatives="2"), False, PAIR, LIMITS).alternatives == 2
-  assert api.parse_translate(fields(q="x" * 100), True, PAIR, LIMITS).texts == ("x" * 100,)
+  assert api.parse_translate(fields(alternatives="2"), False, PAIRS, LIMITS).alternatives == 2
+  assert api.parse_translate(fields(q="x" * 100), True, PAIRS, LIMITS).texts == ("x" * 100,)
+  each = api.parse_translate(fields(q=["x" * 60, "y" * 41]), True, PAIRS, LIMITS)  # per text
+  assert each.texts == ("x" * 60, "y" * 41)
   no_limit = api.Limits(char_limit=-1, batch_limit=-1, alternatives_limit=-1)
-  assert api.parse_translate(fields(q=["x"] * 999, alternatives=50), True, PAIR, no_limit)
-  auto = api.parse_translate(fields(source="auto"), True, PAIR, LIMITS)
-  assert api.translate_answer(auto, ["x"], [[]], PAIR)["detectedLanguage"]["language"] == "en"
+  assert api.parse_translate(fields(q=["x"] * 999, alternatives=50), True, PAIRS, no_limit)
+  auto = api.parse_translate(fields(source="auto"), True, PAIRS, LIMITS)
+  assert api.translate_answer(auto, ["x"], [[]], [("en", 100.0)])["detectedLanguage"]["language"] == "en"
 
 
 def test_form_bodies_have_their_line_ends_normalised_and_json_bodies_not():
-  assert api.parse_translate(fields(q="a\r\nb\rc"), False, PAIR, LIMITS).texts == ("a\nb\nc",)
-  assert api.parse_translate(fields(q="a\r\nb"), True, PAIR, LIMITS).texts == ("a\r\nb",)
+  assert api.parse_translate(fields(q="a\r\nb\rc"), False, PAIRS, LIMITS).texts == ("a\nb\nc",)
+  assert api.parse_translate(fields(q="a\r\nb"), True, PAIRS, LIMITS).texts == ("a\r\nb",)
 
 
 def test_alternatives_appear_only_when_asked_for():
-  req = api.parse_translate(fields(alternatives=2), True, PAIR, LIMITS)
-  answer = api.translate_answer(req, ["x"], [["y", "z"]], PAIR)
+  req = api.parse_translate(fields(alternatives=2), True, PAIRS, LIMITS)
+  answer = api.translate_answer(req, ["x"], [["y", "z"]])
   assert answer == {"translatedText": "x", "alternatives": ["y", "z"]}
 
 
@@ -213,6 +216,59 @@ def test_languages_list_the_pair():
     {"code": "en", "name": "English", "targets": ["de"]},
     {"code": "de", "name": "German", "targets": []},
   ]
+
+
+THREE = api.Pairs((api.Pair("en", "de"), api.Pair("de", "en"), api.Pair("en", "fr")))
+
+
+def test_languages_list_every_source_with_its_targets_as_libretranslate():
+  assert THREE.languages() == [
+    {"code": "en", "name": "English", "targets": ["de", "fr"]},
+    {"code": "de", "name": "German", "targets": ["en"]},
+    {"code": "fr", "name": "French", "targets": []},
+  ]
+  assert THREE.sources_into("en") == ["de"] and THREE.sources_into("de") == ["en"]
+  assert THREE.sources_into("fr") == ["en"] and THREE.sources_into("es") == []
+
+
+@pytest.mark.parametrize(
+  "source, target, message",
+  [
+    ("es", "de", "es is not supported"),
+    ("en", "es", "es is not supported"),
+    ("de", "fr", "French (fr) is not available as a target language from German (de)"),
+    ("fr", "en", "English (en) is not available as a target language from French (fr)"),
+    ("\ud800" * 50, "de", "\\ud800"),  # a lone surrogate is quoted, cut short, encodable
+  ],
+)
+def test_a_pair_not_served_is_libretranslates_400(source, target, message):
+  with pytest.raises(api.ApiError) as e:
+    api.parse_translate(fields(source=source, target=target), True, THREE, LIMITS)
+  assert e.value.status == 400 and message in e.value.message
+  e.value.message.encode("utf-8")  # the answer can be written
+  assert len(e.value.message) < 300
+
+
+def test_each_pair_is_chosen_and_auto_needs_a_served_target():
+  for pair in THREE.pairs:
+    req = api.parse_translate(fields(source=pair.source, target=pair.target), True, THREE, LIMITS)
+    assert (req.source, req.target, req.detect) == (pair.source, pair.target, False)
+  auto = api.parse_translate(fields(source="auto", target="fr"), True, THREE, LIMITS)
+  assert auto.detect and auto.target == "fr"
+  with pytest.raises(api.ApiError, match="es is not supported"):
+    api.parse_translate(fields(source="auto", target="es"), True, THREE, LIMITS)
+  with pytest.raises(ValueError, match="two models for the pair en-de"):
+    api.Pairs((api.Pair("en", "de"), api.Pair("en", "de")))
+
+
+def test_lone_surrogates_in_texts_become_replacement_characters():
+  req = api.parse_translate(fields(q=["a\ud800b", "\udfff"]), True, PAIRS, LIMITS)
+  assert req.texts == ("a\ufffdb", "\ufffd")
+  for text in req.texts:
+    text.encode("utf-8")
+  api.check_key("\ud800", None)
+  with pytest.raises(api.ApiError, match="Invalid API key"):
+    api.check_key("\ud800", frozenset({"k"}))
 
 
 # --- batching -------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
-"""t2t-serve: a trained workdir behind LibreTranslate's HTTP API, with a page at `/`.
+"""t2t-serve: trained workdirs behind LibreTranslate's HTTP API, with a page at `/`.
 
-    t2t-serve --workdir=DIR[,DIR...] [--host=127.0.0.1] [--port=5000]
+    t2t-serve --workdir=[SRC:TGT=]DIR[,DIR...] [--workdir=...] [--host=127.0.0.1] [--port=5000]
               [--checkpoint=auto|latest|average:N|best[:N]|ema|STEP|selected]
               [--beam_size=N] [--alpha=A] [--char_limit=5000] [--batch_limit=128]
               [--alternatives_limit=3] [--batch_window_ms=5] [--api_keys=FILE] [--metrics]
@@ -8,7 +8,9 @@
 
 POST /translate takes q (a string or a list), source, target, format, alternatives and
 api_key as JSON, a form body or query parameters, and answers {"translatedText": ...};
-GET /languages lists the model's pair; GET / is the page (translation, n-best, attention
+each --workdir serves one language pair (its config's source_lang and target_lang, or the
+SRC:TGT= before it; several DIRs: their ensemble), and a request's source and target pick
+the model. GET /languages lists the pairs; GET / is the page (translation, n-best, attention
 heat map). /health answers at once; /ready, /languages and /translate answer 503 until the
 model is loaded and compiled. Concurrent requests arriving within --batch_window_ms are
 translated together. SIGTERM or SIGINT: stop accepting, answer what is in flight, exit 0.
@@ -16,15 +18,20 @@ It binds 127.0.0.1 unless --host says otherwise: it has no TLS and, without --ap
 access control (docs/serving.md, security).
 """
 
+import re
 from collections.abc import Sequence
+from typing import Any
 
 from absl import flags
 
 from t2t_jax.cli import common
 from t2t_jax.decoding import precision
 
-flags.DEFINE_string(
-  "workdir", None, "a t2t-train workdir; several, comma-separated: their ensemble"
+flags.DEFINE_multi_string(
+  "workdir",
+  None,
+  "[SRC:TGT=]DIR[,DIR...]: a t2t-train workdir serving the pair of its config (or SRC to "
+  "TGT); several comma-separated: their ensemble; repeat the flag for more pairs",
 )
 flags.DEFINE_string("host", "127.0.0.1", "address to bind (0.0.0.0: every interface)")
 flags.DEFINE_integer("port", 5000, "TCP port")
@@ -71,6 +78,8 @@ flags.DEFINE_string(
 flags.DEFINE_boolean("metrics", False, "Prometheus metrics at /metrics (needs prometheus_client)")
 flags.DEFINE_string("compilation_cache", "default", common.COMPILATION_CACHE_HELP)
 FLAGS = flags.FLAGS
+# --workdir=en:de=DIR: the pair named before the workdir(s)
+PAIRED = re.compile(r"([A-Za-z]{2,3}(?:-[A-Za-z0-9]+)?):([A-Za-z]{2,3}(?:-[A-Za-z0-9]+)?)=(.+)")
 
 
 def _fail(message: str) -> None:
@@ -143,8 +152,24 @@ def main(argv: Sequence[str]) -> None:
     max_queue_lines=FLAGS.max_queue_lines,
     metrics=FLAGS.metrics,
   )
+  models = [_model(worker, api, entry) for entry in FLAGS.workdir]
+  try:
+    server = app.Server(models, settings)
+  except ValueError as e:
+    _usage(str(e))
+  code = app.serve_forever(server, FLAGS.host, FLAGS.port, FLAGS.request_timeout)
+  if code:
+    raise SystemExit(code)
+
+
+def _model(worker: Any, api: Any, entry: str) -> Any:
+  """The model of one --workdir entry, [SRC:TGT=]DIR[,DIR...]."""
+  match = PAIRED.fullmatch(entry)
+  pair = api.Pair(match[1], match[2]) if match else None
+  workdirs = worker.workdir_list(match[3] if match else entry)
   model_settings = worker.ModelSettings(
-    workdirs=worker.workdir_list(FLAGS.workdir),
+    workdirs=workdirs,
+    pair=pair,
     checkpoint=FLAGS.checkpoint,
     beam_size=FLAGS.beam_size,
     alpha=FLAGS.alpha,
@@ -155,13 +180,9 @@ def main(argv: Sequence[str]) -> None:
     dtype=FLAGS.dtype,
   )
   try:
-    model = worker.Model(model_settings)
+    return worker.Model(model_settings)
   except worker.ModelError as e:
     _fail(str(e))
-  server = app.Server(model, settings)
-  code = app.serve_forever(server, FLAGS.host, FLAGS.port, FLAGS.request_timeout)
-  if code:
-    raise SystemExit(code)
 
 
 def run() -> None:

@@ -6,6 +6,7 @@ Field handling follows LibreTranslate's libretranslate/app.py: a JSON body (Cont
 application/json or +json) gives every field and must be an object; otherwise the fields are
 the query string's and the form body's, the query's first (werkzeug's `request.values`),
 first value of a repeated name wins; `q`, `source` and `target` are required and non-empty;
+`source` and `target` pick one of the served pairs (`Pairs`), `source` may be 'auto';
 `format` is 'text' (LibreTranslate's 'html' is refused here: the model translates text);
 `alternatives` is an integer, negative read as 0, capped; form bodies have their line ends
 normalised to LF.
@@ -14,6 +15,7 @@ normalised to LF.
 import dataclasses
 import hmac
 import json
+import re
 import urllib.parse
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -51,7 +53,7 @@ class Limits:
   """What one request may ask for (-1: no limit), LibreTranslate's names. Every default is
   finite: an unbounded `alternatives` or text size lets one request hold the model."""
 
-  char_limit: int = 5000  # characters in all of a request's texts together
+  char_limit: int = 5000  # characters in each text of a request (LibreTranslate's rule)
   batch_limit: int = 128  # texts in a list `q`
   alternatives_limit: int = 3  # n-best alternatives (also at most the beam size - 1)
   attention_lines: int = 16  # lines of one page request that get an attention map
@@ -59,17 +61,78 @@ class Limits:
 
 @dataclasses.dataclass(frozen=True)
 class Pair:
-  """The model's one language pair."""
+  """One served model's language pair."""
 
   source: str
   target: str
 
+  def __str__(self) -> str:
+    return f"{self.source}-{self.target}"
+
   def languages(self) -> list[dict[str, Any]]:
-    """GET /languages: each language with the codes it translates to."""
-    out = [dict(code=self.source, name=language_name(self.source), targets=[self.target])]
-    if self.target != self.source:
-      out.append(dict(code=self.target, name=language_name(self.target), targets=[]))
+    """GET /languages of a server of this pair alone."""
+    return Pairs((self,)).languages()
+
+
+@dataclasses.dataclass(frozen=True)
+class Pairs:
+  """The pairs a server translates, one model each, in the order they were given."""
+
+  pairs: tuple[Pair, ...]
+
+  def __post_init__(self) -> None:
+    if not self.pairs:
+      raise ValueError("a server needs at least one language pair")
+    twice = sorted({str(p) for p in self.pairs if self.pairs.count(p) > 1})
+    if twice:
+      raise ValueError(f"two models for the pair {', '.join(twice)}: one model a pair")
+
+  def codes(self) -> list[str]:
+    """Every language code a pair names, sources first, each once, in order."""
+    out: list[str] = []
+    for code in [p.source for p in self.pairs] + [p.target for p in self.pairs]:
+      if code not in out:
+        out.append(code)
     return out
+
+  def sources_into(self, target: str) -> list[str]:
+    """The source languages of the pairs translating into `target`, in order."""
+    return [p.source for p in self.pairs if p.target == target]
+
+  def languages(self) -> list[dict[str, Any]]:
+    """GET /languages, LibreTranslate's: every language with the codes it translates to
+    (a language that is only a target lists none)."""
+    return [
+      dict(
+        code=code,
+        name=language_name(code),
+        targets=[p.target for p in self.pairs if p.source == code],
+      )
+      for code in self.codes()
+    ]
+
+  def choose(self, source: str, target: str) -> Pair:
+    """The pair of (source, target), refused as LibreTranslate refuses: a language no pair
+    names is 'not supported'; two languages without a model between them are 'not
+    available'."""
+    codes = self.codes()
+    for code in (source, target):
+      if code not in codes:
+        raise ApiError(400, f"{_quoted(code)} is not supported")
+    if Pair(source, target) not in self.pairs:
+      raise ApiError(
+        400,
+        f"{language_name(target)} ({target}) is not available as a target language from "
+        f"{language_name(source)} ({source})",
+      )
+    return Pair(source, target)
+
+
+def _quoted(text: str) -> str:
+  """A client's text inside an answer: at most 40 characters, escapes for what JSON or a
+  terminal cannot carry (a lone surrogate would make the answer unencodable)."""
+  short = text if len(text) <= 40 else text[:40] + "..."
+  return short.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def language_name(code: str) -> str:
@@ -83,7 +146,13 @@ class TranslateRequest:
   texts: tuple[str, ...]
   is_list: bool
   alternatives: int
-  detect: bool  # source 'auto': the answer says which language was assumed
+  source: str  # a served source language, or 'auto'
+  target: str
+
+  @property
+  def detect(self) -> bool:
+    """Source 'auto': each text's language is detected and the answer says which."""
+    return self.source == "auto"
 
 
 def is_json(content_type: str) -> bool:
@@ -163,45 +232,51 @@ def alternatives_count(value: Any, limit: int) -> int:
 
 def texts_of(q: Any, limits: Limits) -> tuple[tuple[str, ...], bool]:
   """(texts, is_list) of `q`: a non-empty string, or a non-empty list of strings within
-  batch_limit; all of them within char_limit characters together."""
+  batch_limit; each within char_limit characters (LibreTranslate counts each text)."""
   if q is None or q == "" or q == []:
     raise ApiError(400, "Invalid request: missing q parameter")
   is_list = isinstance(q, list)
   texts = q if is_list else [q]
   if not all(isinstance(t, str) for t in texts):
     raise ApiError(400, "Invalid request: q must be a string or a list of strings")
+  texts = [without_surrogates(t) for t in texts]
   if is_list and limits.batch_limit != -1 and len(texts) > limits.batch_limit:
     raise ApiError(
       400,
       f"Invalid request: request ({len(texts)}) exceeds text limit ({limits.batch_limit})",
     )
-  chars = sum(map(len, texts))
-  if limits.char_limit != -1 and chars > limits.char_limit:
-    raise ApiError(
-      400, f"Invalid request: request ({chars}) exceeds text limit ({limits.char_limit})"
-    )
+  for text in texts:
+    if limits.char_limit != -1 and len(text) > limits.char_limit:
+      raise ApiError(
+        400, f"Invalid request: request ({len(text)}) exceeds text limit ({limits.char_limit})"
+      )
   return tuple(texts), is_list
 
 
-def check_languages(language: Any, target: Any, pair: Pair) -> bool:
-  """Refuses a language other than the model's pair; True for the source language 'auto'
-  (one source language: nothing to detect, the answer names it)."""
-  for name, value in (("source", language), ("target", target)):
+def without_surrogates(text: str) -> str:
+  """A JSON string may hold lone surrogates ("\\ud800"), which no tokenizer or UTF-8 answer
+  can carry: each becomes U+FFFD, as a UTF-8 decoder reads a broken sequence."""
+  return _SURROGATE.sub("\ufffd", text)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def check_languages(source: Any, target: Any, pairs: Pairs) -> tuple[str, str]:
+  """(source, target) of a request: codes naming a served pair, or source 'auto' with a
+  target some pair translates into."""
+  for name, value in (("source", source), ("target", target)):
     if not isinstance(value, str):
       raise ApiError(400, f"Invalid request: {name} must be a language code")
-  if language not in (pair.source, "auto"):
-    raise ApiError(
-      400, f"{language} is not supported (this server translates {pair.source} to {pair.target})"
-    )
-  if target != pair.target:
-    raise ApiError(
-      400, f"{target} is not supported (this server translates {pair.source} to {pair.target})"
-    )
-  return language == "auto"
+  if source != "auto":
+    pairs.choose(source, target)
+  elif not pairs.sources_into(target):
+    raise ApiError(400, f"{_quoted(target)} is not supported")
+  return source, target
 
 
 def parse_translate(
-  fields: Mapping[str, Any], from_json: bool, pair: Pair, limits: Limits
+  fields: Mapping[str, Any], from_json: bool, pairs: Pairs, limits: Limits
 ) -> TranslateRequest:
   """A POST /translate's fields checked in LibreTranslate's order (q, source, target,
   alternatives, limits, languages, format)."""
@@ -215,11 +290,12 @@ def parse_translate(
   if not from_json and isinstance(q, str):
     q = normalise_line_ends(q)
   texts, is_list = texts_of(q, limits)
-  detect = check_languages(fields.get("source"), fields.get("target"), pair)
+  source, target = check_languages(fields.get("source"), fields.get("target"), pairs)
   text_format = fields.get("format") or "text"
   if text_format != "text":
-    raise ApiError(400, f"{text_format} format is not supported (this server translates text)")
-  return TranslateRequest(texts, is_list, alternatives, detect)
+    name = _quoted(text_format) if isinstance(text_format, str) else "that"
+    raise ApiError(400, f"{name} format is not supported (this server translates text)")
+  return TranslateRequest(texts, is_list, alternatives, source, target)
 
 
 def read_keys(lines: Sequence[str], name: str) -> frozenset[str]:
@@ -238,7 +314,7 @@ def check_key(given: Any, keys: frozenset[str] | None) -> None:
   if not given:
     raise ApiError(403, "Invalid request: missing api_key parameter (this server requires a key)")
   if not isinstance(given, str) or not any(
-    hmac.compare_digest(given.encode(), k.encode()) for k in keys
+    hmac.compare_digest(given.encode("utf-8", "surrogatepass"), k.encode()) for k in keys
   ):
     raise ApiError(403, "Invalid API key")
 
@@ -306,14 +382,18 @@ def assemble(found: list[Any], alternatives: int) -> tuple[str, list[str]]:
 
 
 def translate_answer(
-  request: TranslateRequest, best: Sequence[str], alternatives: Sequence[Sequence[str]], pair: Pair
+  request: TranslateRequest,
+  best: Sequence[str],
+  alternatives: Sequence[Sequence[str]],
+  detected: Sequence[tuple[str, float]] = (),
 ) -> dict[str, Any]:
   """The JSON of a POST /translate: translatedText (a string or a list, as q was), with
-  `alternatives` when asked for, and detectedLanguage for source 'auto'."""
+  `alternatives` when asked for, and for source 'auto' detectedLanguage, each text's
+  (language, confidence in percent)."""
   answer: dict[str, Any] = {"translatedText": list(best) if request.is_list else best[0]}
   if request.detect:
-    detected = {"confidence": 100.0, "language": pair.source}
-    answer["detectedLanguage"] = [detected] * len(best) if request.is_list else detected
+    found = [{"confidence": float(c), "language": code} for code, c in detected]
+    answer["detectedLanguage"] = found if request.is_list else found[0]
   if request.alternatives:
     alts = [list(a) for a in alternatives]
     answer["alternatives"] = alts if request.is_list else alts[0]

@@ -11,8 +11,10 @@ after the server listens: /health answers at once, /ready, /languages and /trans
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import importlib.resources
 import logging
+import secrets
 import signal
 import sys
 import threading
@@ -59,49 +61,109 @@ class ServerSettings:
 
   @property
   def max_body_bytes(self) -> int:
-    """Room for char_limit characters of 4 UTF-8 bytes, JSON escapes and the other fields."""
+    """Room for batch_limit texts of char_limit characters of 4 UTF-8 bytes, JSON escapes
+    and the other fields."""
     chars = self.limits.char_limit if self.limits.char_limit != -1 else 1 << 20
-    return 6 * chars + 65536
+    texts = self.limits.batch_limit if self.limits.batch_limit != -1 else 1 << 10
+    return 6 * min(chars * max(1, texts), 1 << 24) + 65536
 
 
 class ClientGoneError(Exception):
   """The client disconnected before its answer was ready."""
 
 
-class Server:
-  """The app's state: the model (an object with load(), pair, beam_size, translate(lines,
-  nbest) and attention(source, target)), its batching thread and readiness."""
+class Served:
+  """One model behind the server and the batching thread that owns it."""
 
-  def __init__(self, model: Any, settings: ServerSettings = ServerSettings()) -> None:
+  def __init__(self, model: Any, settings: ServerSettings) -> None:
     self.model = model
-    self.settings = settings
     self.batcher = Batcher(
-      model.translate,
+      self.translate_isolated,
       window_s=settings.window_s,
       max_batch_chars=settings.max_batch_chars,
       max_queue_lines=settings.max_queue_lines,
     )
+
+  @property
+  def pair(self) -> api.Pair:
+    return self.model.pair
+
+  def translate_isolated(self, lines: list[str], nbest: int) -> list[Any]:
+    """The model's translations of a batch; when the batch fails, each line alone, so that
+    a line the model cannot take fails only its own request (`BadLine` in its place)."""
+    try:
+      return self.model.translate(lines, nbest)
+    except Exception:
+      if len(lines) == 1:
+        raise
+    found = []
+    for line in lines:
+      try:
+        found.append(self.model.translate([line], nbest)[0])
+      except Exception as e:
+        log.warning("t2t-serve: a line of %d characters failed alone: %s", len(line), e)
+        found.append(BadLine(type(e).__name__))
+    return found
+
+
+@dataclasses.dataclass(frozen=True)
+class BadLine:
+  """A line that failed on its own: its request is answered 500 (counted), the other
+  requests of its batch get their translations."""
+
+  error: str
+
+
+class Server:
+  """The app's state: the models (objects with load(), pair, beam_size, translate(lines,
+  nbest) and attention(source, target)), one batching thread each, and readiness."""
+
+  def __init__(self, models: Any, settings: ServerSettings = ServerSettings()) -> None:
+    models = list(models) if isinstance(models, (list, tuple)) else [models]
+    self.settings = settings
+    self.pairs = api.Pairs(tuple(m.pair for m in models))
+    self.served = {m.pair: Served(m, settings) for m in models}
     self.ready = threading.Event()
     self.failed: str | None = None
-    self.waiting = 0  # requests awaiting the model
+    self._loading = len(models)
+    self._lock = threading.Lock()
+    self.waiting = 0  # requests awaiting a model
     self.limits = settings.limits
     self.metrics = _Metrics(self) if settings.metrics else None
     self.on_failure: Callable[[str], None] = lambda message: None
+    # (text, candidate codes) -> (code, confidence in percent); None: the first candidate
+    self.detector: Callable[[str, list[str]], tuple[str, float]] | None = None
+
+  @property
+  def first(self) -> Served:
+    """The first pair's model: the page's and /frontend/settings' default."""
+    return self.served[self.pairs.pairs[0]]
+
+  @property
+  def model(self) -> Any:
+    return self.first.model
 
   def start(self) -> None:
-    """Starts the model thread; its first work is loading and compiling the model."""
-    self.batcher.start()
-    self.batcher.call(self.model.load).add_done_callback(self._loaded)
+    """Starts each model's thread; its first work is loading and compiling the model."""
+    for served in self.served.values():
+      served.batcher.start()
+      loaded = functools.partial(self._loaded, served)
+      served.batcher.call(served.model.load).add_done_callback(loaded)
 
   def stop(self) -> None:
-    self.batcher.stop()
+    for served in self.served.values():
+      served.batcher.stop()
 
-  def _loaded(self, future: Future) -> None:
+  def _loaded(self, served: Served, future: Future) -> None:
     if future.exception() is not None:
-      self.failed = str(future.exception())
+      self.failed = f"{served.pair}: {future.exception()}"
       self.on_failure(self.failed)
       return
-    cap = self.model.beam_size - 1
+    with self._lock:
+      self._loading -= 1
+      if self._loading:
+        return
+    cap = min(s.model.beam_size for s in self.served.values()) - 1
     if self.limits.alternatives_limit == -1 or self.limits.alternatives_limit > cap:
       self.limits = dataclasses.replace(self.limits, alternatives_limit=cap)
     self.ready.set()
@@ -111,6 +173,17 @@ class Server:
       raise api.ApiError(503, f"the model could not be loaded: {self.failed}")
     if not self.ready.is_set():
       raise api.ApiError(503, "the model is loading; try again shortly")
+
+  def batcher(self, pair: api.Pair) -> Batcher:
+    return self.served[pair].batcher
+
+  def detect(self, text: str, target: str) -> tuple[str, float]:
+    """(language, confidence in percent) of a text among the served sources translating
+    into `target`: certain when there is one."""
+    candidates = self.pairs.sources_into(target)
+    if len(candidates) == 1 or self.detector is None:
+      return candidates[0], 100.0 if len(candidates) == 1 else 0.0
+    return self.detector(text, candidates)
 
   async def run(self, request: Request, future: Future) -> Any:
     """The future's result, awaited without blocking the loop; dropped from the queue when
@@ -139,6 +212,32 @@ class Server:
       return submit()
     except QueueFullError as e:
       raise api.ApiError(503, f"the server is busy ({e}); try again shortly") from None
+
+  async def translate_lines(
+    self, request: Request, lines: list[str], pairs: list[api.Pair], nbest: int
+  ) -> list[Any]:
+    """Each line's result through its pair's model, in order: one batch per pair, queued
+    together; a line that failed on its own fails the request."""
+    by_pair: dict[api.Pair, list[int]] = {}
+    for i, pair in enumerate(pairs):
+      by_pair.setdefault(pair, []).append(i)
+    futures = {
+      pair: self.submit(
+        lambda pair=pair, ids=ids: self.batcher(pair).submit([lines[i] for i in ids], nbest)
+      )
+      for pair, ids in by_pair.items()
+    }
+    found: list[Any] = [None] * len(lines)
+    for pair, ids in by_pair.items():
+      for i, result in zip(ids, await self.run(request, futures[pair])):
+        if isinstance(result, BadLine):
+          raise InternalError(f"the model failed on a line ({result.error})")
+        found[i] = result
+    return found
+
+
+class InternalError(Exception):
+  """The server's own failure: answered 500 with an id that its log line carries."""
 
 
 async def _disconnected(request: Request) -> None:
@@ -199,7 +298,9 @@ def _error(status: int, message: str) -> JSONResponse:
 
 
 def _handled(fn: Callable) -> Callable:
-  """An endpoint whose ApiError is its JSON answer and whose gone client ends it quietly."""
+  """An endpoint whose ApiError is its JSON answer, whose gone client ends it quietly, and
+  whose own failure is a counted 500 naming an id its log line carries (never the
+  exception's text, which may hold what a client sent)."""
 
   async def endpoint(request: Request) -> Response:
     started = time.monotonic()
@@ -209,6 +310,8 @@ def _handled(fn: Callable) -> Callable:
       response = _error(e.status, e.message)
     except ClientGoneError:
       response = Response(status_code=499)
+    except Exception as e:
+      response = _internal(request, e)
     server: Server = request.app.state.server
     if server.metrics is not None:
       server.metrics.observe(fn.__name__, response.status_code, time.monotonic() - started)
@@ -217,18 +320,49 @@ def _handled(fn: Callable) -> Callable:
   return endpoint
 
 
+def _internal(request: Request, e: Exception) -> Response:
+  incident = secrets.token_hex(6)
+  log.error(
+    "t2t-serve: internal error %s: %s %s", incident, request.method, request.url.path, exc_info=e
+  )
+  return _error(500, f"internal error {incident}")
+
+
+async def _pairs_of(server: Server, req: api.TranslateRequest) -> list[tuple[str, float]]:
+  """Each text's (source, confidence): the request's source, or the detected one."""
+  if not req.detect:
+    return [(req.source, 100.0)] * len(req.texts)
+  loop = asyncio.get_running_loop()
+  return [await loop.run_in_executor(None, server.detect, text, req.target) for text in req.texts]
+
+
 async def translate(request: Request) -> Response:
   """POST /translate: LibreTranslate's."""
   server: Server = request.app.state.server
   server.check_ready()
   fields, from_json = await read_fields(request, server.settings.max_body_bytes)
   api.check_key(fields.get("api_key"), server.settings.keys)
-  req = api.parse_translate(fields, from_json, server.model.pair, server.limits)
+  req = api.parse_translate(fields, from_json, server.pairs, server.limits)
   nbest = req.alternatives + 1 if req.alternatives else 0
-  todo = api.lines_to_translate(req.texts)
-  future = server.submit(lambda: server.batcher.submit(todo, nbest))
-  best, alternatives = api.put_back(req.texts, await server.run(request, future), req.alternatives)
-  return JSONResponse(api.translate_answer(req, best, alternatives, server.model.pair))
+  detected = await _pairs_of(server, req)
+  lines, pairs = [], []
+  for text, (source, _) in zip(req.texts, detected):
+    todo = api.lines_to_translate([text])
+    lines += todo
+    pairs += [api.Pair(source, req.target)] * len(todo)
+  found = await server.translate_lines(request, lines, pairs, nbest)
+  best, alternatives = api.put_back(req.texts, found, req.alternatives)
+  return JSONResponse(api.translate_answer(req, best, alternatives, detected))
+
+
+def _page_pair(server: Server, fields: dict[str, Any]) -> api.Pair:
+  """The page's pair: the fields' source and target, else the first served pair."""
+  source, target = fields.get("source"), fields.get("target")
+  if source is None and target is None:
+    return server.pairs.pairs[0]
+  if not isinstance(source, str) or not isinstance(target, str):
+    raise api.ApiError(400, "Invalid request: source and target must be language codes")
+  return server.pairs.choose(source, target)
 
 
 async def page_translate(request: Request) -> Response:
@@ -238,6 +372,7 @@ async def page_translate(request: Request) -> Response:
   server.check_ready()
   fields, _ = await read_fields(request, server.settings.max_body_bytes)
   api.check_key(fields.get("api_key"), server.settings.keys)
+  pair = _page_pair(server, fields)
   q = fields.get("q")
   if not isinstance(q, str):
     raise api.ApiError(400, "Invalid request: q must be a string")
@@ -252,12 +387,14 @@ async def page_translate(request: Request) -> Response:
       f"Invalid request: attention for {len(todo)} lines (at most "
       f"{server.limits.attention_lines}); send attention=false or fewer lines",
     )
-  found = await server.run(request, server.submit(lambda: server.batcher.submit(todo, nbest + 1)))
+  found = await server.translate_lines(request, todo, [pair] * len(todo), nbest + 1)
   attention = [None] * len(todo)
   if want_attention and todo:
+    model = server.served[pair].model
     pairs = [(line, hyps[0].text) for line, hyps in zip(todo, found)]
-    job = lambda: [server.model.attention(s, t) for s, t in pairs]
-    attention = await server.run(request, server.submit(lambda: server.batcher.call(job)))
+    job = lambda: [model.attention(s, t) for s, t in pairs]
+    batcher = server.batcher(pair)
+    attention = await server.run(request, server.submit(lambda: batcher.call(job)))
   answers, it = [], iter(zip(found, attention))
   for line in lines:
     hyps, att = next(it) if api.translatable(line) else ([], None)
@@ -275,13 +412,14 @@ async def page_translate(request: Request) -> Response:
 async def languages(request: Request) -> Response:
   server: Server = request.app.state.server
   server.check_ready()
-  return JSONResponse(server.model.pair.languages())
+  return JSONResponse(server.pairs.languages())
 
 
 async def frontend_settings(request: Request) -> Response:
-  """LibreTranslate's /frontend/settings (what its page and some clients read first)."""
+  """LibreTranslate's /frontend/settings (what its page and some clients read first): the
+  first pair is the default."""
   server: Server = request.app.state.server
-  pair = server.model.pair
+  pair = server.pairs.pairs[0]
   keys = server.settings.keys is not None
   return JSONResponse(
     dict(
@@ -294,6 +432,7 @@ async def frontend_settings(request: Request) -> Response:
       supportedFilesFormat=[],
       alternativesLimit=server.limits.alternatives_limit if server.ready.is_set() else 0,
       attentionLines=server.limits.attention_lines,
+      ready=server.ready.is_set(),
       language=dict(
         source=dict(code=pair.source, name=api.language_name(pair.source)),
         target=dict(code=pair.target, name=api.language_name(pair.target)),
@@ -358,8 +497,7 @@ async def _http_error(request: Request, e: Exception) -> Response:
 
 
 async def _internal_error(request: Request, e: Exception) -> Response:
-  log.exception("t2t-serve: %s %s failed", request.method, request.url.path)
-  return _error(500, f"internal error: {type(e).__name__}: {e}")
+  return _internal(request, e)
 
 
 def create_app(server: Server) -> Starlette:
@@ -411,24 +549,34 @@ class _Metrics:
     depth = prom.Gauge(
       "t2t_serve_queue_lines", "lines waiting for the model", registry=self.registry
     )
-    depth.set_function(lambda: server.batcher.depth)
+    depth.set_function(lambda: sum(s.batcher.depth for s in server.served.values()))
     waiting = prom.Gauge(
       "t2t_serve_waiting_requests", "requests awaiting the model", registry=self.registry
     )
     waiting.set_function(lambda: server.waiting)
-    stats = server.batcher.stats
-    for name, doc, get in (
-      ("t2t_serve_batches", "batches run", lambda: stats.snapshot().batches),
-      ("t2t_serve_batched_lines", "lines translated", lambda: stats.snapshot().lines),
-      ("t2t_serve_batched_requests", "requests in batches", lambda: stats.snapshot().requests),
-      ("t2t_serve_dropped_requests", "queued requests dropped", lambda: stats.snapshot().dropped),
-      (
-        "t2t_serve_last_batch_lines",
-        "lines of the last batch",
-        lambda: stats.snapshot().last_batch_lines,
-      ),
+    for name, doc, field in (
+      ("t2t_serve_batches", "batches run", "batches"),
+      ("t2t_serve_batched_lines", "lines translated", "lines"),
+      ("t2t_serve_batched_requests", "requests in batches", "requests"),
+      ("t2t_serve_dropped_requests", "queued requests dropped", "dropped"),
+      ("t2t_serve_last_batch_lines", "lines of the last batch", "last_batch_lines"),
     ):
-      prom.Gauge(name, doc, registry=self.registry).set_function(get)
+      gauge = prom.Gauge(name, f"{doc}, all models together", registry=self.registry)
+      gauge.set_function(
+        lambda field=field: sum(
+          getattr(s.batcher.stats.snapshot(), field) for s in server.served.values()
+        )
+      )
+    memory = prom.Gauge(
+      "t2t_serve_model_bytes",
+      "bytes of a model's parameters and their decoding copies (0 until loaded)",
+      ["pair"],
+      registry=self.registry,
+    )
+    for pair, served in server.served.items():
+      memory.labels(str(pair)).set_function(
+        lambda model=served.model: getattr(model, "param_bytes", 0)
+      )
 
   def observe(self, endpoint: str, status: int, seconds: float) -> None:
     self.latency.labels(endpoint, str(status)).observe(seconds)
@@ -472,12 +620,12 @@ def serve_forever(server: Server, host: str, port: int, graceful_timeout_s: floa
 
   def announce() -> None:
     server.ready.wait()
-    pair = server.model.pair
-    warm_up = getattr(server.model, "warm_up", None)
-    compiled = f"; compiled {warm_up}" if warm_up else ""
-    print(
-      f"t2t-serve: ready ({pair.source} -> {pair.target}{compiled})", file=sys.stderr, flush=True
-    )
+    for pair, served in server.served.items():
+      warm_up = getattr(served.model, "warm_up", None)
+      compiled = f"; compiled {warm_up}" if warm_up else ""
+      print(
+        f"t2t-serve: ready ({pair.source} -> {pair.target}{compiled})", file=sys.stderr, flush=True
+      )
 
   server.on_failure = failed
   threading.Thread(target=announce, daemon=True).start()

@@ -12,8 +12,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import jax
 import numpy as np
 
+from t2t_jax.data import config as data_config
 from t2t_jax.serve.api import Pair
 from t2t_jax.translate import TranslateError, Translator, load_config
 
@@ -40,6 +42,7 @@ class ModelSettings:
   """What t2t-serve's flags choose about the model (None: the workdir's config)."""
 
   workdirs: tuple[str, ...]
+  pair: Pair | None = None  # None: the first workdir's config.data languages
   checkpoint: str = "auto"
   beam_size: int | None = None
   alpha: float | None = None
@@ -72,8 +75,11 @@ class Model:
     self.settings = settings
     self._translator: Any = None
     self.warm_up: WarmUp | None = None
+    self.param_bytes = 0  # the parameters and their decoding copies, once loaded
     config = load_config(settings.workdirs[0])
-    self.pair = Pair(source=config.data.source_lang or "en", target="")
+    self.pair = settings.pair or Pair(
+      source=config.data.source_lang or "en", target=data_config.target_language(config.data)
+    )
 
   def load(self) -> None:
     """Reads the checkpoint(s) and compiles before the server says it is ready: with
@@ -111,7 +117,7 @@ class Model:
       translator.warm_up()
       shapes, programs = len(translator.buckets()), 0
     self.warm_up = WarmUp(shapes, programs, time.perf_counter() - start)
-    self.pair = Pair(source=self.pair.source, target=translator.target_lang)
+    self.param_bytes = _bytes((translator.params, translator.decoder()[0]))
     self._translator = translator
 
   def nbest_sizes(self, beam_size: int) -> list[int | None]:
@@ -144,6 +150,12 @@ class Model:
       target_tokens=list(found["target_tokens"]),
       cross=cross.tolist(),
     )
+
+
+def _bytes(tree: Any) -> int:
+  """Bytes of a tree's arrays, each buffer once (a decoding copy may be the parameter)."""
+  leaves = {id(x): x for x in jax.tree.leaves(tree)}
+  return sum(int(np.prod(x.shape)) * x.dtype.itemsize for x in leaves.values())
 
 
 def workdir_list(flag: str | Sequence[str]) -> tuple[str, ...]:

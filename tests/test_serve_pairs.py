@@ -1,0 +1,93 @@
+"""Several models in one server: a request's source and target pick the model, /languages
+lists every pair as LibreTranslate does, a line one model cannot take fails only its own
+request, and a server failure is a counted 500 with an id and CORS headers."""
+
+import concurrent.futures
+import re
+
+import pytest
+
+from tests import serve_support as ss
+from tests.serve_support import FakeModel, call, translate
+
+
+def _models(**kw):
+  return [
+    FakeModel(pair="en-de", mark="ende:", **kw),
+    FakeModel(pair="de-en", mark="deen:"),
+    FakeModel(pair="en-fr", mark="enfr:"),
+  ]
+
+
+@pytest.fixture(scope="module")
+def port():
+  pytest.importorskip("starlette")
+  pytest.importorskip("uvicorn")
+  with ss.in_process(_models(fail_on="BAD"), metrics=True, window_s=0.2) as port:
+    yield port
+
+
+def test_languages_list_each_source_with_its_targets(port):
+  assert call(port, "GET", "/languages").json == [
+    {"code": "en", "name": "English", "targets": ["de", "fr"]},
+    {"code": "de", "name": "German", "targets": ["en"]},
+    {"code": "fr", "name": "French", "targets": []},
+  ]
+
+
+@pytest.mark.parametrize(
+  "source, target, mark", [("en", "de", "ende:"), ("de", "en", "deen:"), ("en", "fr", "enfr:")]
+)
+def test_source_and_target_pick_the_model(port, source, target, mark):
+  answer = translate(port, q=["ab cd", "", "ef"], source=source, target=target)
+  assert answer.status == 200, answer.body
+  assert answer.json["translatedText"] == [f"{mark}dc ba", "", f"{mark}fe"]
+
+
+def test_a_pair_not_served_and_auto(port):
+  refused = translate(port, q="x", source="de", target="fr")
+  assert refused.status == 400
+  assert refused.json["error"] == "French (fr) is not available as a target language from German (de)"
+  assert translate(port, q="x", source="es", target="de").json["error"] == "es is not supported"
+  auto = translate(port, q=["ab", "cd"], source="auto", target="fr")  # en is fr's one source
+  assert auto.json["translatedText"] == ["enfr:ba", "enfr:dc"]
+  assert auto.json["detectedLanguage"] == [{"confidence": 100.0, "language": "en"}] * 2
+
+
+def test_the_page_picks_the_pair_and_defaults_to_the_first(port):
+  def page(**fields):
+    return call(port, "POST", "/api/translate", dict(dict(q="ab", attention=False), **fields))
+
+  assert page().json["lines"][0]["translation"] == "ende:ba"
+  assert page(source="de", target="en").json["lines"][0]["translation"] == "deen:ba"
+  assert page(source="de", target="fr").status == 400
+  settings = call(port, "GET", "/frontend/settings").json
+  assert settings["language"]["source"]["code"] == "en" and settings["ready"] is True
+
+
+def test_a_line_the_model_cannot_take_fails_only_its_own_request(port):
+  """Sent together (the batching window holds them in one batch): the request with the bad
+  line gets a 500 with an id, the others their translations."""
+  with concurrent.futures.ThreadPoolExecutor(4) as pool:
+    bad = pool.submit(translate, port, q=["ok", "a BAD line"])
+    good = [pool.submit(translate, port, q=f"w{i} x") for i in range(3)]
+    answers = [f.result() for f in good]
+    failed = bad.result()
+  assert [a.json["translatedText"] for a in answers] == [f"ende:x {i}w" for i in range(3)]
+  assert failed.status == 500
+  assert re.fullmatch(r"internal error [0-9a-f]{12}", failed.json["error"])
+  assert "BAD" not in failed.body.decode()  # the exception's text stays in the log
+  assert failed.headers["access-control-allow-origin"] == "*"
+  metrics = call(port, "GET", "/metrics").body.decode()
+  assert re.search(r'endpoint="translate",status="500"\} [1-9]', metrics)
+  assert re.search(r't2t_serve_model_bytes\{pair="de-en"\} 0\.0', metrics)
+
+
+def test_served_translate_isolated_answers_the_good_lines():
+  from t2t_jax.serve import app
+
+  served = app.Served(FakeModel(fail_on="BAD"), app.ServerSettings())
+  found = served.translate_isolated(["ab", "BAD", "cd"], 0)
+  assert found[0] == "ba" and found[2] == "dc" and isinstance(found[1], app.BadLine)
+  with pytest.raises(RuntimeError):
+    served.translate_isolated(["BAD"], 0)
