@@ -170,4 +170,3 @@ def _in_flight(port) -> bool:
   text = ss.call(port, "GET", "/metrics").body.decode()
   line = next(line for line in text.splitlines() if line.startswith("t2t_serve_waiting_requests "))
   return float(line.split()[1]) > 0
-

@@ -174,7 +174,8 @@ def test_libretranslate_defaults_and_readings():
   no_limit = api.Limits(char_limit=-1, batch_limit=-1, alternatives_limit=-1)
   assert api.parse_translate(fields(q=["x"] * 999, alternatives=50), True, PAIRS, no_limit)
   auto = api.parse_translate(fields(source="auto"), True, PAIRS, LIMITS)
-  assert api.translate_answer(auto, ["x"], [[]], [("en", 100.0)])["detectedLanguage"]["language"] == "en"
+  detected = api.translate_answer(auto, ["x"], [[]], [("en", 100.0)])["detectedLanguage"]
+  assert detected == {"confidence": 100.0, "language": "en"}
 
 
 def test_form_bodies_have_their_line_ends_normalised_and_json_bodies_not():

@@ -47,7 +47,9 @@ def test_source_and_target_pick_the_model(port, source, target, mark):
 def test_a_pair_not_served_and_auto(port):
   refused = translate(port, q="x", source="de", target="fr")
   assert refused.status == 400
-  assert refused.json["error"] == "French (fr) is not available as a target language from German (de)"
+  assert refused.json["error"] == (
+    "French (fr) is not available as a target language from German (de)"
+  )
   assert translate(port, q="x", source="es", target="de").json["error"] == "es is not supported"
   auto = translate(port, q=["ab", "cd"], source="auto", target="fr")  # en is fr's one source
   assert auto.json["translatedText"] == ["enfr:ba", "enfr:dc"]
