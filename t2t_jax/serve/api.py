@@ -129,10 +129,9 @@ class Pairs:
 
 
 def _quoted(text: str) -> str:
-  """A client's text inside an answer: at most 40 characters, escapes for what JSON or a
-  terminal cannot carry (a lone surrogate would make the answer unencodable)."""
-  short = text if len(text) <= 40 else text[:40] + "..."
-  return short.encode("utf-8", "backslashreplace").decode("utf-8")
+  """A client's text inside an answer, at most 40 characters (the answer escapes what UTF-8
+  cannot carry: app._error)."""
+  return text if len(text) <= 40 else text[:40] + "..."
 
 
 def language_name(code: str) -> str:

@@ -294,6 +294,9 @@ async def _multipart(request: Request, body: bytes) -> dict[str, str]:
 
 
 def _error(status: int, message: str) -> JSONResponse:
+  """{"error": message}; what UTF-8 cannot carry (a lone surrogate a message quotes from a
+  request) is written as its escape, so that no answer fails to encode."""
+  message = message.encode("utf-8", "backslashreplace").decode("utf-8")
   return JSONResponse({"error": message}, status_code=status)
 
 

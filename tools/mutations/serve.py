@@ -119,4 +119,37 @@ MUTATIONS = (
     "      pass",
     WARM_UP,
   ),
+  M(
+    "serve_error_echoes_surrogate",
+    "an error message quoting a lone surrogate from the request is written as it is: the"
+    " answer cannot be encoded, a 500",
+    "t2t_jax/serve/app.py",
+    '  message = message.encode("utf-8", "backslashreplace").decode("utf-8")\n',
+    "",
+    ("tests/test_serve_fuzz.py",),
+  ),
+  M(
+    "serve_batch_not_isolated",
+    "a line the model cannot take fails every request batched with it",
+    "t2t_jax/serve/app.py",
+    "    except Exception:\n      if len(lines) == 1:\n        raise\n",
+    "    except Exception:\n      raise\n",
+    ("tests/test_serve_pairs.py",),
+  ),
+  M(
+    "serve_pair_ignored",
+    "every request goes to the first pair's model, whatever its source and target",
+    "t2t_jax/serve/app.py",
+    "    pairs += [api.Pair(source, req.target)] * len(todo)",
+    "    pairs += [server.pairs.pairs[0]] * len(todo)",
+    ("tests/test_serve_pairs.py",),
+  ),
+  M(
+    "serve_500_leaks_exception",
+    "a 500 carries the exception's text (which may hold what a client sent)",
+    "t2t_jax/serve/app.py",
+    'return _error(500, f"internal error {incident}")',
+    'return _error(500, f"internal error {incident}: {e}")',
+    ("tests/test_serve_pairs.py",),
+  ),
 )
