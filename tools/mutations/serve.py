@@ -59,8 +59,8 @@ MUTATIONS = (
     "serve_char_limit_off_by_one",
     "a text of exactly char_limit characters is refused: > becomes >=",
     API,
-    "if limits.char_limit != -1 and chars > limits.char_limit:",
-    "if limits.char_limit != -1 and chars >= limits.char_limit:",
+    "if limits.char_limit != -1 and len(text) > limits.char_limit:",
+    "if limits.char_limit != -1 and len(text) >= limits.char_limit:",
     FIRST,
   ),
   M(
