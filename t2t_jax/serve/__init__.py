@@ -4,6 +4,8 @@ translation and its attention (docs/serving.md).
 api       the request fields, checks and answers as pure functions
 batching  the bounded queue and the one thread that batches concurrent requests
 worker    the model (the only module here that calls t2t_jax's decoding)
+limits    requests per minute a client or key (fixed windows), the keys file's per-key limits
+spec      the OpenAPI 3 document of the routes (GET /spec)
 app       the Starlette app: routes, CORS, errors, readiness, metrics
 static/   the page (HTML, script, style), served by the app, nothing fetched from elsewhere
 
