@@ -124,7 +124,7 @@ def _batches(port):
 def test_keys_and_bad_input(server, expected):
   _, port = server
   best, _ = expected
-  assert ss.translate(port, q="1 2").status == 403
+  assert ss.translate(port, q="1 2").status == 400
   assert ss.translate(port, q="1 2", api_key="wrong").json == {"error": "Invalid API key"}
   for sent, status in [
     (("{not json", "application/json"), 400),

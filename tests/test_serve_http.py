@@ -217,14 +217,16 @@ def test_metrics(port):
 def test_keys_required_when_a_keys_file_is_given():
   pytest.importorskip("uvicorn")
   with ss.in_process(FakeModel(), keys=frozenset({"k1", "k2"})) as port:
-    assert translate(port, q="a").status == 403
-    assert "missing api_key" in translate(port, q="a").json["error"]
+    assert translate(port, q="a").status == 400
+    assert translate(port, q="a").json["error"] == (
+      "Please contact the server operator to get an API key"
+    )
     assert translate(port, q="a", api_key="k3").json == {"error": "Invalid API key"}
     assert translate(port, q="ab", api_key="k2").json == {"translatedText": "ba"}
     form = "q=ab&source=en&target=de&api_key=k1"
     assert call(port, "POST", "/translate", form, "application/x-www-form-urlencoded").status == 200
     assert call(port, "POST", "/translate?" + form).status == 200
-    assert call(port, "POST", "/api/translate", dict(q="ab")).status == 403
+    assert call(port, "POST", "/api/translate", dict(q="ab")).status == 400
     assert call(port, "GET", "/frontend/settings").json["keyRequired"] is True
 
 

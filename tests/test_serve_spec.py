@@ -12,7 +12,7 @@ from openapi_spec_validator import validate
 from t2t_jax.serve import api
 from t2t_jax.serve.spec import openapi_spec
 
-PAIR = api.Pair("en", "de")
+PAIRS = api.Pairs((api.Pair("en", "de"),))
 LIMITS = api.Limits(char_limit=100, batch_limit=4, alternatives_limit=3)
 SPEC = openapi_spec("9.9.9", ["en", "de"])
 
@@ -90,8 +90,8 @@ def test_every_refusal_is_an_error_object_and_429_says_when_to_retry():
 
 
 def _answer(fields: dict, best: list[str], alternatives: list[list[str]]) -> dict:
-  request = api.parse_translate(fields, True, PAIR, LIMITS)
-  return api.translate_answer(request, best, alternatives, PAIR)
+  request = api.parse_translate(fields, True, PAIRS, LIMITS)
+  return api.translate_answer(request, best, alternatives, [("en", 100.0)] * len(best))
 
 
 @pytest.mark.parametrize(

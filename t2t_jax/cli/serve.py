@@ -3,7 +3,8 @@
     t2t-serve --workdir=[SRC:TGT=]DIR[,DIR...] [--workdir=...] [--host=127.0.0.1] [--port=5000]
               [--checkpoint=auto|latest|average:N|best[:N]|ema|STEP|selected]
               [--beam_size=N] [--alpha=A] [--char_limit=5000] [--batch_limit=128]
-              [--alternatives_limit=3] [--batch_window_ms=5] [--api_keys=FILE] [--metrics]
+              [--alternatives_limit=3] [--batch_window_ms=5] [--api_keys=FILE] [--req_limit=N]
+              [--metrics]
               [--dtype=auto|float32|bfloat16]
 
 POST /translate takes q (a string or a list), source, target, format, alternatives and
@@ -39,7 +40,13 @@ flags.DEFINE_string("checkpoint", "auto", common.CHECKPOINT_HELP)
 flags.DEFINE_integer("beam_size", None, "beam width (default: the workdir's config.beam_size)")
 flags.DEFINE_float("alpha", None, "length penalty exponent (default: the workdir's config.alpha)")
 flags.DEFINE_integer(
-  "char_limit", 5000, "characters per request, all texts of a list together (-1: no limit)"
+  "char_limit", 5000, "characters per text (each text of a list q on its own; -1: no limit)"
+)
+flags.DEFINE_integer(
+  "req_limit",
+  -1,
+  "requests a client (address) a minute, a list q of n texts counting n; beyond: 429 "
+  "(-1: no limit; LibreTranslate's --req-limit)",
 )
 flags.DEFINE_integer("batch_limit", 128, "texts in one list q (-1: no limit)")
 flags.DEFINE_integer(
@@ -73,7 +80,10 @@ flags.DEFINE_enum(
   "or avx512_bf16)",
 )
 flags.DEFINE_string(
-  "api_keys", None, "a file of API keys, one a line: every request then needs one of them"
+  "api_keys",
+  None,
+  "a file of API keys, one a line (KEY, or KEY req_limit=N char_limit=M for its own "
+  "limits): every request then needs one of them",
 )
 flags.DEFINE_boolean("metrics", False, "Prometheus metrics at /metrics (needs prometheus_client)")
 flags.DEFINE_string("compilation_cache", "default", common.COMPILATION_CACHE_HELP)
@@ -90,14 +100,15 @@ def _usage(message: str) -> None:
   common.refuse("t2t-serve", message)
 
 
-def _keys(path: str | None) -> frozenset[str] | None:
-  from t2t_jax.serve import api
+def _keys(path: str | None) -> dict[str, Any] | None:
+  """The keys file's keys with their own limits (serve.limits.read_key_limits)."""
+  from t2t_jax.serve import limits
 
   if not path:
     return None
   try:
     with open(path, encoding="utf-8") as f:
-      return api.read_keys(f.read().splitlines(), path)
+      return limits.read_key_limits(f.read().splitlines(), path)
   except (OSError, UnicodeDecodeError) as e:
     _fail(f"--api_keys={path}: cannot read ({getattr(e, 'strerror', None) or e})")
   except ValueError as e:
@@ -112,6 +123,8 @@ def _check_flags() -> None:
   for name in ("char_limit", "batch_limit", "alternatives_limit"):
     if FLAGS[name].value < -1:
       _usage(f"--{name}={FLAGS[name].value} must be >= 0 (-1: no limit)")
+  if FLAGS.req_limit < 1 and FLAGS.req_limit != -1:
+    _usage(f"--req_limit={FLAGS.req_limit} must be >= 1 (-1: no limit)")
   for name in (
     "batch_window_ms",
     "max_batch_chars",
@@ -145,7 +158,9 @@ def main(argv: Sequence[str]) -> None:
       batch_limit=FLAGS.batch_limit,
       alternatives_limit=FLAGS.alternatives_limit,
     ),
-    keys=keys,
+    keys=None if keys is None else frozenset(keys),
+    key_limits=keys,
+    req_limit=FLAGS.req_limit,
     request_timeout_s=FLAGS.request_timeout,
     window_s=FLAGS.batch_window_ms / 1000,
     max_batch_chars=FLAGS.max_batch_chars,

@@ -40,12 +40,13 @@ LANGUAGE_NAMES = {
 
 
 class ApiError(Exception):
-  """A request answered with `status` and {"error": message}."""
+  """A request answered with `status` and {"error": message} (and `headers`)."""
 
-  def __init__(self, status: int, message: str) -> None:
+  def __init__(self, status: int, message: str, headers: Mapping[str, str] | None = None) -> None:
     super().__init__(message)
     self.status = status
     self.message = message
+    self.headers = dict(headers or {})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -297,21 +298,14 @@ def parse_translate(
   return TranslateRequest(texts, is_list, alternatives, source, target)
 
 
-def read_keys(lines: Sequence[str], name: str) -> frozenset[str]:
-  """The API keys of a keys file: one a line, blank lines and '#' comments skipped."""
-  keys = frozenset(k.strip() for k in lines if k.strip() and not k.strip().startswith("#"))
-  if not keys:
-    raise ValueError(f"--api_keys={name}: no key in the file (one key a line)")
-  return keys
-
-
 def check_key(given: Any, keys: frozenset[str] | None) -> None:
   """Without a keys file keys are ignored; with one, every request needs a listed key
-  (compared in constant time)."""
+  (compared in constant time). LibreTranslate's statuses: a listed key missing is 400, a
+  key that is not listed 403."""
   if keys is None:
     return
   if not given:
-    raise ApiError(403, "Invalid request: missing api_key parameter (this server requires a key)")
+    raise ApiError(400, "Please contact the server operator to get an API key")
   if not isinstance(given, str) or not any(
     hmac.compare_digest(given.encode("utf-8", "surrogatepass"), k.encode()) for k in keys
   ):

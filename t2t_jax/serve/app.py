@@ -19,7 +19,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from typing import Any
 
@@ -52,6 +52,8 @@ class ServerSettings:
 
   limits: api.Limits = api.Limits()
   keys: frozenset[str] | None = None  # None: keys are ignored
+  key_limits: Mapping[str, Any] | None = None  # key -> limits.KeyLimits (the keys file's)
+  req_limit: int = -1  # requests a client a minute (-1: no limit), LibreTranslate's
   request_timeout_s: float = 60.0
   window_s: float = 0.005
   max_batch_chars: int = 32768
@@ -129,6 +131,7 @@ class Server:
     self._lock = threading.Lock()
     self.waiting = 0  # requests awaiting a model
     self.limits = settings.limits
+    self.rate = _rate_limiter(settings)
     self.metrics = _Metrics(self) if settings.metrics else None
     self.on_failure: Callable[[str], None] = lambda message: None
     # (text, candidate codes) -> (code, confidence in percent); None: the first candidate
@@ -236,6 +239,36 @@ class Server:
     return found
 
 
+def _rate_limiter(settings: ServerSettings) -> Any:
+  """The per-client (and per-key) request limiter, None when nothing is limited."""
+  from t2t_jax.serve import limits
+
+  per_key = limits.req_limits_of(settings.key_limits or {})
+  if settings.req_limit == -1 and not per_key:
+    return None
+  return limits.RateLimiter(settings.req_limit, per_key=per_key)
+
+
+def admit(request: Request, server: "Server", fields: Mapping[str, Any]) -> api.Limits:
+  """LibreTranslate's order: the client's request limit (429, before any key check, so that
+  keys cannot be guessed at speed), then the key; the request's limits, with its key's own
+  character limit."""
+  from t2t_jax.serve import limits
+
+  key = fields.get("api_key")
+  if server.rate is not None:
+    q = fields.get("q")
+    cost = len(q) if isinstance(q, list) and q else 1
+    client = request.client.host if request.client else "unknown"
+    try:
+      server.rate.hit(client, key, cost=cost)
+    except limits.RateLimited as e:
+      raise api.ApiError(429, e.message, {"Retry-After": e.retry_after_header}) from None
+  api.check_key(key, server.settings.keys)
+  char_limit = limits.char_limit_of(key, server.settings.key_limits, server.limits.char_limit)
+  return dataclasses.replace(server.limits, char_limit=char_limit)
+
+
 class InternalError(Exception):
   """The server's own failure: answered 500 with an id that its log line carries."""
 
@@ -293,11 +326,11 @@ async def _multipart(request: Request, body: bytes) -> dict[str, str]:
   return {name: value for name, value in form.multi_items() if isinstance(value, str)}
 
 
-def _error(status: int, message: str) -> JSONResponse:
+def _error(status: int, message: str, headers: Mapping[str, str] | None = None) -> JSONResponse:
   """{"error": message}; what UTF-8 cannot carry (a lone surrogate a message quotes from a
   request) is written as its escape, so that no answer fails to encode."""
   message = message.encode("utf-8", "backslashreplace").decode("utf-8")
-  return JSONResponse({"error": message}, status_code=status)
+  return JSONResponse({"error": message}, status_code=status, headers=headers)
 
 
 def _handled(fn: Callable) -> Callable:
@@ -310,7 +343,7 @@ def _handled(fn: Callable) -> Callable:
     try:
       response = await fn(request)
     except api.ApiError as e:
-      response = _error(e.status, e.message)
+      response = _error(e.status, e.message, e.headers)
     except ClientGoneError:
       response = Response(status_code=499)
     except Exception as e:
@@ -344,8 +377,8 @@ async def translate(request: Request) -> Response:
   server: Server = request.app.state.server
   server.check_ready()
   fields, from_json = await read_fields(request, server.settings.max_body_bytes)
-  api.check_key(fields.get("api_key"), server.settings.keys)
-  req = api.parse_translate(fields, from_json, server.pairs, server.limits)
+  limits = admit(request, server, fields)
+  req = api.parse_translate(fields, from_json, server.pairs, limits)
   nbest = req.alternatives + 1 if req.alternatives else 0
   detected = await _pairs_of(server, req)
   lines, pairs = [], []
@@ -374,13 +407,13 @@ async def page_translate(request: Request) -> Response:
   server: Server = request.app.state.server
   server.check_ready()
   fields, _ = await read_fields(request, server.settings.max_body_bytes)
-  api.check_key(fields.get("api_key"), server.settings.keys)
+  limits = admit(request, server, fields)
   pair = _page_pair(server, fields)
   q = fields.get("q")
   if not isinstance(q, str):
     raise api.ApiError(400, "Invalid request: q must be a string")
-  texts, _ = api.texts_of(q, server.limits)
-  nbest = api.alternatives_count(fields.get("alternatives", 0), server.limits.alternatives_limit)
+  texts, _ = api.texts_of(q, limits)
+  nbest = api.alternatives_count(fields.get("alternatives", 0), limits.alternatives_limit)
   lines = api.split_lines(texts[0])
   todo = [line for line in lines if api.translatable(line)]
   want_attention = fields.get("attention", True) is not False
@@ -442,6 +475,15 @@ async def frontend_settings(request: Request) -> Response:
       ),
     )
   )
+
+
+async def spec(request: Request) -> Response:
+  """GET /spec: the OpenAPI description of the routes (LibreTranslate's /spec)."""
+  from t2t_jax import __version__
+  from t2t_jax.serve.spec import openapi_spec
+
+  server: Server = request.app.state.server
+  return JSONResponse(openapi_spec(__version__, server.pairs.codes()))
 
 
 async def health(request: Request) -> Response:
@@ -514,6 +556,7 @@ def create_app(server: Server) -> Starlette:
     Route("/frontend/settings", _handled(frontend_settings), methods=["GET"]),
     Route("/api/translate", _handled(page_translate), methods=["POST"]),
     Route("/health", _handled(health), methods=["GET"]),
+    Route("/spec", _handled(spec), methods=["GET"]),
     Route("/ready", _handled(ready), methods=["GET"]),
     Route("/metrics", _handled(metrics), methods=["GET"]),
   ]
