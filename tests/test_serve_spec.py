@@ -154,7 +154,7 @@ def test_the_translate_schema_refuses_wrong_answers_and_requests():
 
 
 def test_the_other_answers_fit_their_schemas():
-  assert valid(answer_schema("get", "/languages"), PAIR.languages())
+  assert valid(answer_schema("get", "/languages"), PAIRS.languages())
   assert not valid(answer_schema("get", "/languages"), [{"code": "en"}])
   detections = answer_schema("post", "/detect")
   assert valid(detections, [{"confidence": 100.0, "language": "en"}])
