@@ -2,6 +2,7 @@
 translation and its attention (docs/serving.md).
 
 api       the request fields, checks and answers as pure functions
+detect    which served language a text is in (source=auto, /detect), with py3langid
 batching  the bounded queue and the one thread that batches concurrent requests
 worker    the model (the only module here that calls t2t_jax's decoding)
 limits    requests per minute a client or key (fixed windows), the keys file's per-key limits
