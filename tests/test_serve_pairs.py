@@ -93,3 +93,19 @@ def test_served_translate_isolated_answers_the_good_lines():
   assert found[0] == "ba" and found[2] == "dc" and isinstance(found[1], app.BadLine)
   with pytest.raises(RuntimeError):
     served.translate_isolated(["BAD"], 0)
+
+
+def test_auto_detects_among_the_sources_of_the_target_and_detect_answers_libretranslates():
+  pytest.importorskip("py3langid")
+  models = [FakeModel(pair="en-fr", mark="enfr:"), FakeModel(pair="de-fr", mark="defr:")]
+  english, german = "The house is very big and old.", "Das Haus ist sehr groß und alt."
+  with ss.in_process(models) as port:
+    auto = translate(port, q=[english, german], source="auto", target="fr")
+    assert [t.split(":")[0] for t in auto.json["translatedText"]] == ["enfr", "defr"]
+    detected = auto.json["detectedLanguage"]
+    assert [d["language"] for d in detected] == ["en", "de"]
+    assert all(50 < d["confidence"] <= 100 for d in detected)
+    found = call(port, "POST", "/detect", dict(q=german)).json
+    assert found[0]["language"] == "de" and found[0]["confidence"] > 50
+    assert {d["language"] for d in found} <= {"en", "de"}
+    assert call(port, "POST", "/detect", dict(q="")).status == 400

@@ -134,8 +134,7 @@ class Server:
     self.rate = _rate_limiter(settings)
     self.metrics = _Metrics(self) if settings.metrics else None
     self.on_failure: Callable[[str], None] = lambda message: None
-    # (text, candidate codes) -> (code, confidence in percent); None: the first candidate
-    self.detector: Callable[[str, list[str]], tuple[str, float]] | None = None
+    self._detectors: dict[tuple[str, ...], Any] = {}
 
   @property
   def first(self) -> Served:
@@ -180,13 +179,23 @@ class Server:
   def batcher(self, pair: api.Pair) -> Batcher:
     return self.served[pair].batcher
 
+  def detector(self, languages: list[str]) -> Any:
+    """The language detector restricted to `languages` (serve.detect), built once each."""
+    from t2t_jax.serve import detect
+
+    key = tuple(languages)
+    with self._lock:
+      if key not in self._detectors:
+        self._detectors[key] = detect.Detector(key)
+      return self._detectors[key]
+
   def detect(self, text: str, target: str) -> tuple[str, float]:
     """(language, confidence in percent) of a text among the served sources translating
-    into `target`: certain when there is one."""
-    candidates = self.pairs.sources_into(target)
-    if len(candidates) == 1 or self.detector is None:
-      return candidates[0], 100.0 if len(candidates) == 1 else 0.0
-    return self.detector(text, candidates)
+    into `target` (certain when there is one)."""
+    from t2t_jax.serve import detect
+
+    code, confidence = self.detector(self.pairs.sources_into(target)).best(text)
+    return code, detect.percent(confidence)
 
   async def run(self, request: Request, future: Future) -> Any:
     """The future's result, awaited without blocking the loop; dropped from the queue when
@@ -362,6 +371,25 @@ def _internal(request: Request, e: Exception) -> Response:
     "t2t-serve: internal error %s: %s %s", incident, request.method, request.url.path, exc_info=e
   )
   return _error(500, f"internal error {incident}")
+
+
+async def detect_language(request: Request) -> Response:
+  """POST /detect: LibreTranslate's, [{"confidence", "language"}] among the served source
+  languages, most likely first (a list q is detected as one text)."""
+  from t2t_jax.serve import detect
+
+  server: Server = request.app.state.server
+  server.check_ready()
+  fields, from_json = await read_fields(request, server.settings.max_body_bytes)
+  limits = admit(request, server, fields)
+  q = fields.get("q")
+  if not q:
+    raise api.ApiError(400, "Invalid request: missing q parameter")
+  texts, _ = api.texts_of(q, limits)
+  detector = server.detector(list(dict.fromkeys(p.source for p in server.pairs.pairs)))
+  loop = asyncio.get_running_loop()
+  found = await loop.run_in_executor(None, detector.detect, "\n".join(texts))
+  return JSONResponse(detect.as_libretranslate(found))
 
 
 async def _pairs_of(server: Server, req: api.TranslateRequest) -> list[tuple[str, float]]:
@@ -553,6 +581,7 @@ def create_app(server: Server) -> Starlette:
     Route("/static/{name}", _handled(static), methods=["GET"]),
     Route("/translate", _handled(translate), methods=["POST"]),
     Route("/languages", _handled(languages), methods=["GET"]),
+    Route("/detect", _handled(detect_language), methods=["POST"]),
     Route("/frontend/settings", _handled(frontend_settings), methods=["GET"]),
     Route("/api/translate", _handled(page_translate), methods=["POST"]),
     Route("/health", _handled(health), methods=["GET"]),

@@ -20,7 +20,19 @@ class Mutation:
 
 
 # Areas in the order the table lists them; each is tools/mutations/<area>.py.
-AREAS = ("paper", "features", "research", "decoding", "serve", "cli", "threads", "promises", "docs")
+AREAS = (
+  "paper",
+  "features",
+  "research",
+  "decoding",
+  "serve",
+  "serve_limits",
+  "serve_detect",
+  "cli",
+  "threads",
+  "promises",
+  "docs",
+)
 
 
 def all_mutations() -> tuple[Mutation, ...]:
