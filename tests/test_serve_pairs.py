@@ -109,3 +109,16 @@ def test_auto_detects_among_the_sources_of_the_target_and_detect_answers_libretr
     assert found[0]["language"] == "de" and found[0]["confidence"] > 50
     assert {d["language"] for d in found} <= {"en", "de"}
     assert call(port, "POST", "/detect", dict(q="")).status == 400
+
+
+def test_a_libretranslate_client_uses_a_two_pair_server():
+  """libretranslatepy, LibreTranslate's own Python client, as docs/serving.md shows it."""
+  client_lib = pytest.importorskip("libretranslatepy")
+  pytest.importorskip("py3langid")
+  models = [FakeModel(pair="en-de", mark="ende:"), FakeModel(pair="de-en", mark="deen:")]
+  with ss.in_process(models) as port:
+    lt = client_lib.LibreTranslateAPI(f"http://127.0.0.1:{port}")
+    assert lt.translate("ab cd", "en", "de") == "ende:dc ba"
+    assert lt.translate("ab cd", "de", "en") == "deen:dc ba"
+    assert [(x["code"], x["targets"]) for x in lt.languages()] == [("en", ["de"]), ("de", ["en"])]
+    assert lt.detect("Das Haus ist sehr groß und alt.")[0]["language"] == "de"
