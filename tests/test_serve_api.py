@@ -26,16 +26,27 @@ lines_text = st.text(alphabet=st.sampled_from("ab \n\t"), max_size=30)
 
 
 def per_line(text: str, f) -> str:
-  """The reference: every line by itself, a blank line answered by an empty one."""
-  return "\n".join(f(line) if line.strip() else "" for line in text.split("\n"))
+  """The reference: every line by itself, its leading and trailing whitespace kept, a blank
+  line kept as it was (these lines hold no sentence end: one sentence a line)."""
+  out = []
+  for line in text.split("\n"):
+    core = line.strip()
+    out.append(line.replace(core, f(core), 1) if core else line)
+  return "\n".join(out)
+
+
+def _segments(texts):
+  segment = pytest.importorskip("t2t_jax.serve.segment")
+  return segment, [segment.split_text(t, "en") for t in texts]
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(lines_text, min_size=1, max_size=5))
 def test_put_back_keeps_each_texts_lines_and_blank_lines(texts):
+  segment, found = _segments(texts)
   f = lambda line: line.upper().replace(" ", "_") + "!"
-  results = [f(line) for line in api.lines_to_translate(texts)]
-  best, alternatives = api.put_back(texts, results)
+  results = [f(s) for one in found for s in one.sentences]
+  best, alternatives = segment.put_back(found, results)
   assert best == [per_line(t, f) for t in texts]
   assert [b.count("\n") for b in best] == [t.count("\n") for t in texts]
   assert alternatives == [[] for _ in texts]
@@ -55,27 +66,36 @@ class Hyp:
 
 @settings(max_examples=100, deadline=None)
 @given(st.lists(lines_text, min_size=1, max_size=3), st.integers(1, 3))
-def test_alternatives_take_each_lines_kth_hypothesis(texts, k):
-  # Line i's hypotheses: "i:0", "i:1", ... (as many as its length allows, at least one).
-  lines = api.lines_to_translate(texts)
-  results = [[Hyp(f"{i}:{r}") for r in range(1 + len(line) % 3)] for i, line in enumerate(lines)]
-  best, alternatives = api.put_back(texts, results, k)
-  counter = iter(range(len(lines)))
+def test_alternatives_take_each_sentences_kth_hypothesis(texts, k):
+  # Sentence i's hypotheses: "i:0", "i:1", ... (as many as its length allows, at least one).
+  segment, found = _segments(texts)
+  sentences = [s for one in found for s in one.sentences]
+  results = [[Hyp(f"{i}:{r}") for r in range(1 + len(s) % 3)] for i, s in enumerate(sentences)]
+  best, alternatives = segment.put_back(found, results, k)
+  counter = iter(range(len(sentences)))
   for text, one, alts in zip(texts, best, alternatives):
-    ids = [None if not line.strip() else next(counter) for line in text.split("\n")]
-    hyp = lambda i, r: "" if i is None else results[i][min(r, len(results[i]) - 1)].text
-    assert one == "\n".join(hyp(i, 0) for i in ids)
+    lines = text.split("\n")
+    ids = [next(counter) if line.strip() else None for line in lines]
+
+    def hyp(i, r, line):
+      if i is None:
+        return line  # a blank line, as it was
+      core = line.strip()
+      return line.replace(core, results[i][min(r, len(results[i]) - 1)].text, 1)
+
+    assert one == "\n".join(hyp(i, 0, line) for i, line in zip(ids, lines))
     expected = []
     for r in range(1, k + 1):
-      alt = "\n".join(hyp(i, r) for i in ids)
+      alt = "\n".join(hyp(i, r, line) for i, line in zip(ids, lines))
       if alt != one and alt not in expected:
         expected.append(alt)
     assert alts == expected
 
 
 def test_put_back_refuses_a_wrong_count():
-  with pytest.raises(ValueError, match="2 results for 1 lines"):
-    api.put_back(["a\n\n"], ["x", "y"])
+  segment, found = _segments(["a\n\n"])
+  with pytest.raises(ValueError, match="2 results for 1 sentences"):
+    segment.put_back(found, ["x", "y"])
 
 
 @settings(max_examples=100, deadline=None)
@@ -149,7 +169,7 @@ def test_a_string_q_is_one_text_and_a_list_stays_a_list():
     (dict(source="fr"), 400, "fr is not supported"),
     (dict(target="fr"), 400, "fr is not supported"),
     (dict(target=["de"]), 400, "target must be a language code"),
-    (dict(format="html"), 400, "html format is not supported"),
+    (dict(format="xml"), 400, "xml format is not supported"),
     (dict(alternatives="many"), 400, "alternatives parameter is not a number"),
     (dict(alternatives=4), 400, "alternatives parameter must be <= 3"),
     (dict(alternatives=10000), 400, "alternatives parameter must be <= 3"),

@@ -122,3 +122,42 @@ def test_a_libretranslate_client_uses_a_two_pair_server():
     assert lt.translate("ab cd", "de", "en") == "deen:dc ba"
     assert [(x["code"], x["targets"]) for x in lt.languages()] == [("en", ["de"]), ("de", ["en"])]
     assert lt.detect("Das Haus ist sehr groß und alt.")[0]["language"] == "de"
+
+
+def test_html_and_files_through_the_server(port):
+  """format=html keeps tags and attributes; a .srt upload comes back with its timings under
+  /download_file; an unknown id is a 404, a file over the limit a 413."""
+  pytest.importorskip("bs4")
+  html = '<p class="x">ab cd <b title="t">ef</b></p><code>no</code>'
+  answer = translate(port, q=html, format="html")
+  assert answer.json["translatedText"] == (
+    '<p class="x">ende:dc ba <b title="t">ende:fe</b></p><code>no</code>'
+  )
+  srt = b"1\n00:00:01,000 --> 00:00:02,000\nab cd\n\n2\n00:00:03,000 --> 00:00:04,500\nef\n"
+  body, content_type = _multipart(dict(source="en", target="de"), "talk.srt", srt)
+  uploaded = call(port, "POST", "/translate_file", body, content_type)
+  assert uploaded.status == 200, uploaded.body
+  url = uploaded.json["translatedFileUrl"]
+  assert re.fullmatch(rf"http://127\.0\.0\.1:{port}/download_file/\S+\.srt", url)
+  got = call(port, "GET", url.split(str(port), 1)[1])
+  assert got.status == 200 and "talk_de.srt" in got.headers["content-disposition"]
+  assert got.body.decode().split("\n")[:3] == ["1", "00:00:01,000 --> 00:00:02,000", "ende:dc ba"]
+  assert call(port, "GET", "/download_file/../../etc/passwd").status == 404
+  assert call(port, "GET", "/download_file/nosuchid.txt").status == 404
+  big, content_type = _multipart(dict(source="en", target="de"), "a.txt", b"x " * 40000)
+  assert call(port, "POST", "/translate_file", big, content_type).status == 413
+  odd, content_type = _multipart(dict(source="en", target="de"), "a.pdf", b"%PDF")
+  refused = call(port, "POST", "/translate_file", odd, content_type)
+  assert refused.status == 400 and "file format not supported" in refused.json["error"]
+
+
+def _multipart(fields, filename, data):
+  parts = [
+    b'--xyz\r\nContent-Disposition: form-data; name="%s"\r\n\r\n%s\r\n' % (k.encode(), v.encode())
+    for k, v in fields.items()
+  ]
+  parts.append(
+    b'--xyz\r\nContent-Disposition: form-data; name="file"; filename="%s"\r\n'
+    b"Content-Type: application/octet-stream\r\n\r\n%s\r\n" % (filename.encode(), data)
+  )
+  return b"".join(parts) + b"--xyz--\r\n", "multipart/form-data; boundary=xyz"

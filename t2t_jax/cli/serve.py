@@ -85,6 +85,13 @@ flags.DEFINE_string(
   "a file of API keys, one a line (KEY, or KEY req_limit=N char_limit=M for its own "
   "limits): every request then needs one of them",
 )
+flags.DEFINE_boolean(
+  "files_translation", True, "POST /translate_file and GET /download_file (.txt, .html, .srt)"
+)
+flags.DEFINE_integer("file_limit", 65536, "bytes an uploaded file may have; beyond: 413")
+flags.DEFINE_float(
+  "files_expiry_minutes", 30.0, "minutes a translated file is kept for GET /download_file"
+)
 flags.DEFINE_boolean("metrics", False, "Prometheus metrics at /metrics (needs prometheus_client)")
 flags.DEFINE_string("compilation_cache", "default", common.COMPILATION_CACHE_HELP)
 FLAGS = flags.FLAGS
@@ -123,6 +130,10 @@ def _check_flags() -> None:
   for name in ("char_limit", "batch_limit", "alternatives_limit"):
     if FLAGS[name].value < -1:
       _usage(f"--{name}={FLAGS[name].value} must be >= 0 (-1: no limit)")
+  if FLAGS.file_limit < 1:
+    _usage(f"--file_limit={FLAGS.file_limit} must be >= 1 (bytes)")
+  if not FLAGS.files_expiry_minutes > 0:
+    _usage(f"--files_expiry_minutes={FLAGS.files_expiry_minutes} must be > 0")
   if FLAGS.req_limit < 1 and FLAGS.req_limit != -1:
     _usage(f"--req_limit={FLAGS.req_limit} must be >= 1 (-1: no limit)")
   for name in (
@@ -166,6 +177,9 @@ def main(argv: Sequence[str]) -> None:
     max_batch_chars=FLAGS.max_batch_chars,
     max_queue_lines=FLAGS.max_queue_lines,
     metrics=FLAGS.metrics,
+    files=FLAGS.files_translation,
+    file_limit_bytes=FLAGS.file_limit,
+    files_expiry_s=FLAGS.files_expiry_minutes * 60,
   )
   models = [_model(worker, api, entry) for entry in FLAGS.workdir]
   try:

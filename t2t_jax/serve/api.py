@@ -7,7 +7,7 @@ application/json or +json) gives every field and must be an object; otherwise th
 the query string's and the form body's, the query's first (werkzeug's `request.values`),
 first value of a repeated name wins; `q`, `source` and `target` are required and non-empty;
 `source` and `target` pick one of the served pairs (`Pairs`), `source` may be 'auto';
-`format` is 'text' (LibreTranslate's 'html' is refused here: the model translates text);
+`format` is 'text' or 'html' (the visible text translated, tags and attributes kept);
 `alternatives` is an integer, negative read as 0, capped; form bodies have their line ends
 normalised to LF.
 """
@@ -17,7 +17,7 @@ import hmac
 import json
 import re
 import urllib.parse
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 # English names of the codes a model's config may carry; others are shown as the code.
@@ -148,6 +148,7 @@ class TranslateRequest:
   alternatives: int
   source: str  # a served source language, or 'auto'
   target: str
+  format: str = "text"  # or 'html': the visible text translated, tags and attributes kept
 
   @property
   def detect(self) -> bool:
@@ -292,10 +293,10 @@ def parse_translate(
   texts, is_list = texts_of(q, limits)
   source, target = check_languages(fields.get("source"), fields.get("target"), pairs)
   text_format = fields.get("format") or "text"
-  if text_format != "text":
+  if text_format not in ("text", "html"):
     name = _quoted(text_format) if isinstance(text_format, str) else "that"
-    raise ApiError(400, f"{name} format is not supported (this server translates text)")
-  return TranslateRequest(texts, is_list, alternatives, source, target)
+    raise ApiError(400, f"{name} format is not supported")
+  return TranslateRequest(texts, is_list, alternatives, source, target, text_format)
 
 
 def check_key(given: Any, keys: frozenset[str] | None) -> None:
@@ -337,40 +338,21 @@ def unique_alternatives(best: str, others: Sequence[str]) -> list[str]:
   return out
 
 
-def lines_to_translate(texts: Sequence[str]) -> list[str]:
-  """The lines of `texts` that go to the model, in order (blank lines do not)."""
-  return [line for text in texts for line in split_lines(text) if translatable(line)]
-
-
-def put_back(
-  texts: Sequence[str], results: Sequence[Any], alternatives: int = 0
-) -> tuple[list[str], list[list[str]]]:
-  """(translation per text, alternatives per text) from the results of
-  `lines_to_translate(texts)`, in order: each text keeps its line count, its blank lines
-  come back empty. results: strings, or with alternatives lists of hypotheses (.text)."""
-  if len(results) != len(lines_to_translate(texts)):
-    raise ValueError(f"{len(results)} results for {len(lines_to_translate(texts))} lines")
-  it = iter(results)
-  best, alts = [], []
-  for text in texts:
-    found = [next(it) if translatable(line) else None for line in split_lines(text)]
-    one, others = assemble(found, alternatives)
-    best.append(one)
-    alts.append(others)
-  return best, alts
-
-
-def assemble(found: list[Any], alternatives: int) -> tuple[str, list[str]]:
-  """A text's translation from its lines' results (None: a blank line, answered empty) and
-  its alternatives: the k-th uses each line's k-th hypothesis (its best when it has fewer)."""
+def assemble(
+  found: list[Any], alternatives: int, join: Callable[[list[str]], str] = None
+) -> tuple[str, list[str]]:
+  """A text's translation from its parts' results (None: a blank line, answered empty),
+  put together by `join` (default: as lines), and its alternatives: the k-th uses each
+  part's k-th hypothesis (its best when it has fewer)."""
+  join = join or join_lines
   if not alternatives:
-    return join_lines([r or "" for r in found]), []
+    return join([r or "" for r in found]), []
 
   def pick(hyps: Any, k: int) -> str:
     return "" if hyps is None else hyps[min(k, len(hyps) - 1)].text
 
-  best = join_lines([pick(h, 0) for h in found])
-  others = [join_lines([pick(h, k) for h in found]) for k in range(1, alternatives + 1)]
+  best = join([pick(h, 0) for h in found])
+  others = [join([pick(h, k) for h in found]) for k in range(1, alternatives + 1)]
   return best, unique_alternatives(best, others)
 
 

@@ -19,7 +19,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -29,7 +29,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from t2t_jax.serve import api
+from t2t_jax.serve import api, segment
 from t2t_jax.serve.batching import Batcher, QueueFullError
 
 log = logging.getLogger("t2t_jax.serve")
@@ -60,6 +60,9 @@ class ServerSettings:
   max_queue_lines: int = 4096
   frontend_timeout_ms: int = 500  # the page's debounce, as LibreTranslate's frontendTimeout
   metrics: bool = False
+  files: bool = True  # POST /translate_file and GET /download_file
+  file_limit_bytes: int = 65536  # an upload's size at most (413 beyond)
+  files_expiry_s: float = 30 * 60  # translated files are deleted this long after (LibreTranslate's)
 
   @property
   def max_body_bytes(self) -> int:
@@ -135,6 +138,8 @@ class Server:
     self.metrics = _Metrics(self) if settings.metrics else None
     self.on_failure: Callable[[str], None] = lambda message: None
     self._detectors: dict[tuple[str, ...], Any] = {}
+    self.split_sentences = 0  # sentences over a model's source length, cut into pieces
+    self.files = _file_store(settings)
 
   @property
   def first(self) -> Served:
@@ -155,6 +160,8 @@ class Server:
   def stop(self) -> None:
     for served in self.served.values():
       served.batcher.stop()
+    if self.files is not None:
+      self.files.close()
 
   def _loaded(self, served: Served, future: Future) -> None:
     if future.exception() is not None:
@@ -178,6 +185,43 @@ class Server:
 
   def batcher(self, pair: api.Pair) -> Batcher:
     return self.served[pair].batcher
+
+  def segments(self, texts: Sequence[str], pairs: Sequence[api.Pair]) -> list[Any]:
+    """Each text as sentences (serve.segment) with its source language's rules, a sentence
+    over its model's source budget cut into pieces that fit, never truncated; the cuts are
+    logged and counted (t2t_serve_split_sentences)."""
+    found = []
+    for text, pair in zip(texts, pairs):
+      model = self.served[pair].model
+      budget = getattr(model, "max_tokens", None)
+      count = getattr(model, "count_tokens", None) if budget else None
+      found.append(segment.split_text(text, pair.source, count, budget))
+    cut = sum(one.split for one in found)
+    if cut:
+      with self._lock:
+        self.split_sentences += cut
+      log.info("t2t-serve: %d sentences over the model's source length cut into pieces", cut)
+    return found
+
+  def translate_texts(self, texts: list[str], pair: api.Pair) -> list[str]:
+    """Plain texts through the pair's model, sentence by sentence, from a thread other than
+    the event loop (file and HTML translation): waits at most --request_timeout."""
+    segments = self.segments(texts, [pair] * len(texts))
+    sentences = [s for one in segments for s in one.sentences]
+    future = self.submit(lambda: self.batcher(pair).submit(sentences, 0))
+    found = future.result(timeout=self.settings.request_timeout_s)
+    if any(isinstance(r, BadLine) for r in found):
+      raise InternalError("the model failed on a sentence")
+    return segment.put_back(segments, found, 0, pair.target)[0]
+
+  def translate_html(self, texts: Sequence[str], pairs: Sequence[api.Pair]) -> list[str]:
+    """format=html: each text's visible text translated, its tags and attributes kept."""
+    from t2t_jax.serve import formats
+
+    return [
+      formats.translate_html(text, functools.partial(self.translate_texts, pair=pair))
+      for text, pair in zip(texts, pairs)
+    ]
 
   def detector(self, languages: list[str]) -> Any:
     """The language detector restricted to `languages` (serve.detect), built once each."""
@@ -248,6 +292,15 @@ class Server:
     return found
 
 
+def _file_store(settings: ServerSettings) -> Any:
+  """The private store of translated files (serve.files), None when files are off."""
+  from t2t_jax.serve import files
+
+  if not settings.files:
+    return None
+  return files.FileStore(None, settings.files_expiry_s, settings.file_limit_bytes)
+
+
 def _rate_limiter(settings: ServerSettings) -> Any:
   """The per-client (and per-key) request limiter, None when nothing is limited."""
   from t2t_jax.serve import limits
@@ -294,6 +347,22 @@ async def _disconnected(request: Request) -> None:
 async def read_fields(request: Request, limit: int) -> tuple[dict[str, Any], bool]:
   """(fields, from_json) of a request as LibreTranslate reads them: a JSON body's object, or
   the query string's fields with a form body's after them."""
+  body = await _body(request, limit)
+  content_type = request.headers.get("content-type", "")
+  if api.is_json(content_type):
+    return api.json_fields(body), True
+  query = api.urlencoded_fields(request.scope.get("query_string", b""), "the query string")
+  if api.is_form(content_type):
+    return api.merged_values(query, api.urlencoded_fields(body, "the form body")), False
+  if content_type.lower().startswith("multipart/form-data"):
+    form = await _form(request, body)
+    fields = {name: value for name, value in form.multi_items() if isinstance(value, str)}
+    return api.merged_values(query, fields), False
+  return query, False
+
+
+async def _body(request: Request, limit: int) -> bytes:
+  """The request's body, refused (413) beyond `limit` bytes before it is all read."""
   length = request.headers.get("content-length", "")
   if length.isdigit() and int(length) > limit:
     raise api.ApiError(413, f"Invalid request: the body has {length} bytes (at most {limit})")
@@ -306,19 +375,11 @@ async def read_fields(request: Request, limit: int) -> tuple[dict[str, Any], boo
       chunks.append(chunk)
   except ClientDisconnect:
     raise ClientGoneError() from None
-  body = b"".join(chunks)
-  content_type = request.headers.get("content-type", "")
-  if api.is_json(content_type):
-    return api.json_fields(body), True
-  query = api.urlencoded_fields(request.scope.get("query_string", b""), "the query string")
-  if api.is_form(content_type):
-    return api.merged_values(query, api.urlencoded_fields(body, "the form body")), False
-  if content_type.lower().startswith("multipart/form-data"):
-    return api.merged_values(query, await _multipart(request, body)), False
-  return query, False
+  return b"".join(chunks)
 
 
-async def _multipart(request: Request, body: bytes) -> dict[str, str]:
+async def _form(request: Request, body: bytes) -> Any:
+  """A multipart body's form (strings and uploads), parse errors answered 400."""
   sent = False
 
   async def replay() -> dict:
@@ -329,10 +390,9 @@ async def _multipart(request: Request, body: bytes) -> dict[str, str]:
     return {"type": "http.request", "body": body, "more_body": False}
 
   try:
-    form = await Request(request.scope, replay).form()
+    return await Request(request.scope, replay).form()
   except Exception as e:  # python-multipart's parse errors have no common base
     raise api.ApiError(400, f"Invalid request: the multipart body cannot be read ({e})") from None
-  return {name: value for name, value in form.multi_items() if isinstance(value, str)}
 
 
 def _error(status: int, message: str, headers: Mapping[str, str] | None = None) -> JSONResponse:
@@ -392,6 +452,76 @@ async def detect_language(request: Request) -> Response:
   return JSONResponse(detect.as_libretranslate(found))
 
 
+async def _upload(request: Request, limit: int) -> tuple[dict[str, str], Any]:
+  """(fields, the `file` upload or None) of a multipart/form-data body within `limit`."""
+  if not request.headers.get("content-type", "").lower().startswith("multipart/form-data"):
+    raise api.ApiError(400, "Invalid request: send the file as multipart/form-data")
+  body = await _body(request, limit)
+  form = await _form(request, body)
+  fields = {name: value for name, value in form.multi_items() if isinstance(value, str)}
+  upload = form.get("file")
+  return fields, None if isinstance(upload, str) else upload
+
+
+async def translate_file(request: Request) -> Response:
+  """POST /translate_file: LibreTranslate's, a .txt, .html or .srt upload translated and
+  kept for GET /download_file (serve.files)."""
+  from t2t_jax.serve import files, formats
+
+  server: Server = request.app.state.server
+  if server.files is None:
+    raise api.ApiError(403, "Files translation are disabled on this server.")
+  server.check_ready()
+  fields, upload = await _upload(request, server.files.max_bytes + 65536)
+  admit(request, server, fields)
+  if upload is None:
+    raise api.ApiError(400, "Invalid request: missing file parameter")
+  for name in ("source", "target"):
+    if not fields.get(name):
+      raise api.ApiError(400, f"Invalid request: missing {name} parameter")
+  if not upload.filename:
+    raise api.ApiError(400, "Invalid request: empty file")
+  try:
+    extension = formats.extension_of(upload.filename)
+  except ValueError as e:
+    raise api.ApiError(400, f"Invalid request: {e}") from None
+  data = await upload.read()
+  try:
+    server.files.check_size(len(data))
+  except files.FileTooLargeError as e:
+    raise api.ApiError(413, str(e)) from None
+  source, target = api.check_languages(fields["source"], fields["target"], server.pairs)
+  loop = asyncio.get_running_loop()
+  if source == "auto":
+    sample = data[:4000].decode("utf-8", "replace")
+    source, _ = await loop.run_in_executor(None, server.detect, sample, target)
+  pair = api.Pair(source, target)
+  translate = functools.partial(server.translate_texts, pair=pair)
+  try:
+    out, _ = await loop.run_in_executor(
+      None, formats.translate_file, data, upload.filename, translate
+    )
+  except ValueError as e:
+    raise api.ApiError(400, f"Invalid request: {e}") from None
+  file_id = server.files.put(out, extension, files.translated_name(upload.filename, target))
+  return JSONResponse({"translatedFileUrl": f"{request.base_url}download_file/{file_id}"})
+
+
+async def download_file(request: Request) -> Response:
+  """GET /download_file/ID: a file POST /translate_file translated, until it expires."""
+  from t2t_jax.serve import files
+
+  server: Server = request.app.state.server
+  if server.files is None:
+    raise api.ApiError(403, "Files translation are disabled on this server.")
+  try:
+    data, name, media_type = server.files.get(request.path_params["file_id"])
+  except KeyError:
+    raise api.ApiError(404, "Not Found: no such file (or it has expired)") from None
+  headers = {"Content-Disposition": files.content_disposition(name)}
+  return Response(data, media_type=media_type, headers=headers)
+
+
 async def _pairs_of(server: Server, req: api.TranslateRequest) -> list[tuple[str, float]]:
   """Each text's (source, confidence): the request's source, or the detected one."""
   if not req.detect:
@@ -409,13 +539,16 @@ async def translate(request: Request) -> Response:
   req = api.parse_translate(fields, from_json, server.pairs, limits)
   nbest = req.alternatives + 1 if req.alternatives else 0
   detected = await _pairs_of(server, req)
-  lines, pairs = [], []
-  for text, (source, _) in zip(req.texts, detected):
-    todo = api.lines_to_translate([text])
-    lines += todo
-    pairs += [api.Pair(source, req.target)] * len(todo)
-  found = await server.translate_lines(request, lines, pairs, nbest)
-  best, alternatives = api.put_back(req.texts, found, req.alternatives)
+  pairs = [api.Pair(source, req.target) for source, _ in detected]
+  loop = asyncio.get_running_loop()
+  if req.format == "html":
+    best = await loop.run_in_executor(None, server.translate_html, req.texts, pairs)
+    return JSONResponse(api.translate_answer(req, best, [[] for _ in best], detected))
+  segments = await loop.run_in_executor(None, server.segments, req.texts, pairs)
+  sentences = [s for one in segments for s in one.sentences]
+  sentence_pairs = [p for p, one in zip(pairs, segments) for _ in one.sentences]
+  found = await server.translate_lines(request, sentences, sentence_pairs, nbest)
+  best, alternatives = segment.put_back(segments, found, req.alternatives, req.target)
   return JSONResponse(api.translate_answer(req, best, alternatives, detected))
 
 
@@ -482,6 +615,8 @@ async def languages(request: Request) -> Response:
 async def frontend_settings(request: Request) -> Response:
   """LibreTranslate's /frontend/settings (what its page and some clients read first): the
   first pair is the default."""
+  from t2t_jax.serve import formats
+
   server: Server = request.app.state.server
   pair = server.pairs.pairs[0]
   keys = server.settings.keys is not None
@@ -492,8 +627,8 @@ async def frontend_settings(request: Request) -> Response:
       apiKeys=keys,
       keyRequired=keys,
       suggestions=False,
-      filesTranslation=False,
-      supportedFilesFormat=[],
+      filesTranslation=server.files is not None,
+      supportedFilesFormat=sorted(formats.FORMATS) if server.files is not None else [],
       alternativesLimit=server.limits.alternatives_limit if server.ready.is_set() else 0,
       attentionLines=server.limits.attention_lines,
       ready=server.ready.is_set(),
@@ -582,6 +717,8 @@ def create_app(server: Server) -> Starlette:
     Route("/translate", _handled(translate), methods=["POST"]),
     Route("/languages", _handled(languages), methods=["GET"]),
     Route("/detect", _handled(detect_language), methods=["POST"]),
+    Route("/translate_file", _handled(translate_file), methods=["POST"]),
+    Route("/download_file/{file_id}", _handled(download_file), methods=["GET"]),
     Route("/frontend/settings", _handled(frontend_settings), methods=["GET"]),
     Route("/api/translate", _handled(page_translate), methods=["POST"]),
     Route("/health", _handled(health), methods=["GET"]),
@@ -642,6 +779,11 @@ class _Metrics:
           getattr(s.batcher.stats.snapshot(), field) for s in server.served.values()
         )
       )
+    prom.Gauge(
+      "t2t_serve_split_sentences",
+      "sentences longer than their model's source length, cut into pieces (never truncated)",
+      registry=self.registry,
+    ).set_function(lambda: server.split_sentences)
     memory = prom.Gauge(
       "t2t_serve_model_bytes",
       "bytes of a model's parameters and their decoding copies (0 until loaded)",

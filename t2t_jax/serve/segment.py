@@ -19,6 +19,7 @@ import dataclasses
 import re
 import unicodedata
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import sentencex
 
@@ -312,3 +313,27 @@ def join(segments: Segments, translations: Sequence[str], target: str | None = N
     else:
       out.append(part)
   return "".join(out)
+
+
+def put_back(
+  segments: Sequence[Segments],
+  results: Sequence[Any],
+  alternatives: int = 0,
+  target: str | None = None,
+) -> tuple[list[str], list[list[str]]]:
+  """(translation per text, alternatives per text) from the results of every text's
+  sentences in order (strings, or with alternatives lists of hypotheses with .text), each
+  text in its own layout (`join`)."""
+  count = sum(len(s.sentences) for s in segments)
+  if len(results) != count:
+    raise ValueError(f"{len(results)} results for {count} sentences")
+  it = iter(results)
+  best, alts = [], []
+  for one in segments:
+    found = [next(it) for _ in one.sentences]
+    text, others = api.assemble(
+      found, alternatives, lambda parts, one=one: join(one, parts, target)
+    )
+    best.append(text)
+    alts.append(others)
+  return best, alts

@@ -128,6 +128,15 @@ class Model:
     return [None, *range(1, cap + 2)]
 
   @property
+  def max_tokens(self) -> int:
+    """Source tokens a sentence may have (the model's max_len, less the EOS): the server
+    cuts a longer sentence into pieces of at most this (serve.segment)."""
+    return self._translator.model.config.max_len - 1
+
+  def count_tokens(self, text: str) -> int:
+    return len(self._translator.tokenizer.encode(text))
+
+  @property
   def beam_size(self) -> int:
     """The beam of every request: the flag's, else the workdir's config."""
     return self._translator.search.beam_size

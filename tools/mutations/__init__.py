@@ -28,6 +28,8 @@ AREAS = (
   "serve",
   "serve_limits",
   "serve_detect",
+  "serve_segment",
+  "serve_formats",
   "cli",
   "threads",
   "promises",

@@ -16,14 +16,6 @@ MUTATIONS = (
     FIRST,
   ),
   M(
-    "serve_empty_lines_dropped",
-    "a text's blank lines are dropped when its lines are put back",
-    API,
-    "found = [next(it) if translatable(line) else None for line in split_lines(text)]",
-    "found = [next(it) for line in split_lines(text) if translatable(line)]",
-    FIRST,
-  ),
-  M(
     "serve_blank_line_translated",
     "a line of spaces goes to the model instead of coming back empty",
     API,
@@ -140,8 +132,8 @@ MUTATIONS = (
     "serve_pair_ignored",
     "every request goes to the first pair's model, whatever its source and target",
     "t2t_jax/serve/app.py",
-    "    pairs += [api.Pair(source, req.target)] * len(todo)",
-    "    pairs += [server.pairs.pairs[0]] * len(todo)",
+    "  pairs = [api.Pair(source, req.target) for source, _ in detected]",
+    "  pairs = [server.pairs.pairs[0] for _ in detected]",
     ("tests/test_serve_pairs.py",),
   ),
   M(
