@@ -82,12 +82,16 @@ class FakeModel:
     pair: str = "en-de",
     mark: str = "",
     fail_on: str | None = None,
+    max_tokens: int | None = None,
   ) -> None:
     from t2t_jax.serve.api import Pair
 
     self.pair = Pair(*pair.split("-"))
     self.mark = mark  # put before every answer: which model answered
     self.fail_on = fail_on  # a batch holding a line with this text raises, as a bad line would
+    if max_tokens is not None:  # the served model's source budget, in words here
+      self.max_tokens = max_tokens
+      self.count_tokens = lambda text: len(text.split())
     self.beam_size = 4
     self.delay = delay
     self.release = threading.Event()

@@ -161,3 +161,13 @@ def _multipart(fields, filename, data):
     b"Content-Type: application/octet-stream\r\n\r\n%s\r\n" % (filename.encode(), data)
   )
   return b"".join(parts) + b"--xyz--\r\n", "multipart/form-data; boundary=xyz"
+
+
+def test_a_sentence_over_the_source_budget_is_cut_never_truncated():
+  model = FakeModel(max_tokens=3)
+  with ss.in_process(model, metrics=True) as port:
+    answer = translate(port, q="a b c d e f gh. Short one.")
+    assert answer.json["translatedText"] == "c b a f e d .hg .eno trohS"
+    assert ["a b c", "d e f", "gh.", "Short one."] in model.calls
+    metrics = call(port, "GET", "/metrics").body.decode()
+    assert re.search(r"^t2t_serve_split_sentences 1\.0$", metrics, re.M)

@@ -144,4 +144,13 @@ MUTATIONS = (
     'return _error(500, f"internal error {incident}: {e}")',
     ("tests/test_serve_pairs.py",),
   ),
+  M(
+    "serve_long_sentence_not_cut",
+    "the server ignores its model's source budget: a sentence over max_len goes whole and"
+    " the Translator truncates it",
+    "t2t_jax/serve/app.py",
+    '      budget = getattr(model, "max_tokens", None)',
+    "      budget = None",
+    ("tests/test_serve_pairs.py",),
+  ),
 )
