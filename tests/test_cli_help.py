@@ -30,7 +30,7 @@ EXPECTED = {
     ["--reference", "--paired", "--samples", "--lang"],
   ),
   "t2t-serve": (
-    "t2t-serve --workdir=DIR[,DIR...] [--host=127.0.0.1] [--port=5000]",
+    "t2t-serve --workdir=[SRC:TGT=]DIR[,DIR...] [--workdir=...] [--host=127.0.0.1] [--port=5000]",
     ["--workdir", "--host", "--port", "--char_limit", "--api_keys", "--batch_window_ms"],
   ),
 }
