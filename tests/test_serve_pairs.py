@@ -171,3 +171,21 @@ def test_a_sentence_over_the_source_budget_is_cut_never_truncated():
     assert ["a b c", "d e f", "gh.", "Short one."] in model.calls
     metrics = call(port, "GET", "/metrics").body.decode()
     assert re.search(r"^t2t_serve_split_sentences 1\.0$", metrics, re.M)
+
+
+def test_spec_describes_the_routes_the_app_serves(port):
+  """GET /spec's paths and methods are the app's routes (the page's own left out)."""
+  from t2t_jax.serve import app
+
+  served = app.Server(FakeModel(), app.ServerSettings(files=False))
+  page = {"/", "/static/{name}", "/api/translate"}
+  routes = {
+    (re.sub(r"\{\w+\}", "{}", r.path), m.lower())
+    for r in app.create_app(served).routes
+    if r.path not in page
+    for m in r.methods - {"HEAD"}
+  }
+  spec = call(port, "GET", "/spec").json
+  described = {(re.sub(r"\{\w+\}", "{}", p), m) for p, item in spec["paths"].items() for m in item}
+  assert described == routes
+  assert spec["info"]["version"] and "en" in str(spec)

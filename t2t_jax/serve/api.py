@@ -263,13 +263,16 @@ def without_surrogates(text: str) -> str:
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+AUTO = "auto"  # the source code that asks for detection
+
+
 def check_languages(source: Any, target: Any, pairs: Pairs) -> tuple[str, str]:
   """(source, target) of a request: codes naming a served pair, or source 'auto' with a
   target some pair translates into."""
   for name, value in (("source", source), ("target", target)):
     if not isinstance(value, str):
       raise ApiError(400, f"Invalid request: {name} must be a language code")
-  if source != "auto":
+  if source != AUTO:
     pairs.choose(source, target)
   elif not pairs.sources_into(target):
     raise ApiError(400, f"{_quoted(target)} is not supported")

@@ -492,7 +492,7 @@ async def translate_file(request: Request) -> Response:
     raise api.ApiError(413, str(e)) from None
   source, target = api.check_languages(fields["source"], fields["target"], server.pairs)
   loop = asyncio.get_running_loop()
-  if source == "auto":
+  if source == api.AUTO:
     sample = data[:4000].decode("utf-8", "replace")
     source, _ = await loop.run_in_executor(None, server.detect, sample, target)
   pair = api.Pair(source, target)
