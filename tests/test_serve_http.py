@@ -6,6 +6,7 @@ disconnects, time-outs and a full queue, each followed by a correct translation.
 The real model behind the real command: tests/test_serve.py.
 """
 
+import os
 import socket
 import threading
 import time
@@ -303,6 +304,70 @@ def test_the_load_benchmark_counts_what_the_server_did():
   assert sum(map(len, model.calls)) == 40  # every request reached the model once
   assert 1 < row["requests_per_batch"] <= 8  # 8 clients in a closed loop share batches
   assert 0 < row["p50_ms"] <= row["p95_ms"]
+
+
+class _SlowOn(FakeModel):
+  """A stand-in whose batches holding a line with 'slow' take `slow_s`."""
+
+  def __init__(self, slow_s: float, **kw) -> None:
+    super().__init__(**kw)
+    self.slow_s = slow_s
+
+  def translate(self, lines, nbest=0):
+    if any("slow" in line for line in lines):
+      time.sleep(self.slow_s)
+    return super().translate(lines, nbest)
+
+
+def test_the_two_pair_load_benchmark_reports_the_ratio_tail_latency_and_memory():
+  pytest.importorskip("uvicorn")
+  from t2t_jax.bench import serve as bench
+
+  models = [_SlowOn(0.2, delay=0.02, pair=p) for p in ("en-de", "de-en")]
+  # 50 sentences, one slow: each 50-request row has one slow request, its p99 and not p95.
+  sentences = ["slow one"] + [f"w{i} x" for i in range(49)]
+  readings = iter([100.0, 101.0, 102.0])
+  with ss.in_process(models, metrics=True, window_s=0.01) as port:
+    out = bench.load_over_pairs(
+      port,
+      sentences,
+      [("en", "de"), ("de", "en")],
+      clients=(1, 16),
+      requests=50,
+      rss=lambda: next(readings),
+      memory_requests=300,
+      first=20,
+    )
+  assert out["pairs"] == ["en-de", "de-en"]
+  assert (out["rss_mib_first"], out["rss_mib_before"], out["rss_mib_many"]) == (100, 101, 102)
+  assert out["requests_first"] == 20 and out["requests_many"] == 300
+  # Every request alternated: each pair's model translated half of them, one line each.
+  assert [sum(map(len, m.calls)) for m in models] == [150, 150]
+  one, sixteen = out["load"]
+  assert (one["clients"], sixteen["clients"]) == (1, 16)
+  for row in (one, sixteen, out["sustained"]):
+    assert 0 < row["p50_ms"] <= row["p95_ms"] <= row["p99_ms"]
+  assert one["p99_ms"] > 150 > one["p95_ms"]  # the slow request alone, at 1 client
+  assert out["sustained"]["requests"] == 300 - 20 - (8 + 50) - 2 * 50
+  # 16 clients share batches in both models; one client waits for each answer alone.
+  assert out["load_ratio_16_to_1"] > 2
+  assert out["load_ratio_16_to_1"] == sixteen["requests_per_s"] / one["requests_per_s"]
+  direct = dict(one_call_each_per_s=1.0, one_call_each_ms=1.0, all_in_one_call_per_s=1.0)
+  printed = bench.table(
+    dict(out, workdir="W", sentences="S", requests=50, direct=direct, unbatched=out["load"])
+    | dict(batching_gain_16=[1.5], rss_mib_after=103.0, requests_total=300.0)
+  )
+  assert "p99 ms" in printed and "2 pairs (en-de, de-en)" in printed
+  assert f"at 1 client: {out['load_ratio_16_to_1']:.2f}x" in printed
+  assert "100 MiB after the first 20 requests" in printed and "102 MiB after 300" in printed
+
+
+def test_the_memory_reading_is_the_processes_resident_set():
+  from t2t_jax.bench import serve as bench
+
+  assert 1 < bench.rss_mib(os.getpid()) < 1 << 20
+  assert bench.nearest_rank(list(range(1, 101)), 0.99) == 100
+  assert bench.nearest_rank(list(range(1, 101)), 0.95) == 96
 
 
 def test_a_client_gone_in_the_middle_of_its_body_is_no_error(port, caplog):

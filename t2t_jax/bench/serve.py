@@ -1,16 +1,22 @@
 """t2t-bench --parts=serve: t2t-serve under load against calling the Translator directly.
 
     t2t-bench --parts=serve --workdir=DIR [--serve_clients=1,4,16,64] [--serve_requests=256]
+        [--serve_pairs=2] [--serve_memory_requests=10000]
 
 Starts two `t2t-serve` processes on the workdir, one batching concurrent requests (the
 default window) and one with batching off (--max_batch_chars=1: every batch is one
 request), and sends one-sentence LibreTranslate requests from 1, 4, 16 and 64 concurrent
-clients (threads, one connection per request) in a closed loop: requests/s and p50/p95
-latency per client count. The batching gain is the ratio of the two servers' requests/s
-at 16 clients, measured alternately (A, B, A, B) so that other load on the machine falls
-on both. Direct: the same model (serve.worker.Model) translating the sentences one call
-each, and all in one call, without HTTP. The servers' resident memory before and after all
-the requests shows whether thousands of requests make it grow.
+clients (threads, one connection per request) in a closed loop: requests/s and p50/p95/p99
+latency per client count. With --serve_pairs=2 each server serves the workdir under two
+pair names (its own pair and the reverse: two models, two batching threads) and the
+requests alternate between them. The load figure is the batched server's requests/s at 16
+clients against 1. The batching gain is the ratio of the two servers' requests/s at 16
+clients, measured alternately (A, B, A, B) so that other load on the machine falls on
+both. Direct: the same model (serve.worker.Model) translating the sentences one call each,
+and all in one call, without HTTP. The batched server's resident memory after its first
+100 requests, after the warm-up, and after --serve_memory_requests requests in all (the
+rest sent from 16 clients, a row of its own) shows whether thousands of requests make it
+grow; the figures are printed, nothing is asserted.
 """
 
 import concurrent.futures
@@ -23,7 +29,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from t2t_jax.bench import inputs
@@ -59,12 +65,25 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
-class _ServerProcess:
-  """A t2t-serve child process on a free port."""
+FIRST_REQUESTS = 100  # the memory baseline: the server's resident memory after this many
+MEMORY_CLIENTS = 16  # the clients that send the requests up to --serve_memory_requests
+RATIO_CLIENTS = (16, 1)  # the load figure: requests/s at 16 clients against 1
 
-  def __init__(self, workdir: str, extra: Sequence[str]) -> None:
+
+def rss_mib(pid: int) -> float:
+  """A process's resident memory (VmRSS), MiB."""
+  with open(f"/proc/{pid}/status") as f:
+    kib = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+  return kib / 1024
+
+
+class _ServerProcess:
+  """A t2t-serve child process on a free port; `entries` are its --workdir values."""
+
+  def __init__(self, entries: Sequence[str], extra: Sequence[str]) -> None:
     self.port = _free_port()
-    command = [sys.executable, "-m", "t2t_jax.cli.serve", f"--workdir={workdir}"]
+    command = [sys.executable, "-m", "t2t_jax.cli.serve"]
+    command += [f"--workdir={entry}" for entry in entries]
     command += [f"--port={self.port}", "--metrics", "--request_timeout=600", *extra]
     self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
@@ -81,9 +100,7 @@ class _ServerProcess:
     raise SystemExit("t2t-serve did not become ready")
 
   def rss_mib(self) -> float:
-    with open(f"/proc/{self.proc.pid}/status") as f:
-      kib = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
-    return kib / 1024
+    return rss_mib(self.proc.pid)
 
   def metric(self, name: str) -> float:
     return metric(self.port, name)
@@ -114,14 +131,27 @@ def _one_request(port: int, body: bytes) -> float:
   return time.perf_counter() - started
 
 
+def nearest_rank(ordered: Sequence[float], q: float) -> float:
+  """The q-quantile of sorted values by the nearest rank above (the largest for q near 1)."""
+  return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
 def load_run(
-  port: int, sentences: Sequence[str], clients: int, requests: int, pair: tuple
+  port: int,
+  sentences: Sequence[str],
+  clients: int,
+  requests: int,
+  pair: tuple | None = None,
+  pairs: Sequence[tuple] | None = None,
 ) -> dict[str, float]:
-  """`requests` one-sentence requests from `clients` threads in a closed loop."""
-  bodies = [
-    json.dumps(dict(q=sentences[i % len(sentences)], source=pair[0], target=pair[1])).encode()
-    for i in range(requests)
-  ]
+  """`requests` one-sentence requests from `clients` threads in a closed loop; with `pairs`
+  request i asks for pairs[i % len(pairs)] (source, target), else every one for `pair`."""
+  pairs = list(pairs or [pair])
+  bodies = []
+  for i in range(requests):
+    source, target = pairs[i % len(pairs)]
+    q = sentences[i % len(sentences)]
+    bodies.append(json.dumps(dict(q=q, source=source, target=target)).encode())
   batches, batched = metric(port, "t2t_serve_batches"), metric(port, "t2t_serve_batched_requests")
   started = time.perf_counter()
   with concurrent.futures.ThreadPoolExecutor(clients) as pool:
@@ -134,9 +164,52 @@ def load_run(
     requests=requests,
     requests_per_s=requests / wall,
     p50_ms=1000 * statistics.median(latencies),
-    p95_ms=1000 * latencies[min(len(latencies) - 1, int(0.95 * len(latencies)))],
+    p95_ms=1000 * nearest_rank(latencies, 0.95),
+    p99_ms=1000 * nearest_rank(latencies, 0.99),
     requests_per_batch=batched / max(batches, 1),
   )
+
+
+def throughput_ratio(rows: Sequence[dict[str, float]]) -> float | None:
+  """Requests/s at 16 clients over requests/s at 1 (None unless both were measured)."""
+  rate = {row["clients"]: row["requests_per_s"] for row in rows}
+  many, one = RATIO_CLIENTS
+  return rate[many] / rate[one] if many in rate and one in rate else None
+
+
+def load_over_pairs(
+  port: int,
+  sentences: Sequence[str],
+  pairs: Sequence[tuple],
+  clients: Sequence[int],
+  requests: int,
+  rss: Callable[[], float],
+  memory_requests: int,
+  first: int = FIRST_REQUESTS,
+) -> dict[str, Any]:
+  """A fresh server (`port`, --metrics) under load, its requests alternating between
+  `pairs`: its memory (`rss()`, MiB) after its first `first` requests (from 16 clients),
+  after the warm-up (every batch shape the rows meet), the rows, the 16-against-1 ratio,
+  then its memory after `memory_requests` requests in all, the rest from 16 clients (the
+  `sustained` row; none when the count is already reached)."""
+
+  def served() -> int:
+    return int(metric(port, "t2t_serve_batched_requests"))
+
+  load_run(port, sentences, MEMORY_CLIENTS, first, pairs=pairs)
+  out: dict[str, Any] = dict(pairs=[f"{s}-{t}" for s, t in pairs])
+  out.update(rss_mib_first=rss(), requests_first=served())
+  for c in clients:  # compile the batch shapes the runs will meet
+    load_run(port, sentences, c, min(requests, 8 * c), pairs=pairs)
+  out.update(rss_mib_before=rss(), requests_before=served())
+  out["load"] = [load_run(port, sentences, c, requests, pairs=pairs) for c in clients]
+  out["load_ratio_16_to_1"] = throughput_ratio(out["load"])
+  rest = memory_requests - served()
+  out["sustained"] = (
+    load_run(port, sentences, MEMORY_CLIENTS, rest, pairs=pairs) if rest > 0 else None
+  )
+  out.update(rss_mib_many=rss(), requests_many=served())
+  return out
 
 
 def direct(model: Any, sentences: Sequence[str]) -> dict[str, float]:
@@ -166,8 +239,11 @@ def measure_serve(
   beam_size: int | None = None,
   input_path: str | None = None,
   repeats: int = 2,
+  pairs: int = 1,
+  memory_requests: int = 10000,
 ) -> dict[str, Any]:
-  """The load table, the batching gain at 16 clients and the direct figures."""
+  """The load table over `pairs` pair names of the workdir, the 16-against-1 ratio, the
+  batching gain at 16 clients, the memory figures and the direct figures."""
   from t2t_jax.serve import worker
 
   sentences, where = sentences_for(workdir, max(requests, 64), input_path)
@@ -178,22 +254,28 @@ def measure_serve(
   result: dict[str, Any] = dict(workdir=workdir, sentences=where, requests=requests)
   result["direct"] = direct(model, sentences[:requests])
   del model
-  pair = _pair(workdir)
-  batched = _ServerProcess(workdir, flags)
-  single = _ServerProcess(workdir, [*flags, "--max_batch_chars=1"])
+  served = pair_names(workdir, pairs)
+  # One pair: the workdir under its own name, as a user starts it; two: each pair named.
+  entries = [workdir] if pairs == 1 else [f"{s}:{t}={workdir}" for s, t in served]
+  batched = _ServerProcess(entries, flags)
+  single = _ServerProcess(entries, [*flags, "--max_batch_chars=1"])
   try:
     batched.wait_ready()
     single.wait_ready()
-    for server in (batched, single):  # compile the batch shapes the runs will meet
-      for c in clients:
-        load_run(server.port, sentences, c, min(requests, 8 * c), pair)
-    result["rss_mib_before"] = batched.rss_mib()
-    result["load"] = [load_run(batched.port, sentences, c, requests, pair) for c in clients]
-    result["unbatched"] = [load_run(single.port, sentences, c, requests, pair) for c in clients]
+    result.update(
+      load_over_pairs(
+        batched.port, sentences, served, clients, requests, batched.rss_mib, memory_requests
+      )
+    )
+    for c in clients:  # compile the batch shapes the runs will meet
+      load_run(single.port, sentences, c, min(requests, 8 * c), pairs=served)
+    result["unbatched"] = [
+      load_run(single.port, sentences, c, requests, pairs=served) for c in clients
+    ]
     gains = []
     for _ in range(repeats):
-      a = load_run(batched.port, sentences, 16, requests, pair)["requests_per_s"]
-      b = load_run(single.port, sentences, 16, requests, pair)["requests_per_s"]
+      a = load_run(batched.port, sentences, 16, requests, pairs=served)["requests_per_s"]
+      b = load_run(single.port, sentences, 16, requests, pairs=served)["requests_per_s"]
       gains.append(a / b)
     result["batching_gain_16"] = gains
     result["rss_mib_after"] = batched.rss_mib()
@@ -212,25 +294,60 @@ def _pair(workdir: str) -> tuple[str, str]:
   return config.source_lang or "en", data.target_language(config)
 
 
+PAIRS = (1, 2)  # --serve_pairs: the workdir's own pair, and also its reverse
+
+
+def pair_names(workdir: str, n: int) -> list[tuple[str, str]]:
+  """The pairs the servers give the workdir: its own, then (n=2) the reverse, a second
+  model of the same parameters with its own batching thread."""
+  if n not in PAIRS:
+    raise ValueError(f"{n} pairs: {' or '.join(map(str, PAIRS))}")
+  source, target = _pair(workdir)
+  if n == 2 and source == target:
+    raise ValueError(f"the workdir translates {source} to {target}: no second pair name")
+  return [(source, target), (target, source)][:n]
+
+
 def table(r: dict[str, Any]) -> str:
   d = r["direct"]
+  pairs = r["pairs"]
+  over = f", alternating between {len(pairs)} pairs ({', '.join(pairs)})" if len(pairs) > 1 else ""
   lines = [
-    f"serve: {r['workdir']} ({r['sentences']}), {r['requests']} one-sentence requests per row",
+    f"serve: {r['workdir']} ({r['sentences']}), {r['requests']} one-sentence requests per row"
+    + over,
     f"  direct, one call per sentence  {d['one_call_each_per_s']:8.1f} sentences/s "
     f"({d['one_call_each_ms']:.1f} ms each)",
     f"  direct, all in one call        {d['all_in_one_call_per_s']:8.1f} sentences/s",
-    "  clients  batched: req/s   p50 ms   p95 ms  req/batch | unbatched: req/s   p50 ms   p95 ms",
+    "  clients  batched: req/s   p50 ms   p95 ms   p99 ms  req/batch | unbatched: req/s   "
+    "p50 ms   p95 ms   p99 ms",
   ]
   for a, b in zip(r["load"], r["unbatched"]):
     lines.append(
-      f"  {a['clients']:7d}  {a['requests_per_s']:14.1f} {a['p50_ms']:8.1f} {a['p95_ms']:8.1f} "
-      f"{a['requests_per_batch']:10.1f} | {b['requests_per_s']:16.1f} {b['p50_ms']:8.1f} "
-      f"{b['p95_ms']:8.1f}"
+      f"  {a['clients']:7d}  {a['requests_per_s']:14.1f} {_latencies(a)} "
+      f"{a['requests_per_batch']:10.1f} | {b['requests_per_s']:16.1f} {_latencies(b)}"
     )
+  ratio = r["load_ratio_16_to_1"]
+  lines.append(
+    "  load: batched req/s at 16 clients / at 1 client: "
+    + (f"{ratio:.2f}x" if ratio is not None else "(needs 1 and 16 in --serve_clients)")
+  )
   gains = ", ".join(f"{g:.2f}x" for g in r["batching_gain_16"])
   lines.append(f"  batching gain at 16 clients (batched / unbatched req/s, alternated): {gains}")
+  s = r["sustained"]
+  if s is not None:
+    lines.append(
+      f"  sustained, {s['clients']} clients, {s['requests']} requests: "
+      f"{s['requests_per_s']:.1f} req/s, p50/p95/p99 {s['p50_ms']:.1f} / {s['p95_ms']:.1f} / "
+      f"{s['p99_ms']:.1f} ms, {s['requests_per_batch']:.1f} req/batch"
+    )
   lines.append(
-    f"  server memory: {r['rss_mib_before']:.0f} MiB after warm-up, {r['rss_mib_after']:.0f} "
-    f"MiB after {r['requests_total']:.0f} requests"
+    f"  server memory (batched): {r['rss_mib_first']:.0f} MiB after the first "
+    f"{r['requests_first']} requests, {r['rss_mib_before']:.0f} MiB after warm-up "
+    f"({r['requests_before']}), {r['rss_mib_many']:.0f} MiB after {r['requests_many']}, "
+    f"{r['rss_mib_after']:.0f} MiB after all {r['requests_total']:.0f}"
   )
   return "\n".join(lines)
+
+
+def _latencies(row: dict[str, float]) -> str:
+  return f"{row['p50_ms']:8.1f} {row['p95_ms']:8.1f} {row['p99_ms']:8.1f}"

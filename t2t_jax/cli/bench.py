@@ -12,9 +12,12 @@ Prints a table and, with --json, writes every figure:
             ../shared/data when present, else synthetic), with a trained --workdir or random
             parameters;
   pipeline  the input pipeline's pairs/s and tokens/s;
-  serve     t2t-serve under load (--workdir): requests/s and p50/p95 latency for
-            --serve_clients concurrent clients, batched and unbatched, the batching gain at
-            16 clients, against the model called directly (t2t_jax.bench.serve; JSON `serve`).
+  serve     t2t-serve under load (--workdir): requests/s and p50/p95/p99 latency for
+            --serve_clients concurrent clients, batched and unbatched, over --serve_pairs
+            pair names, requests/s at 16 clients against 1, the batching gain at 16
+            clients, the server's memory after its first 100 requests and after
+            --serve_memory_requests, against the model called directly (t2t_jax.bench.serve;
+            JSON `serve`).
 
 With --vs=peers, train times the same model and batch in t2t_jax, torch.nn.Transformer, a
 plain flax.linen Transformer and Hugging Face's MarianMTModel, interleaved
@@ -126,6 +129,18 @@ flags.DEFINE_boolean(
 flags.DEFINE_integer("pipeline_batches", 200, "batches drawn from the input pipeline")
 flags.DEFINE_list("serve_clients", ["1", "4", "16", "64"], "--parts=serve: concurrent clients")
 flags.DEFINE_integer("serve_requests", 256, "--parts=serve: one-sentence requests per row")
+flags.DEFINE_integer(
+  "serve_pairs",
+  1,
+  "--parts=serve: the servers serve the workdir under this many pair names, 1 (its own) or 2 "
+  "(also the reverse: two models, two batching threads), the requests alternating",
+)
+flags.DEFINE_integer(
+  "serve_memory_requests",
+  10000,
+  "--parts=serve: the batched server's resident memory after this many requests in all (the "
+  "rest from 16 clients) against after its first 100",
+)
 flags.DEFINE_string("json", None, "write the results here as JSON")
 flags.DEFINE_string(
   "profile",
@@ -289,6 +304,12 @@ def _serve_part(results: dict) -> None:
     clients = [int(c) for c in FLAGS.serve_clients]
   except ValueError:
     common.refuse("t2t-bench", f"--serve_clients={FLAGS.serve_clients}: integers")
+  if any(c < 1 for c in clients) or FLAGS.serve_requests < 1:
+    common.refuse("t2t-bench", "--serve_clients and --serve_requests must be >= 1")
+  if FLAGS.serve_pairs not in serve.PAIRS:
+    common.refuse("t2t-bench", f"--serve_pairs={FLAGS.serve_pairs}: 1 or 2")
+  if FLAGS.serve_memory_requests < 0:
+    common.refuse("t2t-bench", f"--serve_memory_requests={FLAGS.serve_memory_requests} is < 0")
   compilation.enable("default")
   results["serve"] = serve.measure_serve(
     FLAGS.workdir,
@@ -297,6 +318,8 @@ def _serve_part(results: dict) -> None:
     checkpoint=FLAGS.checkpoint,
     beam_size=FLAGS.beam_size,
     input_path=FLAGS.decode_input,
+    pairs=FLAGS.serve_pairs,
+    memory_requests=FLAGS.serve_memory_requests,
   )
   print(serve.table(results["serve"]))
 
