@@ -228,7 +228,7 @@ function render(answer, pair) {
   // Every translated line can be shown: those the answer has no map for load on demand.
   const translated = lines.map((l, i) => [l, i]).filter(([l]) => l.nbest.length > 0);
   const note = answer.attention_note;
-  $("attention-note").textContent = note ? `${note}; choosing a later line loads its map.` : "";
+  $("attention-note").textContent = note ? `${note}; pick another line to load its map.` : "";
   $("attention-note").hidden = !note;
   $("attention").hidden = !translated.length;
   if (!translated.length) return;
@@ -249,7 +249,6 @@ function fetchAttention(line, layer) {
 }
 
 async function showLine() {
-  const token = ++state.draw;
   const line = state.lines[Number($("line").value)];
   if (!line) return;
   if (!line.attention) {
@@ -262,7 +261,7 @@ async function showLine() {
     } finally {
       $("status").textContent = "";
     }
-    if (token !== state.draw) return;
+    if (state.lines[Number($("line").value)] !== line) return; // another line or answer since
   }
   const att = line.attention;
   const count = (n) => Array.from({ length: n }, (_, i) => [String(i), String(i + 1)]);
