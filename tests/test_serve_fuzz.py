@@ -11,9 +11,20 @@ from hypothesis import strategies as st
 from tests import serve_support as ss
 from tests.serve_support import FakeModel, call
 
-POSTS = ("/translate", "/api/translate", "/detect", "/translate_file")
+POSTS = ("/translate", "/api/translate", "/api/attention", "/detect", "/translate_file")
 GETS = ("/languages", "/frontend/settings", "/health", "/ready", "/metrics", "/spec", "/")
-FIELDS = ("q", "source", "target", "format", "alternatives", "api_key", "attention", "file")
+FIELDS = (
+  "q",
+  "source",
+  "target",
+  "format",
+  "alternatives",
+  "api_key",
+  "attention",
+  "file",
+  "translation",
+  "layer",
+)
 CONTENT_TYPES = (
   "application/json",
   "application/x-www-form-urlencoded",

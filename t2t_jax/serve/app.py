@@ -564,7 +564,11 @@ def _page_pair(server: Server, fields: dict[str, Any]) -> api.Pair:
 
 async def page_translate(request: Request) -> Response:
   """POST /api/translate, the page's: per line its translation, n-best with scores, and
-  the encoder-decoder attention of the translation shown (docs/serving.md)."""
+  for the first `attention_lines` lines the encoder-decoder attention of the translation
+  shown, each layer's mean over its heads cut to serve.page's size (null for the other
+  lines, which `attention_note` says); docs/serving.md."""
+  from t2t_jax.serve import page
+
   server: Server = request.app.state.server
   server.check_ready()
   fields, _ = await read_fields(request, server.settings.max_body_bytes)
@@ -578,20 +582,17 @@ async def page_translate(request: Request) -> Response:
   lines = api.split_lines(texts[0])
   todo = [line for line in lines if api.translatable(line)]
   want_attention = fields.get("attention", True) is not False
-  if want_attention and len(todo) > server.limits.attention_lines:
-    raise api.ApiError(
-      400,
-      f"Invalid request: attention for {len(todo)} lines (at most "
-      f"{server.limits.attention_lines}); send attention=false or fewer lines",
-    )
+  cap = server.limits.attention_lines
+  mapped = (len(todo) if cap == -1 else min(len(todo), max(0, cap))) if want_attention else 0
   found = await server.translate_lines(request, todo, [pair] * len(todo), nbest + 1)
-  attention = [None] * len(todo)
-  if want_attention and todo:
+  attention: list[Any] = [None] * len(todo)
+  if mapped:
     model = server.served[pair].model
-    pairs = [(line, hyps[0].text) for line, hyps in zip(todo, found)]
-    job = lambda: [model.attention(s, t) for s, t in pairs]
+    pairs = [(line, hyps[0].text) for line, hyps in zip(todo[:mapped], found)]
+    # in the model's thread: the model's attention and its cut to the page's size
+    job = lambda: [page.line_attention(model.attention(s, t)) for s, t in pairs]
     batcher = server.batcher(pair)
-    attention = await server.run(request, server.submit(lambda: batcher.call(job)))
+    attention[:mapped] = await server.run(request, server.submit(lambda: batcher.call(job)))
   answers, it = [], iter(zip(found, attention))
   for line in lines:
     hyps, att = next(it) if api.translatable(line) else ([], None)
@@ -603,7 +604,42 @@ async def page_translate(request: Request) -> Response:
         attention=att,
       )
     )
-  return JSONResponse({"lines": answers})
+  note = page.lines_note(len(todo), mapped) if want_attention else None
+  content = {"lines": answers, "attention_note": note}
+  body = await asyncio.get_running_loop().run_in_executor(None, page.json_body, content)
+  return Response(body, media_type="application/json")
+
+
+async def page_attention(request: Request) -> Response:
+  """POST /api/attention, the page's: the map of one line (`q`) and its translation
+  (`translation`, teacher-forced) as /api/translate gives it, with `layer` also that
+  layer's heads (`layer_heads`); `source` and `target` pick the pair."""
+  from t2t_jax.serve import page
+
+  server: Server = request.app.state.server
+  server.check_ready()
+  fields, _ = await read_fields(request, server.settings.max_body_bytes)
+  limits = admit(request, server, fields)
+  pair = _page_pair(server, fields)
+  q, translation, layer = fields.get("q"), fields.get("translation"), fields.get("layer")
+  if not isinstance(q, str) or not isinstance(translation, str):
+    raise api.ApiError(400, "Invalid request: q and translation must be strings")
+  if "\n" in q or "\n" in translation or not api.translatable(q):
+    raise api.ApiError(400, "Invalid request: q must be one non-blank line, translation one line")
+  if layer is not None and (type(layer) is not int or layer < 0):
+    raise api.ApiError(400, "Invalid request: layer must be a layer number (0 is the first)")
+  (source,), _ = api.texts_of(q, limits)
+  target = api.without_surrogates(translation)
+  if limits.char_limit != -1 and len(target) > limits.char_limit:
+    raise api.ApiError(
+      400, f"Invalid request: translation ({len(target)}) exceeds text limit ({limits.char_limit})"
+    )
+  model = server.served[pair].model
+  job = lambda: page.line_attention(model.attention(source, target), layer=layer)
+  batcher = server.batcher(pair)
+  found = await server.run(request, server.submit(lambda: batcher.call(job)))
+  body = await asyncio.get_running_loop().run_in_executor(None, page.json_body, found)
+  return Response(body, media_type="application/json")
 
 
 async def languages(request: Request) -> Response:
@@ -721,6 +757,7 @@ def create_app(server: Server) -> Starlette:
     Route("/download_file/{file_id}", _handled(download_file), methods=["GET"]),
     Route("/frontend/settings", _handled(frontend_settings), methods=["GET"]),
     Route("/api/translate", _handled(page_translate), methods=["POST"]),
+    Route("/api/attention", _handled(page_attention), methods=["POST"]),
     Route("/health", _handled(health), methods=["GET"]),
     Route("/spec", _handled(spec), methods=["GET"]),
     Route("/ready", _handled(ready), methods=["GET"]),
