@@ -178,7 +178,7 @@ def test_spec_describes_the_routes_the_app_serves(port):
   from t2t_jax.serve import app
 
   served = app.Server(FakeModel(), app.ServerSettings(files=False))
-  page = {"/", "/static/{name}", "/api/translate"}
+  page = {"/", "/static/{name}", "/api/translate", "/api/attention"}
   routes = {
     (re.sub(r"\{\w+\}", "{}", r.path), m.lower())
     for r in app.create_app(served).routes

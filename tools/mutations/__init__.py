@@ -30,6 +30,8 @@ AREAS = (
   "serve_detect",
   "serve_segment",
   "serve_formats",
+  "serve_load",
+  "serve_page",
   "cli",
   "threads",
   "promises",
