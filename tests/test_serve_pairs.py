@@ -8,11 +8,11 @@ import re
 import pytest
 
 from tests import serve_support as ss
+from tests.serve_support import FakeModel, call, translate
 
 # The serve extra: the app and its sentence splitter.
 for _name in ("starlette", "uvicorn", "sentencex"):
   pytest.importorskip(_name)
-from tests.serve_support import FakeModel, call, translate
 
 
 def _models(**kw):
