@@ -232,7 +232,9 @@ def test_reads_left_in_flight_by_a_failed_restore_change_nothing(
   assert _bits(checkpoint.state_tree(restored)) == _bits(checkpoint.state_tree(saved[1]))
   why = f"step 2 at {ckpts.path(2)}: Exception: Encountered error while reading array"
   assert ckpts.damaged()[0].startswith(why) and ckpts.steps() == [1]
-  assert orbax_strays.seen == {LOOP_CLOSED: n - 1, READ_CLOSED: n - 1}
+  # orbax 0.12.8 leaves the other reads running on its closed loop (each reported twice);
+  # releases that wait for them before closing leave none: either way nothing is written.
+  assert orbax_strays.seen in ({LOOP_CLOSED: n - 1, READ_CLOSED: n - 1}, {})
   monkeypatch.undo()
   assert _contents(workdir) == before  # they only read
   again, data_state = checkpoint.Checkpoints(workdir).restore(2, state)
