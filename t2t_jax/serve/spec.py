@@ -166,7 +166,7 @@ def _schemas(languages: list[str]) -> dict[str, Any]:
     "FrontendSettings": {
       "type": "object",
       "properties": {
-        "charLimit": {"type": "integer", "description": "Characters a request (-1: no limit)"},
+        "charLimit": {"type": "integer", "description": "Characters a text (-1: no limit)"},
         "frontendTimeout": {"type": "integer", "description": "The page's debounce (ms)"},
         "apiKeys": {"type": "boolean", "description": "Whether the server has keys"},
         "keyRequired": {"type": "boolean", "description": "Whether a key is required"},
