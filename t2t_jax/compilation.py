@@ -21,6 +21,7 @@ import os
 import pickle
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
@@ -444,3 +445,41 @@ def _write_bytes(path: str, data: bytes) -> None:
       raise
   except OSError as e:
     logging.info("%s not written (%s)", path, e)
+
+
+class CompileCounter:
+  """Counts XLA compilations (jax's backend-compile events) and the wall-clock seconds in
+  which at least one ran: compilations that overlap (two batches of `Translator.translate`
+  compiling at once, each in its thread) count their common seconds once. A program read
+  back from the persistent compilation cache is not compiled, so it adds nothing."""
+
+  def __init__(self) -> None:
+    self.count = 0
+    self.seconds = 0.0
+    self._covered_until = float("-inf")  # perf_counter time up to which seconds are counted
+    self._lock = threading.Lock()
+    jax.monitoring.register_event_duration_secs_listener(self._listen)
+
+  def _listen(self, event: str, duration: float, **kwargs: Any) -> None:
+    del kwargs
+    if event == "/jax/core/compile/backend_compile_duration":
+      end = time.perf_counter()
+      self.add(end - duration, end)
+
+  def add(self, start: float, end: float) -> None:
+    """One compilation from `start` to `end` (perf_counter seconds), reported at its end:
+    only the part after what earlier ones covered adds seconds."""
+    with self._lock:
+      self.count += 1
+      self.seconds += max(0.0, end - max(start, self._covered_until))
+      self._covered_until = max(self._covered_until, end)
+
+  def snapshot(self) -> tuple[int, float]:
+    """(compilations, compile seconds) so far: subtract two to get a span's."""
+    return self.count, self.seconds
+
+
+@functools.cache
+def process_counter() -> CompileCounter:
+  """The one CompileCounter of this process (a listener registered once, whoever asks)."""
+  return CompileCounter()

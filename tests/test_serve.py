@@ -99,9 +99,12 @@ def test_alternatives_are_the_translators_nbest(server, expected):
 
 
 def test_an_answer_does_not_depend_on_what_it_was_batched_with(server, expected):
+  """... and a burst of plain requests of 1 to 12 tokens, batched in every row count,
+  compiles nothing: every batch is padded to a shape compiled before /ready."""
   _, port = server
   best, _ = expected
   before = _batches(port)
+  compiled = _metric(port, "t2t_serve_compilations")
   others = [" ".join(str((i * k) % 16) for k in range(1 + i % 12)) for i in range(24)]
   with concurrent.futures.ThreadPoolExecutor(len(others) + 1) as pool:
     mine = pool.submit(translate, port, q=SENTENCES[3])
@@ -111,14 +114,29 @@ def test_an_answer_does_not_depend_on_what_it_was_batched_with(server, expected)
       assert t.result().json["translatedText"][1] == best[0]
   batches, requests = (a - b for a, b in zip(_batches(port), before))
   assert batches < requests  # some requests did share a batch
+  assert _metric(port, "t2t_serve_compilations") == compiled
+
+
+def _metric(port, name):
+  text = ss.call(port, "GET", "/metrics").body.decode()
+  return float(next(line.split()[1] for line in text.splitlines() if line.startswith(name + " ")))
 
 
 def _batches(port):
-  text = ss.call(port, "GET", "/metrics").body.decode()
-  value = lambda name: float(
-    next(line.split()[1] for line in text.splitlines() if line.startswith(name))
-  )
-  return value("t2t_serve_batches "), value("t2t_serve_batched_requests ")
+  return _metric(port, "t2t_serve_batches"), _metric(port, "t2t_serve_batched_requests")
+
+
+def test_a_fresh_server_compiles_nothing_after_ready(workdir):
+  """The fresh-server benchmark: a new process with an empty compilation cache, 16
+  requests from 4 clients from /ready on: none waits for a compilation."""
+  from t2t_jax.bench import serve_fresh
+
+  out = serve_fresh.measure_fresh(workdir, clients=(4,), requests=16)
+  (row,) = out["fresh"]
+  assert row["clients"] == 4 and row["requests"] == 16 and row["ready_s"] > 0
+  assert row["compilations_at_ready"] > 0 and row["compilations_after_ready"] == 0
+  assert row["requests_per_batch"] > 1
+  assert "after ready" in serve_fresh.table(out)
 
 
 def test_keys_and_bad_input(server, expected):

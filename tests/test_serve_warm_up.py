@@ -24,6 +24,7 @@ from t2t_jax.decoding.stages import (
   until_of,
 )
 from t2t_jax.decoding.translator import Translator
+from t2t_jax.serve import worker
 from t2t_jax.serve.batching import Batcher
 from tests import support
 from tests.test_score import _IdTokenizer
@@ -160,15 +161,29 @@ def test_warm_up_stages_makes_the_predicted_calls_on_the_rows_a_search_makes(mon
   assert count == len(calls)
 
 
+SERVED = batching.Shapes(rows=(1, 8), buckets=(16, 32, 64))  # serve.worker.shapes((1, 8), 64)
+
+
 @pytest.mark.parametrize(
-  "max_len,batch_tokens,extra,max_rows",
-  [(64, 64, 50, None), (64, 256, 50, 16), (40, 100, 4, 8), (16, 32, 50, None)],
+  "max_len,batch_tokens,extra,max_rows,shapes",
+  [
+    (64, 64, 50, None, batching.DEFAULT_SHAPES),
+    (64, 256, 50, 16, batching.DEFAULT_SHAPES),
+    (40, 100, 4, 8, batching.DEFAULT_SHAPES),
+    (16, 32, 50, None, batching.DEFAULT_SHAPES),
+    (64, 4096, 50, None, SERVED),
+    (64, 100, 50, None, batching.Shapes(rows=(1, 3, 8), buckets=(16, 32))),
+    (40, 4096, 4, 4, batching.Shapes(rows=(2, 16))),
+  ],
 )
-def test_batch_shapes_are_every_shape_translate_forms(max_len, batch_tokens, extra, max_rows):
+def test_batch_shapes_are_every_shape_translate_forms(
+  max_len, batch_tokens, extra, max_rows, shapes
+):
   """`batch_shapes` against brute force: sentence lengths drawn at random (some runs of one
-  length, to fill batches up to their bounds), batched and padded as translate() does."""
+  length, to fill batches up to their bounds), batched and padded as translate() does, with
+  translate()'s own shapes and with a server's fixed row counts and buckets."""
   rng = random.Random(max_len + batch_tokens)
-  predicted = set(batching.batch_shapes(max_len, batch_tokens, extra, max_rows))
+  predicted = set(batching.batch_shapes(max_len, batch_tokens, extra, max_rows, shapes))
   seen = set()
   for _ in range(800):
     top, count = rng.randint(1, max_len), int(2 ** rng.uniform(0, np.log2(3 * batch_tokens)))
@@ -177,11 +192,12 @@ def test_batch_shapes_are_every_shape_translate_forms(max_len, batch_tokens, ext
       lengths = [top] * count
     sources = [[1] * n for n in lengths]
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
-    for batch in batching.batches(order, sources, batch_tokens, max_rows):
+    for batch in batching.batches(order, sources, batch_tokens, max_rows, shapes):
       assert max_rows is None or len(batch) <= max_rows
       inputs, _, max_decode_len, _ = batching.padded_batch(
-        max_len, [sources[i] for i in batch], extra, None
+        max_len, [sources[i] for i in batch], extra, None, shapes=shapes
       )
+      assert shapes.rows is None or inputs.shape[0] in shapes.rows
       seen.add((inputs.shape[0], inputs.shape[1], max_decode_len))
   assert seen <= predicted, sorted(seen - predicted)
   assert seen == predicted, sorted(predicted - seen)
@@ -234,17 +250,20 @@ def _same_answers(got: list, expected: list) -> None:
 
 def test_after_warm_up_a_burst_of_requests_compiles_nothing_and_answers_as_alone(monkeypatch):
   """Concurrent requests of 1-12 lines of 1-23 tokens (cut to max_len), plain and n-best,
-  batched together by the server's Batcher into batches up to max_rows=16 (more rows than
-  the staged search's MIN_ROWS, so batches compact): nothing compiles after the warm-up,
-  and each answer is the Translator's for that request alone. (A larger run, 40 tokens and
+  batched together by the server's Batcher into batches padded as a server pads them (rows
+  1, 4 or 16, sources to powers of two: `serve.worker.shapes`; 16 rows is more than the
+  staged search's MIN_ROWS, so batches compact): nothing compiles after the warm-up, and
+  each answer is the Translator's for that request alone. (A larger run, 40 tokens and
   n-best 4, compiled 150 programs and checked nothing this one does not.)"""
   max_len, nbests = 24, (0, 2)
-  translator = _translator(max_len, batch_tokens=64, max_rows=16)
+  served = worker.shapes((1, 4, 16), max_len)
+  assert served == batching.Shapes(rows=(1, 4, 16), buckets=(16, 24))
+  translator = _translator(max_len, batch_tokens=64, shapes=served)
   compiled = _Compilations(monkeypatch)
   shapes, calls = translator.warm_up_batches(
     nbests=[n or None for n in nbests], search=translator.search.override(beam_size=4)
   )
-  assert shapes == len(nbests) * len(batching.batch_shapes(max_len, 64, 4, 16)) < calls
+  assert shapes == len(nbests) * len(batching.batch_shapes(max_len, 64, 4, None, served)) < calls
   translate = lambda lines, nbest: translator.translate(
     lines, nbest=nbest or None, search=translator.search.override(beam_size=4)
   )
@@ -300,3 +319,24 @@ def test_warm_up_calls_every_stage_program_once_per_shape(monkeypatch):
     assert count == len(once) + (len(predicted) - len(once)) * len(memories)
   # nbest 1 shares the plain search's programs
   assert len({m[1]["decoding"].mode.stop for m in made}) == 2
+
+
+def test_shapes_pad_rows_to_the_ladder_and_cut_runs_at_its_rungs():
+  """n sentences take the smallest row count that holds them; a run longer than a batch is
+  cut at the largest count it fills, so that only the last batch has padding rows; the
+  buckets end at max_len whatever is given; a ladder out of order or below 1 is refused."""
+  ladder = batching.Shapes(rows=(1, 8), buckets=(16, 32, 64, 128))
+  assert [ladder.padded_rows(n) for n in (1, 2, 5, 8)] == [1, 8, 8, 8]
+  assert [ladder.full_rows(n) for n in (1, 7, 8)] == [1, 1, 8]
+  assert ladder.largest_rows(None) == 8 and ladder.largest_rows(4) == 4
+  assert ladder.source_buckets(40) == [16, 32, 40]
+  assert batching.DEFAULT_SHAPES.source_buckets(40) == [16, 24, 32, 40]
+  assert [batching.DEFAULT_SHAPES.padded_rows(n) for n in (1, 3, 5)] == [1, 4, 8]
+  sources = [[1] * 3] * 20
+  batches = list(batching.batches(range(20), sources, 4096, None, ladder))
+  assert [len(b) for b in batches] == [8, 8, 4]  # the last holds the rest, padded to 8
+  inputs, *_ = batching.padded_batch(64, sources[:3], 4, None, shapes=ladder)
+  assert inputs.shape == (8, 16)
+  for rows in ((), (0, 8), (8, 1), (1, 1)):
+    with pytest.raises(ValueError, match="ascending"):
+      batching.Shapes(rows=rows)

@@ -221,10 +221,10 @@ def _cases(root: str) -> dict[str, tuple[str, list[str], int, str]]:
     "serve-negative-limit": ([w, "--char_limit=-5"], USAGE, "--char_limit=-5 must be >= 0"),
     "serve-beam-0": ([w, "--beam_size=0"], USAGE, "--beam_size=0 must be >= 1 (1: greedy)"),
     "serve-positional-argument": ([w, "extra"], USAGE, "unexpected arguments ['extra']"),
-    "serve-warm-up-all-unbounded": (
-      [w, "--warm_up=all"],
+    "serve-batch-rows-zero": (
+      [w, "--batch_rows=0,8"],
       USAGE,
-      "--warm_up=all needs --max_batch_rows=N",
+      "--batch_rows=0,8: positive integers, e.g. 1,8",
     ),
     "serve-missing-keys-file": (
       [w, f"--api_keys={missing}/keys"],

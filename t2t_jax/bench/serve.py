@@ -77,7 +77,7 @@ def rss_mib(pid: int) -> float:
   return kib / 1024
 
 
-class _ServerProcess:
+class ServerProcess:
   """A t2t-serve child process on a free port; `entries` are its --workdir values."""
 
   def __init__(self, entries: Sequence[str], extra: Sequence[str]) -> None:
@@ -257,8 +257,8 @@ def measure_serve(
   served = pair_names(workdir, pairs)
   # One pair: the workdir under its own name, as a user starts it; two: each pair named.
   entries = [workdir] if pairs == 1 else [f"{s}:{t}={workdir}" for s, t in served]
-  batched = _ServerProcess(entries, flags)
-  single = _ServerProcess(entries, [*flags, "--max_batch_chars=1"])
+  batched = ServerProcess(entries, flags)
+  single = ServerProcess(entries, [*flags, "--max_batch_chars=1"])
   try:
     batched.wait_ready()
     single.wait_ready()

@@ -2,7 +2,6 @@
 
 import os
 import resource
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -12,37 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import DTypeLike
 
+from t2t_jax.compilation import CompileCounter
 
-class CompileCounter:
-  """Counts XLA compilations (jax's backend-compile events) and the wall-clock seconds in
-  which at least one ran: compilations that overlap (two batches of `Translator.translate`
-  compiling at once, each in its thread) count their common seconds once. A program read
-  back from the persistent compilation cache is not compiled, so it adds nothing."""
-
-  def __init__(self) -> None:
-    self.count = 0
-    self.seconds = 0.0
-    self._covered_until = float("-inf")  # perf_counter time up to which seconds are counted
-    self._lock = threading.Lock()
-    jax.monitoring.register_event_duration_secs_listener(self._listen)
-
-  def _listen(self, event: str, duration: float, **kwargs: Any) -> None:
-    del kwargs
-    if event == "/jax/core/compile/backend_compile_duration":
-      end = time.perf_counter()
-      self.add(end - duration, end)
-
-  def add(self, start: float, end: float) -> None:
-    """One compilation from `start` to `end` (perf_counter seconds), reported at its end:
-    only the part after what earlier ones covered adds seconds."""
-    with self._lock:
-      self.count += 1
-      self.seconds += max(0.0, end - max(start, self._covered_until))
-      self._covered_until = max(self._covered_until, end)
-
-  def snapshot(self) -> tuple[int, float]:
-    """(compilations, compile seconds) so far: subtract two to get a span's."""
-    return self.count, self.seconds
+__all__ = ["CompileCounter"]  # the benchmarks count compilations with compilation's counter
 
 
 def best_time(run: Callable[[], object], repeats: int) -> float:

@@ -141,6 +141,12 @@ flags.DEFINE_integer(
   "--parts=serve: the batched server's resident memory after this many requests in all (the "
   "rest from 16 clients) against after its first 100",
 )
+flags.DEFINE_boolean(
+  "serve_fresh",
+  False,
+  "--parts=serve: instead, each client count against a new t2t-serve process with an empty "
+  "compilation cache, from /ready on: the time to /ready and the compilations after it",
+)
 flags.DEFINE_string("json", None, "write the results here as JSON")
 flags.DEFINE_string(
   "profile",
@@ -310,6 +316,14 @@ def _serve_part(results: dict) -> None:
     common.refuse("t2t-bench", f"--serve_pairs={FLAGS.serve_pairs}: 1 or 2")
   if FLAGS.serve_memory_requests < 0:
     common.refuse("t2t-bench", f"--serve_memory_requests={FLAGS.serve_memory_requests} is < 0")
+  if FLAGS.serve_fresh:  # each server its own empty cache: this process compiles nothing
+    from t2t_jax.bench import serve_fresh
+
+    results["serve_fresh"] = serve_fresh.measure_fresh(
+      FLAGS.workdir, clients, FLAGS.serve_requests, FLAGS.checkpoint, FLAGS.decode_input
+    )
+    print(serve_fresh.table(results["serve_fresh"]))
+    return
   compilation.enable("default")
   results["serve"] = serve.measure_serve(
     FLAGS.workdir,

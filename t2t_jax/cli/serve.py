@@ -61,16 +61,19 @@ flags.DEFINE_integer(
 flags.DEFINE_integer("max_queue_lines", 4096, "lines waiting at most; beyond: 503")
 flags.DEFINE_float("request_timeout", 60.0, "seconds a request may wait for its answer: 503")
 flags.DEFINE_integer("batch_tokens", 4096, "source tokens per decoding batch")
-flags.DEFINE_integer(
-  "max_batch_rows", 0, "sentences per decoding batch at most (0: as many as --batch_tokens takes)"
+flags.DEFINE_list(
+  "batch_rows",
+  ["1", "8"],
+  "the row counts every decoding batch is padded to (n lines take the smallest that holds "
+  "n; the largest bounds a batch); each is compiled for every source bucket before /ready",
 )
 flags.DEFINE_enum(
   "warm_up",
-  "buckets",
-  ["buckets", "all"],
-  "what is compiled before /ready: one sentence per source length bucket (seconds), or every "
-  "batch shape and n-best size a request can need, so none compiles later (minutes; needs "
-  "--max_batch_rows)",
+  "plain",
+  ["plain", "all"],
+  "what is compiled before /ready: every batch shape (--batch_rows x source buckets) for "
+  "plain translations, or also for each n-best size --alternatives_limit allows, so that "
+  "no request compiles later",
 )
 flags.DEFINE_enum(
   "dtype",
@@ -144,12 +147,20 @@ def _check_flags() -> None:
   ):
     if FLAGS[name].value < (0 if name == "batch_window_ms" else 1):
       _usage(f"--{name}={FLAGS[name].value} is too small")
-  if FLAGS.max_batch_rows < 0:
-    _usage(f"--max_batch_rows={FLAGS.max_batch_rows} must be >= 0 (0: no bound)")
-  if FLAGS.warm_up == "all" and not FLAGS.max_batch_rows:
-    _usage("--warm_up=all needs --max_batch_rows=N: it bounds the batch shapes to compile")
+  batch_rows(FLAGS.batch_rows)
   if not 0 < FLAGS.port < 65536:
     _usage(f"--port={FLAGS.port} must be in 1..65535")
+
+
+def batch_rows(values: Sequence[str]) -> tuple[int, ...]:
+  """--batch_rows as ascending counts; a usage error for anything but positive integers."""
+  try:
+    rows = sorted({int(v) for v in values})
+  except ValueError:
+    rows = []
+  if not rows or rows[0] < 1:
+    _usage(f"--batch_rows={','.join(values)}: positive integers, e.g. 1,8")
+  return tuple(rows)
 
 
 def main(argv: Sequence[str]) -> None:
@@ -203,7 +214,7 @@ def _model(worker: Any, api: Any, entry: str) -> Any:
     beam_size=FLAGS.beam_size,
     alpha=FLAGS.alpha,
     batch_tokens=FLAGS.batch_tokens,
-    max_rows=FLAGS.max_batch_rows or None,
+    batch_rows=batch_rows(FLAGS.batch_rows),
     alternatives_limit=FLAGS.alternatives_limit,
     warm_up=FLAGS.warm_up,
     dtype=FLAGS.dtype,

@@ -80,6 +80,7 @@ class Translator:
     member_steps: Sequence[Sequence[int]] = (),
     max_rows: int | None = None,
     batch_threads: int | None = None,
+    shapes: batching.Shapes = batching.DEFAULT_SHAPES,
   ) -> None:
     self.search = search
     # The grammar of the task's outputs (parsing workdirs: `constraints.TreeConstraint`,
@@ -90,6 +91,8 @@ class Translator:
     # Sentences per translate() batch at most (None: batch_tokens alone bounds them): a
     # server bounds its batch shapes, and so its warm-up (`warm_up_batches`), with it.
     self.max_rows = max_rows
+    # The row counts and source buckets translate() pads its batches to (`batching.Shapes`).
+    self.shapes = shapes
     self.checkpoint_steps: list[int] = list(checkpoint_steps)
     self.target_lang = target_lang
     # An ensemble's (model, params) per member (`ensemble`); `model` and `params` are the
@@ -120,7 +123,7 @@ class Translator:
     one vocabulary is the caller's to check (`from_workdirs` compares the files' sha256)."""
     check_same_shape([(_name(t), t.model) for t in translators])
     first = translators[0]
-    for field in ("search", "batch_tokens", "max_rows", "batch_threads", "constraint"):
+    for field in ("search", "batch_tokens", "max_rows", "batch_threads", "constraint", "shapes"):
       kwargs.setdefault(field, getattr(first, field))
     return cls(
       first.model,
@@ -252,8 +255,10 @@ class Translator:
     outputs: list = [None] * len(sources)
     # Compacted batches attend over the call's longest source bucket, so that batches of
     # every length share their programs after the first compaction (`decode_in_stages`).
-    memory_len = batching.source_bucket(max_len, len(sources[order[-1]])) if sources else None
-    batches = list(batching.batches(order, sources, self.batch_tokens, self.max_rows))
+    buckets = self.shapes.source_buckets(max_len)
+    longest = len(sources[order[-1]]) if sources else None
+    memory_len = batching.source_bucket(max_len, longest, buckets) if sources else None
+    batches = list(batching.batches(order, sources, self.batch_tokens, self.max_rows, self.shapes))
 
     def translate_batch(batch: list[int]) -> list:
       return self._translate_batch(
@@ -318,19 +323,19 @@ class Translator:
       self._settings(settings, nbest)
     sizes = list({modes.of_settings(settings, n or 1): n or 1 for n in nbests}.values())
     max_len, extra = self.model.config.max_len, settings.max_output_extra
-    shapes = batching.batch_shapes(max_len, self.batch_tokens, extra, self.max_rows)
+    shapes = batching.batch_shapes(max_len, self.batch_tokens, extra, self.max_rows, self.shapes)
     params, model = self.decoder()
-    calls = 0
-    buckets = sorted(set(batching.source_buckets(max_len)))
-    for rows, src_len, max_decode_len in shapes:
+    buckets = self.shapes.source_buckets(max_len)
+
+    def warm_up_shape(index: list[int]) -> list[int]:
+      rows, src_len, max_decode_len = shapes[index[0]]
       # a call's longest bucket, the memory of its compacted batches, is any from src_len up
       memory_lens = [bucket for bucket in buckets if bucket >= src_len]
-      sources = [[EOS_ID]] * rows
       inputs, limits, _, _ = batching.padded_batch(
-        max_len, sources, extra, (src_len, max_decode_len)
+        max_len, [[EOS_ID]] * rows, extra, (src_len, max_decode_len), shapes=self.shapes
       )
-      for nbest in sizes:
-        calls += search_batch(
+      return [
+        search_batch(
           params,
           inputs,
           limits,
@@ -342,6 +347,13 @@ class Translator:
           warm_up=True,
           memory_lens=memory_lens,
         )
+        for nbest in sizes
+      ]
+
+    # Shapes compile independently: as many at once as translate() decodes batches (XLA
+    # compiles a program on one core, and JAX lets go of the GIL while it does).
+    found = each_batch(warm_up_shape, [[i] for i in range(len(shapes))], self.batch_threads)
+    calls = sum(sum(counts) for counts in found)
     if any(nbest is not None for nbest in nbests):
       hypotheses_lib.warm_up_hypotheses(settings.alpha)
     return len(shapes) * len(sizes), calls
@@ -384,7 +396,7 @@ class Translator:
     their forced first target tokens; `memory_len` the source positions of compacted
     batches (`programs.decode_in_stages`)."""
     inputs, limits, max_decode_len, prefix = batching.padded_batch(
-      self.model.config.max_len, sources, settings.max_output_extra, shape, prefixes
+      self.model.config.max_len, sources, settings.max_output_extra, shape, prefixes, self.shapes
     )
     sentence_ids = np.zeros(inputs.shape[0], np.int32)
     sentence_ids[: len(sources)] = range(len(sources)) if ids is None else ids

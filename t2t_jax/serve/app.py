@@ -133,6 +133,10 @@ class Server:
     self._loading = len(models)
     self._lock = threading.Lock()
     self.waiting = 0  # requests awaiting a model
+    from t2t_jax import compilation  # jax: with the models, not with the app's module
+
+    self.compilations = compilation.process_counter()  # XLA compilations of this process
+    self.compiled_at_ready = 0
     self.limits = settings.limits
     self.rate = _rate_limiter(settings)
     self.metrics = _Metrics(self) if settings.metrics else None
@@ -175,6 +179,7 @@ class Server:
     cap = min(s.model.beam_size for s in self.served.values()) - 1
     if self.limits.alternatives_limit == -1 or self.limits.alternatives_limit > cap:
       self.limits = dataclasses.replace(self.limits, alternatives_limit=cap)
+    self.compiled_at_ready = self.compilations.count
     self.ready.set()
 
   def check_ready(self) -> None:
@@ -821,6 +826,15 @@ class _Metrics:
       "sentences longer than their model's source length, cut into pieces (never truncated)",
       registry=self.registry,
     ).set_function(lambda: server.split_sentences)
+    count = server.compilations
+    prom.Gauge(
+      "t2t_serve_compilations", "XLA compilations of the process", registry=self.registry
+    ).set_function(lambda: count.count)
+    prom.Gauge(
+      "t2t_serve_compilations_after_ready",
+      "XLA compilations since /ready: requests that waited for a program",
+      registry=self.registry,
+    ).set_function(lambda: count.count - server.compiled_at_ready if server.ready.is_set() else 0)
     memory = prom.Gauge(
       "t2t_serve_model_bytes",
       "bytes of a model's parameters and their decoding copies (0 until loaded)",

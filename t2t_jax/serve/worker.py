@@ -16,12 +16,14 @@ import jax
 import numpy as np
 
 from t2t_jax.data import config as data_config
+from t2t_jax.decoding import batching
 from t2t_jax.serve.api import Pair
 from t2t_jax.translate import TranslateError, Translator, load_config
 
 __all__ = ["WARM_UPS", "Hypothesis", "Model", "ModelError", "WarmUp"]
 
-WARM_UPS = ("buckets", "all")
+WARM_UPS = ("plain", "all")
+BATCH_ROWS = (1, 8)  # the default row counts of a decoding batch (`batching.Shapes.rows`)
 
 # The model's errors (an unreadable workdir, a checkpoint that does not fit) as the server
 # reports them at start.
@@ -47,9 +49,10 @@ class ModelSettings:
   beam_size: int | None = None
   alpha: float | None = None
   batch_tokens: int = 4096
-  max_rows: int | None = None  # sentences per decoding batch at most (None: batch_tokens)
+  # The row counts every decoding batch is padded to; the largest bounds a batch.
+  batch_rows: tuple[int, ...] = BATCH_ROWS
   alternatives_limit: int = 3  # n-best alternatives a request may ask for (-1: beam - 1)
-  warm_up: str = "buckets"  # WARM_UPS: what load() compiles before the server is ready
+  warm_up: str = "plain"  # WARM_UPS: what load() compiles before the server is ready
   dtype: str = "auto"  # the products' dtype (decoding.precision.decode_dtype)
 
 
@@ -63,8 +66,6 @@ class WarmUp:
   seconds: float
 
   def __str__(self) -> str:
-    if not self.programs:  # warm_up 'buckets'
-      return f"one sentence in each of {self.shapes} source length buckets in {self.seconds:.1f} s"
     return f"{self.shapes} batch shapes, {self.programs} program calls in {self.seconds:.1f} s"
 
 
@@ -82,41 +83,32 @@ class Model:
     )
 
   def load(self) -> None:
-    """Reads the checkpoint(s) and compiles before the server says it is ready: with
-    warm_up 'buckets' the search of one sentence per source length bucket (a start in
-    seconds; a batch of a new shape compiles when it first comes), with 'all' every batch
-    shape the batching thread's translate() calls can take (rows up to max_rows, each source
-    length bucket) for plain translations and each n-best size alternatives can ask for
-    (`Translator.warm_up_batches`), so that after /ready no request compiles (minutes). The
-    process-wide compilation cache is the command's choice: none is switched on here."""
+    """Reads the checkpoint(s) and compiles, before the server says it is ready, every
+    program a batch can run: batches are padded to `shapes` (rows to one of batch_rows,
+    sources to a power of two up to max_len), and each of those shapes is compiled for
+    plain translations (warm_up 'plain') or also for each n-best size alternatives can ask
+    for ('all'; `Translator.warm_up_batches`), so that after /ready a request compiles
+    nothing (only an n-best size after 'plain'). The process-wide compilation cache is
+    the command's choice: none is switched on here."""
     s = self.settings
     if s.warm_up not in WARM_UPS:
       raise ValueError(f"warm_up={s.warm_up!r} must be one of {WARM_UPS}")
-    if s.warm_up == "all" and not s.max_rows:
-      raise ValueError("warm_up='all' needs max_rows: it bounds the batch shapes to compile")
     translator = Translator.from_workdirs(
-      list(s.workdirs),
-      s.checkpoint,
-      s.dtype,
-      batch_tokens=s.batch_tokens,
-      max_rows=s.max_rows,
+      list(s.workdirs), s.checkpoint, s.dtype, batch_tokens=s.batch_tokens
     )
+    translator.shapes = shapes(s.batch_rows, translator.model.config.max_len)
     # the server's beam_size and alpha into the one search every request decodes with
     translator.search = translator.search.override(beam_size=s.beam_size, alpha=s.alpha)
     start = time.perf_counter()
-    if s.warm_up == "all":
-      nbests = self.nbest_sizes(translator.search.beam_size)
-      print(
-        f"t2t-serve: compiling the search for every batch shape (up to {s.max_rows} "
-        f"sentences, n-best sizes {', '.join(map(str, sorted({n or 1 for n in nbests})))})",
-        file=sys.stderr,
-        flush=True,
-      )
-      shapes, programs = translator.warm_up_batches(nbests=nbests)
-    else:
-      translator.warm_up()
-      shapes, programs = len(translator.buckets()), 0
-    self.warm_up = WarmUp(shapes, programs, time.perf_counter() - start)
+    nbests = self.nbest_sizes(translator.search.beam_size) if s.warm_up == "all" else [None]
+    print(
+      f"t2t-serve: compiling the search for every batch shape ({', '.join(map(str, s.batch_rows))}"
+      f" rows; n-best sizes {', '.join(str(n or 1) for n in nbests)})",
+      file=sys.stderr,
+      flush=True,
+    )
+    found, programs = translator.warm_up_batches(nbests=nbests)
+    self.warm_up = WarmUp(found, programs, time.perf_counter() - start)
     self.param_bytes = _bytes((translator.params, translator.decoder()[0]))
     self._translator = translator
 
@@ -159,6 +151,15 @@ class Model:
       target_tokens=list(found["target_tokens"]),
       cross=cross.tolist(),
     )
+
+
+def shapes(batch_rows: Sequence[int], max_len: int) -> batching.Shapes:
+  """The served batches' shapes: `batch_rows` rows, sources padded to 16, 32, 64, ... up to
+  max_len. Powers of two, not translate()'s default 1.5x steps: half the buckets, so half
+  the programs to compile before /ready, for sources padded by at most 2x."""
+  return batching.Shapes(
+    rows=tuple(sorted(set(batch_rows))), buckets=tuple(batching.stream_buckets(max_len))
+  )
 
 
 def _bytes(tree: Any) -> int:
