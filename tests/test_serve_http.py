@@ -7,6 +7,8 @@ The real model behind the real command: tests/test_serve.py.
 """
 
 import os
+import random
+import re
 import socket
 import threading
 import time
@@ -214,6 +216,47 @@ def test_metrics(port):
   text = call(port, "GET", "/metrics").body.decode()
   assert "t2t_serve_queue_lines" in text and "t2t_serve_batches" in text
   assert 't2t_serve_request_seconds_count{endpoint="translate",status="200"}' in text
+
+
+class _Compiling(FakeModel):
+  """A stand-in that compiles a program for each new number of lines it translates, and
+  one (1 line) in load(). Its constant is new in each process, so that no persistent
+  compilation cache holds the programs."""
+
+  def __init__(self, **kw) -> None:
+    import jax
+
+    super().__init__(**kw)
+    salt = random.random()
+    self._program = jax.jit(lambda x: x * salt)
+
+  def load(self) -> None:
+    super().load()
+    self._compile(1)
+
+  def _compile(self, n: int) -> None:
+    import numpy as np
+
+    self._program(np.zeros(n, np.float32))
+
+  def translate(self, lines, nbest=0):
+    self._compile(len(lines))
+    return super().translate(lines, nbest)
+
+
+def test_metrics_count_the_compilations_after_ready():
+  """t2t_serve_compilations_after_ready: none for a shape compiled in load(), one for a
+  batch of a shape met for the first time."""
+  pytest.importorskip("uvicorn")
+  with ss.in_process(_Compiling(), metrics=True, window_s=0.01) as port:
+    value = lambda name: float(
+      re.search(rf"^{name} (\S+)$", call(port, "GET", "/metrics").body.decode(), re.M)[1]
+    )
+    assert value("t2t_serve_compilations") >= 1
+    translate(port, q="one line")
+    assert value("t2t_serve_compilations_after_ready") == 0
+    translate(port, q=["three", "new", "lines"])
+    assert value("t2t_serve_compilations_after_ready") == 1
 
 
 def test_keys_required_when_a_keys_file_is_given():

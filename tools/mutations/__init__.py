@@ -32,6 +32,7 @@ AREAS = (
   "serve_formats",
   "serve_load",
   "serve_page",
+  "serve_shapes",
   "cli",
   "threads",
   "promises",

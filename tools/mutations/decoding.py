@@ -232,8 +232,8 @@ MUTATIONS = (
     "precision_serve_dtype_dropped",
     "t2t-serve's dtype setting never reaches its Translator",
     "t2t_jax/serve/worker.py",
-    "      s.checkpoint,\n      s.dtype,\n",
-    "      s.checkpoint,\n      None,\n",
+    "list(s.workdirs), s.checkpoint, s.dtype, batch_tokens=s.batch_tokens",
+    "list(s.workdirs), s.checkpoint, None, batch_tokens=s.batch_tokens",
     (PRECISION,),
   ),
   M(

@@ -115,7 +115,7 @@ MUTATIONS = (
   M(
     "compile_seconds_summed",
     "t2t-bench's compile seconds add up compilations that ran at once (two batch threads)",
-    "t2t_jax/bench/timing.py",
+    "t2t_jax/compilation.py",
     "      self.seconds += max(0.0, end - max(start, self._covered_until))",
     "      self.seconds += end - start",
     ("tests/test_bench_real_text.py",),

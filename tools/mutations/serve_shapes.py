@@ -1,0 +1,58 @@
+"""t2t-serve's fixed batch shapes: rows padded to --batch_rows, sources to powers of two,
+each shape compiled before /ready, and the compilations after /ready counted."""
+
+from tools.mutations import Mutation
+
+M = Mutation
+BATCHING = "t2t_jax/decoding/batching.py"
+FIRST = ("tests/test_serve_warm_up.py",)
+MUTATIONS = (
+  M(
+    "shapes_rows_to_powers_of_two",
+    "a batch is padded to a power of two of rows, not to the ladder's count",
+    BATCHING,
+    "return next((r for r in self.rows if r >= n), n)",
+    "return 1 << (n - 1).bit_length()",
+    FIRST,
+  ),
+  M(
+    "shapes_run_not_cut_at_a_rung",
+    "a batch followed by more sentences keeps every sentence that fits, padding rows in it",
+    BATCHING,
+    "return max((r for r in self.rows if r <= n), default=n)",
+    "return n",
+    FIRST,
+  ),
+  M(
+    "shapes_largest_rows_not_a_bound",
+    "a batch takes more sentences than the ladder's largest row count",
+    BATCHING,
+    "bounds = [b for b in (max_rows, self.rows[-1] if self.rows else None) if b is not None]",
+    "bounds = [b for b in (max_rows,) if b is not None]",
+    FIRST,
+  ),
+  M(
+    "shapes_warm_up_smallest_rows_only",
+    "the warm-up's shapes list only the ladder's first row count",
+    BATCHING,
+    "out += [(r, bucket, max_decode_len) for r in ladder if r <= top]",
+    "out += [(r, bucket, max_decode_len) for r in ladder[:1] if r <= top]",
+    FIRST,
+  ),
+  M(
+    "shapes_server_default_buckets",
+    "the server pads sources to translate()'s 1.5x buckets: twice the shapes to compile",
+    "t2t_jax/serve/worker.py",
+    "rows=tuple(sorted(set(batch_rows))), buckets=tuple(batching.stream_buckets(max_len))",
+    "rows=tuple(sorted(set(batch_rows))), buckets=None",
+    FIRST,
+  ),
+  M(
+    "shapes_compilations_counted_from_start",
+    "/metrics counts every compilation since the start as one after /ready",
+    "t2t_jax/serve/app.py",
+    "    self.compiled_at_ready = self.compilations.count\n",
+    "    self.compiled_at_ready = 0\n",
+    ("tests/test_serve_http.py",),
+  ),
+)
