@@ -5,11 +5,16 @@ Experiments do `config.data = t2t_jax.data.default_config()` and override fields
 is a plain type so absl/ml_collections can override it (`--config.data.max_len=128`).
 """
 
-from collections.abc import Sequence
+import functools
+import math
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import ml_collections
 
 from t2t_jax.data.errors import DataError
+from t2t_jax.tokens import NUM_RESERVED
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -112,9 +117,104 @@ def default_config() -> ml_collections.ConfigDict:
   return c
 
 
+# What a value of each type must be: a field holds the type of its default above (a float
+# field also an integer), and every number is finite.
+TYPE_WORDS = {
+  bool: "True or False",
+  int: "an integer",
+  float: "a finite number",
+  str: "a string",
+  tuple: "a tuple",
+}
+LANGUAGE = r"[A-Za-z][A-Za-z0-9_]*"  # a code such as 'en' or 'pt_BR'; '-' joins a pair
+
+
+def has_type(value: Any, kind: type) -> bool:
+  """Whether `value` can be a field whose default is of type `kind` (ml_collections' rule,
+  with bools kept apart from integers and NaN or infinity refused)."""
+  if kind is bool:
+    return isinstance(value, bool)
+  if kind is int:
+    return isinstance(value, int) and not isinstance(value, bool)
+  if kind is float:
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    return number and math.isfinite(value)
+  if kind is tuple:
+    return isinstance(value, tuple | list)
+  return isinstance(value, kind)
+
+
+def _lengths(v: Sequence[Any]) -> bool:
+  ints = all(has_type(b, int) for b in v)
+  return ints and all(b >= 2 for b in v) and list(v) == sorted(set(v))
+
+
+# Each shared field's rule for its value alone (its type checked first), beyond those of
+# `validate` below: (ok, what it must be). The source's own fields are its own
+# (`Source.check_values`).
+_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
+  "pair": (
+    lambda v: re.fullmatch(f"{LANGUAGE}-{LANGUAGE}", v) is not None,
+    "must be two language codes joined by '-', such as 'de-en'",
+  ),
+  "source_lang": (
+    lambda v: v == "" or re.fullmatch(LANGUAGE, v) is not None,
+    "must be '' or a language code such as 'en'",
+  ),
+  "target_lang": (
+    lambda v: v == "" or re.fullmatch(LANGUAGE, v) is not None,
+    "must be '' or a language code such as 'de'",
+  ),
+  "vocab_size": (
+    lambda v: v > NUM_RESERVED,
+    f"must be > {NUM_RESERVED}: ids 0-{NUM_RESERVED - 1} are pad, EOS, BOS and unknown",
+  ),
+  "vocab_max_sentences": (lambda v: v >= 1, "must be >= 1"),
+  "vocab_character_coverage": (lambda v: 0 < v <= 1, "must be in (0, 1]"),
+  "vocab_seed": (lambda v: v >= 0, "must be >= 0"),
+  "tokens_per_batch": (lambda v: v >= 1, "must be a positive integer"),
+  "bucket_boundaries": (
+    _lengths,
+    "must be increasing integers >= 2 (a token plus EOS), or () for the rule below",
+  ),
+  "source_bucket_boundaries": (
+    lambda v: all(has_type(b, int) for b in v),
+    "must be integers, one per bucket, or () for the bucket lengths",
+  ),
+  "bucket_min": (lambda v: v >= 1, "must be >= 1"),
+  "bucket_scale": (lambda v: v >= 1, "must be >= 1: each bucket at least as long as the last"),
+  "bucket_multiple": (lambda v: v >= 1, "must be >= 1 (the lengths are rounded up to it)"),
+  "pack_len": (lambda v: v >= 2, "must be >= 2 (a token plus EOS)"),
+  "pack_bins": (lambda v: v >= 0, "must be >= 0 (0: the rows of one host step)"),
+  "shuffle_seed": (lambda v: v >= 0, "must be >= 0"),
+  "tokenize_threads": (lambda v: v >= 0, "must be >= 0 (0: all CPUs)"),
+  "prefetch_batches": (lambda v: v >= 0, "must be >= 0 (0: none ahead)"),
+  "wait_for_process0_s": (lambda v: v >= 0, "must be >= 0 (seconds)"),
+  "download_probe_s": (lambda v: v >= 0, "must be >= 0 (seconds; 0: no probe)"),
+}
+
+
+def check_types(c: ml_collections.ConfigDict) -> None:
+  """DataError naming the `config.data.*` flag whose value is not of its default's type (a
+  string for a length, NaN for a rate, 1 for True), so that no later comparison meets one."""
+  for field, kind in _default_types().items():
+    if field in c and not has_type(c[field], kind):
+      raise DataError(f"config.data.{field}={c[field]!r} must be {TYPE_WORDS[kind]}")
+
+
+@functools.cache
+def _default_types() -> dict[str, type]:
+  return {field: type(default) for field, default in default_config().items()}
+
+
 def validate(c: ml_collections.ConfigDict) -> None:
   """Raises DataError naming the offending `config.data.*` flag of a field every source
-  shares (`t2t_jax.data.sources.validate` checks the source's fields as well)."""
+  shares (`t2t_jax.data.sources.validate` checks the source's fields as well): its type,
+  then its value alone, then the rules between fields."""
+  check_types(c)
+  for field, (ok, must) in _CHECKS.items():
+    if field in c and not ok(c[field]):
+      raise DataError(f"config.data.{field}={c[field]!r} {must}")
   _check_choice(c, "batching", ("bucket", "pack"))
   _check_choice(c, "vocab_type", ("bpe", "unigram"))
   if c.train_max_pairs < 0:
@@ -182,7 +282,9 @@ def source_bucket_boundaries(c: ml_collections.ConfigDict) -> tuple[int, ...]:
   flag = f"config.data.source_bucket_boundaries={given}"
   if len(given) != len(targets):
     raise DataError(
-      f"{flag}: needs one source length per bucket, {len(targets)} for the bucket lengths {targets}"
+      f"{flag}: needs one source length per bucket, {len(targets)} for the bucket lengths "
+      f"{targets} (config.data.bucket_boundaries={tuple(c.bucket_boundaries)}, "
+      f"config.data.max_len={c.max_len})"
     )
   if given[0] < 2 or list(given) != sorted(given) or given[-1] != c.max_len:
     raise DataError(

@@ -14,6 +14,7 @@ The single train_source/train_target pair is the one-corpus list of weight 1 and
 """
 
 import dataclasses
+import math
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -76,12 +77,13 @@ def tags(c: Any) -> list[str]:
 
 def check(c: Any) -> None:
   """Raises DataError naming `config.data.train_corpora[i].<field>` for a bad entry: not a
-  mapping, an unknown or missing field, a weight that is not a number > 0, a tag that cannot
+  mapping, an unknown or missing field, a weight that is not a finite number > 0, a tag that cannot
   be one vocabulary piece (empty or with whitespace: SentencePiece splits pieces there), or
   a file that does not exist."""
   if c.train_source or c.train_target:
     raise DataError(
-      f"config.data.train_corpora and train_source={c.train_source!r}/train_target="
+      f"config.data.train_corpora={c.train_corpora!r} and train_source={c.train_source!r}/"
+      f"train_target="
       f"{c.train_target!r} are both set: list the training files in train_corpora only"
     )
   for i, entry in enumerate(_entries(c)):
@@ -102,9 +104,10 @@ def check(c: Any) -> None:
         what = "is a directory" if os.path.isdir(path) else "no such file"
         raise DataError(f"{path}: {what} ({flag}.{side})")
     weight = entry.get("weight", 1.0)
-    if isinstance(weight, bool) or not isinstance(weight, int | float) or not weight > 0:
+    number = isinstance(weight, int | float) and not isinstance(weight, bool)
+    if not number or not 0 < weight < math.inf:
       raise DataError(
-        f"{flag}.weight={weight!r} must be a number > 0 (an upsampling factor: the times "
+        f"{flag}.weight={weight!r} must be a finite number > 0 (an upsampling factor: the times "
         "each of its pairs is in an epoch)"
       )
     tag = entry.get("tag", "")

@@ -24,6 +24,7 @@ from t2t_jax.data.sources.base import (
   get_source,
   names,
   register,
+  registered,
   wait_for,
 )
 
@@ -41,19 +42,24 @@ __all__ = [
   "names",
   "open_splits",
   "register",
+  "registered",
   "validate",
   "wait_for",
 ]
 
 
 def validate(c: ml_collections.ConfigDict) -> Source:
-  """Checks data config `c`: its source name, the generic fields, then the source's own;
-  returns the source. DataError names the `config.data.*` flag."""
+  """Checks data config `c`: its source name, the generic fields, every source's fields'
+  values, then the chosen source's rules; returns the source. DataError names the
+  `config.data.*` flag."""
   source = get_source(c)
   config_lib.validate(c)
+  for each in registered():
+    each.check_values(c)
   if c.get("train_corpora") and not source.takes_train_corpora:
     raise DataError(
-      f"config.data.train_corpora is set, but config.data.source={source.name!r} reads its "
+      f"config.data.train_corpora={c.train_corpora!r} is set, but config.data.source="
+      f"{source.name!r} reads its "
       "own training data; several weighted corpora are read by the textfiles source"
     )
   source.validate(c)

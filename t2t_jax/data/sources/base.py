@@ -107,8 +107,15 @@ class Source(abc.ABC):
   scores_trees: ClassVar[bool] = False
   takes_train_corpora: ClassVar[bool] = False
 
+  def check_values(self, c: ml_collections.ConfigDict) -> None:  # noqa: B027 (optional)
+    """Raises DataError naming the `config.data.*` flag of one of this source's own fields
+    whose value no config could use (an unknown task, a range that runs backwards). Called
+    for every registered source, chosen or not, so that such a value is refused whatever
+    config.data.source is."""
+
   def validate(self, c: ml_collections.ConfigDict) -> None:  # noqa: B027 (optional)
-    """Raises DataError naming the `config.data.*` flag of a bad source field."""
+    """Raises DataError naming the `config.data.*` flag of a bad source field, when this
+    is the chosen source (a field it needs and the config lacks, fields that disagree)."""
 
   def check_inputs(self, c: ml_collections.ConfigDict) -> None:  # noqa: B027 (optional)
     """Raises DataError for a local input that is missing, unreadable or misaligned, before
@@ -175,6 +182,11 @@ def register(source: Source) -> Source:
     raise ValueError(f"a data source named {source.name!r} is already registered")
   _REGISTRY[source.name] = source
   return source
+
+
+def registered() -> tuple[Source, ...]:
+  """Every registered source, in the order of their names."""
+  return tuple(_REGISTRY[name] for name in names())
 
 
 def names() -> tuple[str, ...]:

@@ -84,13 +84,35 @@ class Synthetic(base.Source):
   vocab_file = SYMBOLS_FILE
   vocab_size_from_task = True
 
-  def validate(self, c: ml_collections.ConfigDict) -> None:
+  def check_values(self, c: ml_collections.ConfigDict) -> None:
     if c.task not in TASKS:
       raise DataError(f"config.data.task={c.task!r} must be one of {TASKS}")
+    for field in (
+      "synthetic_num_symbols",
+      "synthetic_min_len",
+      "synthetic_max_len",
+      "synthetic_train_size",
+      "synthetic_eval_size",
+    ):
+      if c[field] < 1:
+        raise DataError(f"config.data.{field}={c[field]} must be >= 1")
+    if c.synthetic_seed < 0:
+      raise DataError(f"config.data.synthetic_seed={c.synthetic_seed} must be >= 0")
     if not 1 <= c.synthetic_min_len <= c.synthetic_max_len:
       raise DataError(
         f"config.data.synthetic_min_len={c.synthetic_min_len} must be in "
         f"[1, synthetic_max_len={c.synthetic_max_len}]"
+      )
+
+  def validate(self, c: ml_collections.ConfigDict) -> None:
+    # The shortest source ('a+b' for addition) with its EOS: longer than max_len, every
+    # training pair would be dropped, found only once the data is read.
+    shortest = 2 * c.synthetic_min_len + 2 if c.task == "addition" else c.synthetic_min_len + 1
+    if shortest > c.max_len:
+      raise DataError(
+        f"config.data.synthetic_min_len={c.synthetic_min_len} and max_len={c.max_len}: the "
+        f"shortest {c.task!r} source has {shortest} tokens with its EOS, so every training "
+        "pair would be dropped; raise max_len or lower synthetic_min_len"
       )
 
   def open_splits(

@@ -213,13 +213,24 @@ class Treebank(base.Source):
   vocab_file = WORDS_FILE
   scores_trees = True
 
-  def validate(self, c: ml_collections.ConfigDict) -> None:
+  def check_values(self, c: ml_collections.ConfigDict) -> None:
     if c.vocab_min_count < 1:
       raise DataError(f"config.data.vocab_min_count={c.vocab_min_count} must be >= 1")
     if c.tree_leaves not in trees.TREE_LEAVES:
       raise DataError(
         f"config.data.tree_leaves={c.tree_leaves!r} must be one of {trees.TREE_LEAVES}"
       )
+    for field in ("tree_max_depth", "tree_max_opens"):
+      if c[field] < 0:
+        raise DataError(f"config.data.{field}={c[field]} must be >= 0 (0: no bound)")
+    for split in SPLITS:
+      flag = f"treebank_{split}"
+      if c[flag]:
+        file_numbers(c[flag], flag)
+
+  def validate(self, c: ml_collections.ConfigDict) -> None:
+    if not c.treebank_train:
+      raise DataError("config.data.treebank_train='' names no files: give the training files")
 
   def open_splits(
     self, c: ml_collections.ConfigDict, workdir: str, process_index: int

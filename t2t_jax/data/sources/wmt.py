@@ -198,6 +198,9 @@ class Wmt(base.Source):
   def __init__(self, name: str) -> None:
     self.name = name
 
+  def validate(self, c: ml_collections.ConfigDict) -> None:
+    languages(c)  # the direction must be the pair's, before anything is downloaded
+
   def open_splits(
     self, c: ml_collections.ConfigDict, workdir: str, process_index: int
   ) -> base.Splits:
