@@ -11,7 +11,7 @@ import pytest
 
 from t2t_jax.decoding.config import SearchConfig
 from t2t_jax.run import checkpoint
-from t2t_jax.training import evaluation, optim, parallel, steps
+from t2t_jax.training import checks, evaluation, optim, parallel, steps
 from t2t_jax.training import trainer as train
 from tests import support
 from tests.test_quick_equivalences import _tiny_run
@@ -233,4 +233,4 @@ def test_ema_decay_outside_zero_one_is_refused():
   config = _config(2)
   config.ema_decay = 1.0
   with pytest.raises(train.ConfigError, match=r"config\.ema_decay=1\.0 must be in \[0, 1\)"):
-    train.validate_config(config)
+    checks.check(config)

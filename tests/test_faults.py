@@ -23,12 +23,12 @@ import jax
 import numpy as np
 import pytest
 
-from t2t_jax.data import tokenized
+from t2t_jax.data import DataError, tokenized
 from t2t_jax.decoding.config import SearchConfig
 from t2t_jax.decoding.translator import TranslateError, Translator
 from t2t_jax.run import checkpoint, files, fingerprint, lock
 from t2t_jax.run.workdir import Workdir, read_metrics
-from t2t_jax.training import evaluation, summary
+from t2t_jax.training import checks, evaluation, summary
 from t2t_jax.training import trainer as train
 from tests import support
 from tests.test_train import _cli, small_config
@@ -776,7 +776,16 @@ def test_truncate_keeps_short_pairs_and_cuts_long_ones_to_max_len_with_eos():
 
 # --- 8. values that make no sense ---------------------------------------------------------
 
-FIELDS = list(train.POSITIVE_FIELDS)
+# Fields that must be positive integers (training.checks: TrainConfig's, the data config's).
+FIELDS = [
+  "log_every_steps",
+  "eval_every_steps",
+  "checkpoint_every_steps",
+  "grad_accum_steps",
+  "num_train_steps",
+  "keep_checkpoints",
+  "data.tokens_per_batch",
+]
 
 
 def _refused_commands(trained: str, root: str) -> dict[str, tuple[list[str], str]]:
@@ -846,7 +855,8 @@ def test_values_that_make_no_sense_are_refused_in_one_line(case, tmp_path, reque
   if case.startswith("config."):
     field, value = case[len("config.") :].split("=")
     config = small_config(**{field: int(value)})
-    with pytest.raises(train.ConfigError, match=rf"config\.{field}={value} must be a positive"):
+    refusals = (train.ConfigError, DataError)
+    with pytest.raises(refusals, match=rf"config\.{field}={value} must be a positive"):
       train.train_and_evaluate(config, str(tmp_path / "w"))
     assert not (tmp_path / "w").exists()  # refused before any work
     return
@@ -906,7 +916,7 @@ def test_decoding_settings_are_checked_before_training(field, value, expected):
   config = small_config()
   config[field] = value
   with pytest.raises(train.ConfigError, match=re.escape(expected)):
-    train.validate_config(config)
+    checks.check(config)
 
 
 # --- 10. a checkpoint missing an item its save wrote --------------------------------------

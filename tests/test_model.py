@@ -307,7 +307,7 @@ def test_attention_weights_are_exposed(tiny_setup):
 @pytest.mark.parametrize(
   "change,message",
   [
-    (dict(d_model=30), "d_model=30 is not divisible by num_heads=4"),
+    (dict(d_model=30), "d_model=30 is not divisible by TransformerConfig.num_heads=4"),
     (dict(norm="middle"), "norm='middle': allowed values are 'post', 'pre'"),
     (dict(positional="rotary"), "positional='rotary': allowed values are 'sinusoidal', 'learned'"),
     (dict(dropout_rate=-0.1), r"dropout_rate=-0.1: must be in \[0, 1\)"),

@@ -12,7 +12,7 @@ from t2t_jax.bench import timing
 from t2t_jax.bench import train as bench_train
 from t2t_jax.experiments import tiny
 from t2t_jax.run.workdir import Workdir
-from t2t_jax.training import profile
+from t2t_jax.training import checks, profile
 from t2t_jax.training import trainer as train
 from tests.test_quick_equivalences import _tiny_run
 
@@ -68,7 +68,7 @@ def test_bad_profile_steps_are_refused_naming_the_field(text, message):
   config = _tiny_run(3)
   config.profile_steps = text
   with pytest.raises(train.ConfigError, match=rf"config\.profile_steps=.*{message}"):
-    train.validate_config(config)
+    checks.check(config)
 
 
 def test_profile_steps_parse():

@@ -70,7 +70,7 @@ class TransformerConfig:
       elif self.d_model % self.num_heads:
         raise ValueError(
           f"TransformerConfig.d_model={self.d_model} is not divisible by "
-          f"num_heads={self.num_heads} ({name} = d_model / h must be whole; "
+          f"TransformerConfig.num_heads={self.num_heads} ({name} = d_model / h must be whole; "
           f"or set {name})"
         )
     if self.d_model % 2:

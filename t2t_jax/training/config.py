@@ -7,7 +7,7 @@ default.
 """
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import ml_collections
@@ -75,10 +75,59 @@ class TrainConfig:
   # <workdir>/tensorboard/plugins/profile (training/profile.py); '': none.
   profile_steps: str = ""
 
+  def __post_init__(self) -> None:
+    for f in dataclasses.fields(self):
+      value = getattr(self, f.name)
+      if not data_config.has_type(value, f.type):
+        raise ValueError(f"config.{f.name}={value!r} must be {data_config.TYPE_WORDS[f.type]}")
+      if f.name in _CHECKS and not _CHECKS[f.name][0](value):
+        raise ValueError(f"config.{f.name}={value!r} {_CHECKS[f.name][1]}")
+    if self.init_keep_optimizer and not self.init_from:
+      raise ValueError(
+        "config.init_keep_optimizer=True needs config.init_from (the workdir whose optimizer "
+        "state to keep)"
+      )
+
   @classmethod
   def defaults(cls) -> dict[str, Any]:
     """{field: default}: the top-level training fields of an experiment config."""
     return {f.name: f.default for f in dataclasses.fields(cls)}
+
+  @classmethod
+  def from_config(cls, config: Mapping[str, Any]) -> "TrainConfig":
+    """The training fields of an experiment config; ValueError names a bad one."""
+    return cls(**{f.name: config[f.name] for f in dataclasses.fields(cls) if f.name in config})
+
+
+_POSITIVE = (lambda v: v >= 1, "must be a positive integer")
+_COUNT = (lambda v: v >= 0, "must be >= 0")
+# Each field's rule for its value alone, its type (the annotation above) checked first:
+# (ok, what it must be). best_metric, keep_best_checkpoints, patience and min_delta are
+# training.best's, profile_steps training.profile's.
+_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
+  # NumPy's generators take seeds >= 0; JAX's keys and the int32 fold-ins, below 2^31.
+  "seed": (lambda v: 0 <= v < 2**31, "must be in [0, 2^31)"),
+  "num_train_steps": _POSITIVE,
+  "warmup_steps": (lambda v: v >= 1, "must be >= 1: eq. 3 divides by warmup_steps^1.5"),
+  "learning_rate_factor": (lambda v: v > 0, "must be > 0"),
+  "label_smoothing": (lambda v: 0 <= v < 1, "must be in [0, 1) (0: none)"),
+  "grad_accum_steps": _POSITIVE,
+  "log_every_steps": _POSITIVE,
+  "eval_every_steps": _POSITIVE,
+  "checkpoint_every_steps": _POSITIVE,
+  "keep_checkpoints": _POSITIVE,
+  "average_checkpoints": (lambda v: v >= 1, "must be >= 1 (1: no averaging)"),
+  "prefetch_batches": _COUNT,
+  "bleu_every_steps": _COUNT,
+  "bleu_num_sentences": (lambda v: v >= 1, "must be >= 1"),
+  "bleu_beam_size": _COUNT,
+  "select_num_sentences": (lambda v: v >= 0, "must be >= 0 (0: all)"),
+  "train_time_limit_minutes": (lambda v: v >= 0, "must be >= 0 (0: none)"),
+  "ema_decay": (
+    lambda v: 0 <= v < 1,
+    "must be in [0, 1) (0: no moving average; 0.999 or 0.9999 are usual)",
+  ),
+}
 
 
 def with_defaults(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:

@@ -32,6 +32,7 @@ from t2t_jax.run.lock import LockError, WorkdirLock
 from t2t_jax.run.workdir import Workdir, WorkdirError
 from t2t_jax.training import (
   best,
+  checks,
   evaluation,
   optim,
   parallel,
@@ -41,71 +42,17 @@ from t2t_jax.training import (
   warm_start,
 )
 from t2t_jax.training import config as config_lib
+from t2t_jax.training.checks import ConfigError
 
 
 class NonFiniteLossError(RuntimeError):
   """Training produced a NaN/inf loss or gradient."""
 
 
-class ConfigError(ValueError):
-  """A config value that makes no sense; names the field."""
-
-
-POSITIVE_FIELDS = (
-  "log_every_steps",
-  "eval_every_steps",
-  "checkpoint_every_steps",
-  "grad_accum_steps",
-  "num_train_steps",
-  "keep_checkpoints",
-  "beam_size",
-  "data.tokens_per_batch",
-)
-
-
-def validate_config(config: ml_collections.ConfigDict) -> None:
-  """Refuses values that make no sense before any data or model work (ConfigError)."""
-  for field in POSITIVE_FIELDS:
-    value = config
-    for part in field.split("."):
-      value = value[part]
-    if not isinstance(value, int) or value <= 0:
-      raise ConfigError(f"config.{field}={value!r} must be a positive integer")
-  for field in ("bleu_every_steps", "bleu_beam_size"):
-    if config[field] < 0:
-      raise ConfigError(f"config.{field}={config[field]} must be >= 0")
-  if config.ema_decay is not None and not 0.0 <= config.ema_decay < 1.0:
-    raise ConfigError(
-      f"config.ema_decay={config.ema_decay!r} must be in [0, 1) (0: no moving average; "
-      "0.999 or 0.9999 are usual)"
-    )
-  if not isinstance(config.init_from, str):
-    raise ConfigError(f"config.init_from={config.init_from!r} must be a path: WORKDIR[:SPEC]")
-  if config.init_keep_optimizer and not config.init_from:
-    raise ConfigError(
-      "config.init_keep_optimizer=True needs config.init_from (the workdir whose optimizer "
-      "state to keep)"
-    )
-  try:
-    search = SearchConfig.from_config(config)
-    best.check_config(config)
-    profile.parse_steps(config.profile_steps)
-  except ValueError as e:
-    raise ConfigError(str(e)) from None
-  if search.sampling and config.bleu_beam_size > 1:  # dev translations sample too: beam 1
-    raise ConfigError(
-      f"config.sampling=True decodes with beam 1: config.bleu_beam_size={config.bleu_beam_size} "
-      "must be 0 or 1"
-    )
-
-
 def checked_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """`config` with its defaults filled, once every field has been checked (ConfigError or
-  DataError naming the field): nothing read or written yet."""
-  config = config_lib.with_defaults(config)
-  validate_config(config)
-  data_lib.sources.validate(config.data)
-  return config
+  DataError naming the field; training.checks): nothing read or written yet."""
+  return checks.check(config).config
 
 
 def check_inputs(config: ml_collections.ConfigDict, workdir: str) -> None:

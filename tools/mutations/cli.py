@@ -33,9 +33,9 @@ MUTATIONS = (
   M(
     "cli_data_config_checked_late",
     "config.data values are checked only once the workdir and its lock exist",
-    "t2t_jax/training/trainer.py",
-    "  data_lib.sources.validate(config.data)\n  return config",
-    "  data_lib.sources.get_source(config.data)\n  return config",
+    "t2t_jax/training/checks.py",
+    "  source = data_lib.sources.validate(config.data)\n",
+    "  source = data_lib.sources.get_source(config.data)\n",
     FIRST,
   ),
   M(
