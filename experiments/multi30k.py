@@ -64,3 +64,12 @@ def get_config(direction: str = "en-de"):
   config.select_checkpoints = "latest,average:3,average:5,average:8"
   config.train_time_limit_minutes = 58.0
   return config
+
+
+def check_config(config):
+  """The experiment's own rule: config.corpus_dir names the directory of the files."""
+  if not isinstance(config.corpus_dir, str) or not config.corpus_dir.strip():
+    raise ValueError(
+      f"config.corpus_dir={config.corpus_dir!r} must be the directory of the Multi30k files "
+      "(train, val and test2016 .en and .de)"
+    )

@@ -50,3 +50,28 @@ def get_config(variant: str = "base"):
   config.paper_dev_bleu = paper_bleu
   config.average_checkpoints = 1  # "no checkpoint averaging" for Table 3
   return config
+
+
+def check_config(config):
+  """The experiment's own rule: config.variant names a row of VARIANTS, the config holds that
+  row's settings, and paper_dev_bleu is the paper's figure for it (a record, not a setting).
+  Another row is another --experiment=table3:ROW, not an override of its fields."""
+  variant = config.variant
+  if variant not in VARIANTS:
+    raise ValueError(
+      f"config.variant={variant!r} is not a row of Table 3; rows: {', '.join(VARIANTS)}"
+    )
+  model, training, paper_bleu = VARIANTS[variant]
+  for prefix, fields, part in (("model.", model, config.model), ("", training, config)):
+    for name, value in fields.items():
+      if part[name] != value:
+        raise ValueError(
+          f"config.variant={variant!r} is a row with {prefix}{name}={value!r}, but "
+          f"config.{prefix}{name}={part[name]!r}: the run would not be the row it is named "
+          "after (another row: --experiment=table3:ROW)"
+        )
+  if config.paper_dev_bleu != paper_bleu:
+    raise ValueError(
+      f"config.paper_dev_bleu={config.paper_dev_bleu!r} is not the paper's dev BLEU of row "
+      f"{variant} ({paper_bleu}): it records the paper and sets nothing"
+    )

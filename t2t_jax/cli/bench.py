@@ -343,6 +343,8 @@ def main(argv: Sequence[str]) -> None:
   common.quiet_library_logs()
   config = FLAGS.config
   real_text = _real_text()
+  if {"train", "pipeline"} & set(FLAGS.parts) or ("decode" in FLAGS.parts and not real_text):
+    common.check_config("t2t-bench", config, FLAGS.experiment)  # the parts that read it
   vocab = _vocab_size(config)
   counter = timing.CompileCounter()
   results = dict(

@@ -16,6 +16,7 @@ import logging as std_logging
 import os
 import re
 import sys
+import types
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
@@ -123,13 +124,37 @@ def _first_line(error: BaseException) -> str:
   return lines[0] if lines else type(error).__name__
 
 
-def load_experiment(path: str) -> ml_collections.ConfigDict:
-  """get_config() (or get_config(ARG)) of 'file.py[:ARG]', as --config loads it."""
-  file, sep, arg = path.partition(":")
-  spec = importlib.util.spec_from_file_location("_t2t_experiment", file)
+def _experiment_module(path: str) -> types.ModuleType:
+  spec = importlib.util.spec_from_file_location("_t2t_experiment", path.partition(":")[0])
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
+  return module
+
+
+def load_experiment(path: str) -> ml_collections.ConfigDict:
+  """get_config() (or get_config(ARG)) of 'file.py[:ARG]', as --config loads it."""
+  _, sep, arg = path.partition(":")
+  module = _experiment_module(path)
   return module.get_config(arg) if sep else module.get_config()
+
+
+def experiment_check(path: str) -> Callable[[ml_collections.ConfigDict], None] | None:
+  """The experiment's own rule for its config, `check_config(config)` of 'file.py[:ARG]'
+  (raising ValueError naming the field), or None where the file defines none."""
+  return getattr(_experiment_module(path), "check_config", None)
+
+
+def check_config(tool: str, config: ml_collections.ConfigDict, experiment: str) -> None:
+  """Refuses (one line, exit 2) a config that is wrong as a whole, before any file or folder
+  is made: every field's type and value, the rules between fields and the experiment's own
+  (t2t_jax.training.checks)."""
+  from t2t_jax import data
+  from t2t_jax.training import checks
+
+  try:
+    checks.check(config, experiment_check(experiment_path(experiment)))
+  except (checks.ConfigError, data.DataError) as e:
+    refuse(tool, str(e))
 
 
 def unknown_override(config: ml_collections.ConfigDict, argv: Sequence[str]) -> str | None:

@@ -112,17 +112,15 @@ def main(argv: Sequence[str]) -> None:
     )
   from t2t_jax import data
   from t2t_jax.data import config as data_config
-  from t2t_jax.data import prepare, sources
+  from t2t_jax.data import prepare
   from t2t_jax.data import store as store_lib
   from t2t_jax.run.lock import LockError
   from t2t_jax.run.workdir import Workdir, WorkdirError
 
   common.quiet_library_logs()
+  # The whole config, not only its data: t2t-train would refuse the run this store is for.
+  common.check_config("t2t-prepare", flags.FLAGS.config, flags.FLAGS.experiment)
   config = data_config.with_defaults(flags.FLAGS.config.data)
-  try:  # a value that makes no sense: a usage error, refused before anything else
-    sources.validate(config)
-  except data.DataError as e:
-    raise app.UsageError(str(e)) from None
   try:
     if flags.FLAGS.verify:
       print(verify(store_lib.store_path(config, flags.FLAGS.workdir)))

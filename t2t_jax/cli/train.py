@@ -50,14 +50,11 @@ def main(argv: Sequence[str]) -> None:
   if not flags.FLAGS.workdir:
     raise app.UsageError("--workdir is required: the run's directory, e.g. --workdir=workdirs/NAME")
   common.quiet_library_logs()
-  from t2t_jax import data
   from t2t_jax.training import trainer
 
   config = flags.FLAGS.config
-  try:  # a value that makes no sense: a usage error, refused before anything else
-    trainer.checked_config(config)
-  except (trainer.ConfigError, data.DataError) as e:
-    raise app.UsageError(str(e)) from None
+  # A value that makes no sense, alone or with others: a usage error, before anything else.
+  common.check_config("t2t-train", config, flags.FLAGS.experiment)
   try:  # every input file exists and is aligned: before a workdir, lock or store is made
     trainer.check_inputs(config, flags.FLAGS.workdir)
   except trainer.EXPLAINED_ERRORS as e:
