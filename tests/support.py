@@ -144,21 +144,33 @@ def small_trained_workdir() -> str:
 # the interpreter's handling of SystemExit) in a forked child of one interpreter that loaded
 # the libraries once: one subprocess for many cases instead of one (about 4 s) per case.
 FORKED_RUNNER = r"""
-import importlib, json, os, sys, traceback
+import hashlib, importlib, json, os, signal, sys, traceback
 import jax, orbax.checkpoint, ml_collections.config_flags  # loaded once, for every child
 import t2t_jax.training.trainer, t2t_jax.export, t2t_jax.decoding.translator
+import absl.app, t2t_jax.cli.common, t2t_jax.cli.host, t2t_jax.training.distributed  # no flags
 
 def listing(root):
   return sorted(os.path.relpath(os.path.join(d, n), root)
                 for d, dirs, files in os.walk(root) for n in dirs + files)
 
+def state(root):  # path -> what a change would alter: mtime and, for a file, its bytes
+  out = {}
+  for d, dirs, files in os.walk(root):
+    for n in dirs + files:
+      path = os.path.join(d, n)
+      digest = "" if n in dirs else hashlib.sha256(open(path, "rb").read()).hexdigest()
+      out[os.path.relpath(path, root)] = [os.lstat(path).st_mtime_ns, digest]
+  return out
+
 cases, root, out_dir = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
+limit = int(sys.argv[4])  # seconds a child may run (0: no limit); SIGALRM ends it
 results = {}
 for name, command, args in cases:
   err, out = (os.path.join(out_dir, name + suffix) for suffix in (".stderr", ".stdout"))
-  before = listing(root)
+  before, was = listing(root), state(root)
   pid = os.fork()
   if pid == 0:  # the command's console script, as the interpreter would run it
+    signal.alarm(limit)
     os.dup2(os.open(os.devnull, os.O_RDWR), 0)
     os.dup2(os.open(out, os.O_WRONLY | os.O_CREAT), 1)
     os.dup2(os.open(err, os.O_WRONLY | os.O_CREAT), 2)
@@ -177,17 +189,24 @@ for name, command, args in cases:
     os._exit(code)
   status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
   created = sorted(set(listing(root)) - set(before))
+  now = state(root)
+  changed = sorted(path for path in was if now.get(path) != was[path])
   results[name] = dict(status=status, stderr=open(err).read(), stdout=open(out).read(),
-                       created=created)
+                       created=created, changed=changed)
 print(json.dumps(results))
 """
 
 
-def forked_commands(cases: list, root: str, out_dir: str) -> dict[str, dict[str, Any]]:
-  """name -> {status, stderr, stdout, created} for each [name, command, args] of `cases`, each run
-  in its own forked child; `created` lists what appeared under `root` during the case."""
+def forked_commands(
+  cases: list, root: str, out_dir: str, child_timeout_s: int = 0
+) -> dict[str, dict[str, Any]]:
+  """name -> {status, stderr, stdout, created, changed} for each [name, command, args] of
+  `cases`, each run in its own forked child; `created` lists what appeared under `root`
+  during the case, `changed` what was there and was modified (bytes or mtime) or removed.
+  A child still running after `child_timeout_s` seconds (0: no limit) is ended by SIGALRM:
+  its status is -14."""
   proc = subprocess.run(
-    [sys.executable, "-c", FORKED_RUNNER, json.dumps(cases), root, out_dir],
+    [sys.executable, "-c", FORKED_RUNNER, json.dumps(cases), root, out_dir, str(child_timeout_s)],
     capture_output=True,
     text=True,
     env=cpu_env(T2T_HUGE_PAGES="0"),
