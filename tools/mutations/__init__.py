@@ -34,6 +34,7 @@ AREAS = (
   "serve_page",
   "serve_shapes",
   "cli",
+  "configs",
   "threads",
   "promises",
   "docs",
