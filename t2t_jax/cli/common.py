@@ -4,9 +4,10 @@ and one-line refusals) and, for t2t-train, t2t-prepare and t2t-bench, --experime
 
 Exit status of every command: 0 done (and `--help`); 2 the command line is wrong (a flag
 missing, misspelled or out of range, an unknown experiment, a config value that makes no
-sense), found before anything is read or written; 1 the command line is well formed but what
-it names is not (a missing or misaligned file, a workdir without checkpoints). Either way
-stderr holds one line, '<command>: <the problem>; <the way out>', and no traceback.
+sense alone or with another: `check_config`), found before anything is read or written; 1
+the command line is well formed but what it names is not (a missing or misaligned file, a
+workdir without checkpoints). Either way stderr holds one line, '<command>: <the problem>;
+<the way out>', and no traceback.
 """
 
 import difflib
