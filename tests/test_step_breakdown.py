@@ -42,12 +42,16 @@ def test_padding_and_filler_rows_are_counted_apart():
   assert out["waiting"] == 0 and out["rule"] == 0
 
 
-def test_halves_from_takes_the_sizes_between_powers_of_two():
-  """With --halves_from=12, 16 rows go on in 12 once 4 are done, then in 8."""
+def test_the_schedules_to_weigh_compact_sooner():
+  """With --halves_from=12, 16 rows go on in 12 once 4 are done, then in 8; with
+  --every_size every row leaves as it is done, so the run is the floor."""
   batch = _batch(range(1, 17))
   with step_breakdown.halves_from(12):
     out = step_breakdown.replay(batch)
   assert out["row_steps"] == 16 * 4 + 12 * 4 + 8 * 4 + 4 * 2 + 2 + 1
+  with step_breakdown.every_size():
+    out = step_breakdown.replay(batch)
+  assert out["row_steps"] == sum(range(1, 17)) and out["waiting"] == out["filler"] == 0
   assert step_breakdown.replay(batch)["row_steps"] == 171  # restored
 
 

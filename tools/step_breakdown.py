@@ -6,7 +6,7 @@ search whose rows end at those steps, and prints the row-steps run, split by why
     python tools/step_breakdown.py WORKDIR INPUT [--beam=4] [--dtype=float32] \
         [--checkpoint=latest] [--beam_stop=exact] [--json=OUT]
     python tools/step_breakdown.py --batches=OUT [--min_rows=N] [--compacted_bound=N] \
-        [--halves_from=N]
+        [--halves_from=N | --every_size]
 
 - `needed`: each sentence's best output, EOS included (`DecodeStats.needed_row_steps`);
 - `rule`: the steps a sentence runs after its output's EOS until the stopping rule is
@@ -25,11 +25,12 @@ them: each size and cache bound, takes and resizes, the full batches' by source 
 The recording pass runs each batch at its full size, a stage ending whenever a row is done
 (the outputs are frozen from then on, so they are translate()'s: checked against a plain
 pass); its replay under the search's own schedule gives the row-steps `Translator.stats`
-counts (`measured_row_steps`). --json writes the recorded batches; --batches replays them,
-with another min_rows, compacted_bound or, with --halves_from=N, compacted batches of N
-rows or more also taking the sizes halfway between powers of two (3 x 2^k: 96, 192, ...),
-compacted once a quarter (a third) of their rows are done: a schedule to weigh, not one the
-search has.
+counts (`measured_row_steps`). --json writes the recorded batches; --batches replays them
+under schedules to weigh, which the search does not have: another min_rows or
+compacted_bound; --halves_from=N, batches of N rows or more also taking the sizes halfway
+between powers of two (3 x 2^k: 96, 192, ...), so compacted once a quarter (a third) of
+their rows are done; --every_size, a batch compacted into exactly its running rows whenever
+one is done (with --min_rows=1, `waiting` and `filler` are then 0).
 """
 
 import argparse
@@ -184,12 +185,31 @@ def summed(batches: list[Batch], **settings: Any) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def halves_from(start: int) -> Iterator[None]:
-  """`stages.run_in_stages` taking, from `start` rows up, the sizes halfway between powers
-  of two too (--halves_from), while the context lasts."""
+def _sizes(compacted_size: Callable, until_of: Callable) -> Iterator[None]:
+  """`stages.run_in_stages` (its `Schedule`) compacting by these functions (`stages.`'s
+  signatures) while the context lasts."""
+  sizes, untils = stages_lib.compacted_size, stages_lib.until_of
+  stages_lib.compacted_size, stages_lib.until_of = compacted_size, until_of
+  try:
+    yield
+  finally:
+    stages_lib.compacted_size, stages_lib.until_of = sizes, untils
+
+
+def every_size() -> contextlib.AbstractContextManager:
+  """A schedule that compacts whenever a row is done, into exactly the running rows (at
+  least min_rows; --every_size): what done rows cost at the least, in as many programs."""
+  return _sizes(
+    lambda running, min_rows: max(running, min_rows),
+    lambda size, min_rows: size - 1 if size > min_rows else 0,
+  )
+
+
+def halves_from(start: int) -> contextlib.AbstractContextManager:
+  """A schedule that also takes, from `start` rows up, the sizes halfway between powers of
+  two (--halves_from)."""
   power = stages_lib.power_of_two_at_least
   between = lambda size: size >= start and size % 3 == 0 and power(size // 3) == size // 3
-  sizes, untils = stages_lib.compacted_size, stages_lib.until_of
 
   def compacted_size(running: int, min_rows: int) -> int:
     size = power(running)
@@ -203,11 +223,7 @@ def halves_from(start: int) -> Iterator[None]:
       below = below * 3 // 2
     return max(below, min_rows) if size > min_rows else 0
 
-  stages_lib.compacted_size, stages_lib.until_of = compacted_size, until_of
-  try:
-    yield
-  finally:
-    stages_lib.compacted_size, stages_lib.until_of = sizes, untils
+  return _sizes(compacted_size, until_of)
 
 
 def main() -> None:
@@ -223,6 +239,7 @@ def main() -> None:
   parser.add_argument("--min_rows", type=int, default=None)
   parser.add_argument("--compacted_bound", type=int, default=None)
   parser.add_argument("--halves_from", type=int, default=0)
+  parser.add_argument("--every_size", action="store_true")
   args = parser.parse_args()
   if bool(args.batches) == bool(args.workdir and args.input):
     parser.error("give WORKDIR and INPUT, or --batches")
@@ -250,10 +267,12 @@ def main() -> None:
     for name in ("min_rows", "compacted_bound")
     if (value := getattr(args, name)) is not None
   }
-  if args.halves_from:
-    with halves_from(args.halves_from):
-      report.update(summed(batches, **settings))
-  else:
+  sizes = contextlib.nullcontext()
+  if args.every_size:
+    sizes = every_size()
+  elif args.halves_from:
+    sizes = halves_from(args.halves_from)
+  with sizes:
     report.update(summed(batches, **settings))
   report["batch_rows"] = [len(b.ends) for b in batches]
   print(json.dumps(report, indent=1))
