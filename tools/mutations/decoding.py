@@ -9,6 +9,7 @@ PRECISION = "tests/test_precision.py"
 MEMORY = "tests/test_memory_len.py"
 WARM_UP = "tests/test_serve_warm_up.py"
 BATCH_THREADS = "tests/test_batch_threads.py"
+BREAKDOWN = "tests/test_step_breakdown.py"
 MUTATIONS = (
   M(
     "constraint_rule",
@@ -428,5 +429,21 @@ MUTATIONS = (
     '  ("min_length_ratio", lambda ratio: MinLengthRatio(ratio) if ratio > 0 else None),\n',
     "",
     ("tests/test_rules.py",),
+  ),
+  M(
+    "needed_steps_of_padding_rows",
+    "Translator.stats counts the padding rows' outputs among the steps the outputs needed",
+    "t2t_jax/decoding/translator.py",
+    "self._count(n, seqs.shape[0], seqs[:n], stages)",
+    "self._count(n, seqs.shape[0], seqs, stages)",
+    (BREAKDOWN,),
+  ),
+  M(
+    "small_batches_never_compacted",
+    "a batch of up to twice min_rows is never compacted: its done rows step to the end",
+    "t2t_jax/decoding/stages.py",
+    "return size // 2 if size > min_rows else 0",
+    "return size // 2 if size > 2 * min_rows else 0",
+    (STAGED, BREAKDOWN),
   ),
 )
