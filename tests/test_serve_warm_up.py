@@ -6,6 +6,7 @@ requests of mixed lengths, counts and n-best sizes after `Translator.warm_up_bat
 compiles nothing, with answers equal to each request translated alone.
 """
 
+import collections
 import concurrent.futures
 import random
 
@@ -257,7 +258,7 @@ def test_after_warm_up_a_burst_of_requests_compiles_nothing_and_answers_as_alone
   n-best 4, compiled 150 programs and checked nothing this one does not.)"""
   max_len, nbests = 24, (0, 2)
   served = worker.shapes((1, 4, 16), max_len)
-  assert served == batching.Shapes(rows=(1, 4, 16), buckets=(16, 24))
+  assert served == batching.Shapes(rows=(1, 4, 16), buckets=(16, 24), memory=24)
   translator = _translator(max_len, batch_tokens=64, shapes=served)
   compiled = _Compilations(monkeypatch)
   shapes, calls = translator.warm_up_batches(
@@ -340,3 +341,26 @@ def test_shapes_pad_rows_to_the_ladder_and_cut_runs_at_its_rungs():
   for rows in ((), (0, 8), (8, 1), (1, 1)):
     with pytest.raises(ValueError, match="ascending"):
       batching.Shapes(rows=rows)
+
+
+def test_a_full_memory_shares_every_program_after_the_first_stage(monkeypatch):
+  """With `Shapes.memory` every batch's encoder keys/values are padded to it from the first
+  step, so the warm-up of two source buckets compiles a first stage for each and every later
+  program once, where without it each bucket compiles its own; the translations are those
+  without the padding. (max_len 37: programs no other test compiles.)"""
+  max_len, search = 37, SearchConfig(max_output_extra=4, beam_size=4)
+  names = {}
+  for memory in (None, max_len):
+    translator = _translator(
+      max_len, shapes=batching.Shapes(rows=(1,), buckets=(16, max_len), memory=memory)
+    )
+    compiled = _Compilations(monkeypatch)
+    translator.warm_up_batches(search=search)
+    names[memory] = collections.Counter(name.rsplit(".", 1)[-1] for name in compiled.stored)
+    monkeypatch.undo()
+  assert names[None]["_stage_first"] == names[max_len]["_stage_first"] == 2
+  assert names[None]["_stage_run"] > names[max_len]["_stage_run"] > 0
+  lines = ["3 4 5", " ".join(str(3 + i % 20) for i in range(30))]
+  assert translator.translate(lines, search=search) == _translator(max_len).translate(
+    lines, search=search
+  )

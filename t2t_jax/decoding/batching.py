@@ -32,13 +32,18 @@ class Shapes:
   rows: the row counts a batch may have, ascending: n sentences are padded to the smallest
   that holds n, the largest bounds a batch, and a batch followed by more sentences holds
   the largest count that its run fills (None: powers of two, max_rows bounding them).
-  buckets: the padded source lengths (None: `source_buckets(max_len)`). A server fixes
-  both to a few values that it compiles before it is ready (serve.worker): padding a
-  batch of 3 to 8 rows costs less than the seconds compiling a 4-row shape would.
+  buckets: the padded source lengths (None: `source_buckets(max_len)`).
+  memory: the source positions every batch's encoder keys/values are padded to from its
+  first step (None: its own; compacted batches the call's longest bucket), so that every
+  program after a search's first stage is shared by all source buckets.
+  A server fixes all three to a few values whose programs it compiles before it is ready
+  (serve.worker): padding a batch of 3 to 8 rows costs less than the seconds compiling a
+  4-row shape would.
   """
 
   rows: tuple[int, ...] | None = None
   buckets: tuple[int, ...] | None = None
+  memory: int | None = None
 
   def __post_init__(self) -> None:
     for name in ("rows", "buckets"):

@@ -68,7 +68,9 @@ def _stage_run(
 
 
 @compilation.stored
-@functools.partial(jax.jit, static_argnames=("model", "max_decode_len", "bound", "decoding"))
+@functools.partial(
+  jax.jit, static_argnames=("model", "max_decode_len", "bound", "decoding", "memory_len")
+)
 def _stage_first(
   params: Any,
   batch: Batch,
@@ -79,13 +81,20 @@ def _stage_first(
   max_decode_len: int,
   bound: int,
   decoding: Decoding,
+  memory_len: int | None = None,
 ) -> Stage:
   """The start (`_start`, its cache `bound` positions long) and the first stage in one
   program (`stages.Stages.first`): the full batch's first run is always right after its
-  start, so a separate program for each would compile and call two where one does."""
+  start, so a separate program for each would compile and call two where one does. With
+  memory_len the encoder keys/values are padded to that many positions before the first
+  step, so that every later program of the search is shared by batches of every source
+  length."""
   rows = _start(
     params, batch, knobs, model=model, max_decode_len=max_decode_len, first=bound, decoding=decoding
   )
+  if memory_len is not None:  # decode_in_stages' full_memory
+    padded = LAYOUTS[decoding.mode.layout].pad_memory(rows.state.cache, memory_len)
+    rows = rows._replace(state=rows.state._replace(cache=padded))
   return _stage_run(params, rows, knobs, until, model=model, bound=bound, decoding=decoding)
 
 
@@ -150,6 +159,7 @@ def decode_in_stages(
   stats: StageStats | None = None,
   min_rows: int = MIN_ROWS,
   memory_len: int | None = None,
+  full_memory: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
   """Decodes one batch with `stages.run_in_stages`, the one search loop: sentences (samples)
   leave the batch (halving it) as they finish and the self-attention cache grows with the
@@ -165,7 +175,9 @@ def decode_in_stages(
   (`stages.StageStats`). memory_len: the source positions the encoder keys/values of
   compacted batches are padded to (None: their own), so that batches of several source
   lengths share the stage programs after their first compaction; the full batch attends
-  over its own length, where padding would cost the most."""
+  over its own length, where padding would cost the most, unless full_memory pads it too
+  (a server: every program after the first stage shared by every source length, for a
+  longer cross-attention)."""
   bounds = stage_bounds(max_decode_len, decoding)
   common = dict(model=model, decoding=decoding)
   layout = decoding.mode.layout
@@ -179,7 +191,14 @@ def decode_in_stages(
     ),
     resize=lambda rows, length: _stage_resize(rows, layout=layout, length=length),
     first=lambda batch, bound, until: _stage_first(
-      params, batch, knobs, on_device(until), max_decode_len=max_decode_len, bound=bound, **common
+      params,
+      batch,
+      knobs,
+      on_device(until),
+      max_decode_len=max_decode_len,
+      bound=bound,
+      memory_len=memory_len if full_memory else None,
+      **common,
     ),
   )
   rows = batch.inputs.shape[0] * decoding.mode.rows_per_sentence
@@ -199,6 +218,7 @@ def warm_up_stages(
   decoding: Decoding,
   min_rows: int = MIN_ROWS,
   memory_lens: Sequence[int | None] = (None,),
+  full_memory: bool = False,
 ) -> int:
   """Calls every program `decode_in_stages` can call for a batch of `batch`'s shape (its
   contents do not matter) with each of `memory_lens` as its memory_len, so that none of
@@ -218,11 +238,23 @@ def warm_up_stages(
   common = dict(model=model, decoding=decoding)
   layout = decoding.mode.layout
   on_device = lambda until: jax.device_put(np.int32(until))
+  if full_memory and len(memory_lens) != 1:
+    raise ValueError(f"full_memory pads every batch to one memory_len, not {memory_lens}")
   first = _stage_first(
-    params, batch, knobs, on_device(full), max_decode_len=max_decode_len, bound=bounds[0], **common
+    params,
+    batch,
+    knobs,
+    on_device(full),
+    max_decode_len=max_decode_len,
+    bound=bounds[0],
+    memory_len=memory_lens[0] if full_memory else None,
+    **common,
   )
-  # stage -> memory_len -> the rows it starts from (None: the first stage's, which has run)
-  entering: dict[Move, dict[int | None, Rows | None]] = {Move(full, 0): {None: None}}
+  # stage -> memory_len -> the rows it starts from (None: the first stage's, which has run;
+  # with full_memory padded already: a take pads nothing more)
+  entering: dict[Move, dict[int | None, Rows | None]] = {
+    Move(full, 0): {memory_lens[0] if full_memory else None: None}
+  }
   calls = 1
   for move, after in schedule.moves(full).items():
     growth = schedule.growth(move)
@@ -289,6 +321,7 @@ def search_batch(
   warm_up: bool = False,
   memory_len: int | None = None,
   memory_lens: Sequence[int | None] | None = None,
+  full_memory: bool = False,
 ) -> jax.Array | tuple[jax.Array, jax.Array] | int:
   """Decodes one padded batch, the entry for code that holds a model and parameters but no
   Translator (benchmarks, A/B timing), through `decode_in_stages`.
@@ -307,7 +340,8 @@ def search_batch(
   warm_up: decodes nothing, but calls every program a batch of this shape can need
   (`warm_up_stages`) and returns their number. memory_len: `decode_in_stages`'; with
   warm_up, memory_lens (default [memory_len]) are every memory_len a later search of this
-  shape may be given.
+  shape may be given. full_memory: the full batch's memory is padded to memory_len too
+  (`decode_in_stages`).
   """
   batch, knobs, decoding = _prepared(
     search,
@@ -322,8 +356,10 @@ def search_batch(
   common = dict(model=model, max_decode_len=max_decode_len, decoding=decoding)
   if warm_up:
     memory_lens = (memory_len,) if memory_lens is None else tuple(memory_lens)
-    return warm_up_stages(params, batch, knobs, memory_lens=memory_lens, **common)
+    return warm_up_stages(
+      params, batch, knobs, memory_lens=memory_lens, full_memory=full_memory, **common
+    )
   seqs, values = decode_in_stages(
-    params, batch, knobs, stats=stats, memory_len=memory_len, **common
+    params, batch, knobs, stats=stats, memory_len=memory_len, full_memory=full_memory, **common
   )
   return seqs[:, 0] if nbest is None else (seqs, values)

@@ -257,7 +257,9 @@ class Translator:
     # every length share their programs after the first compaction (`decode_in_stages`).
     buckets = self.shapes.source_buckets(max_len)
     longest = len(sources[order[-1]]) if sources else None
-    memory_len = batching.source_bucket(max_len, longest, buckets) if sources else None
+    memory_len = self.shapes.memory or (
+      batching.source_bucket(max_len, longest, buckets) if sources else None
+    )
     batches = list(batching.batches(order, sources, self.batch_tokens, self.max_rows, self.shapes))
 
     def translate_batch(batch: list[int]) -> list:
@@ -330,7 +332,10 @@ class Translator:
     def warm_up_shape(index: list[int]) -> list[int]:
       rows, src_len, max_decode_len = shapes[index[0]]
       # a call's longest bucket, the memory of its compacted batches, is any from src_len up
+      # (with shapes.memory: every batch's, from its first stage)
       memory_lens = [bucket for bucket in buckets if bucket >= src_len]
+      if self.shapes.memory:
+        memory_lens = [self.shapes.memory]
       inputs, limits, _, _ = batching.padded_batch(
         max_len, [[EOS_ID]] * rows, extra, (src_len, max_decode_len), shapes=self.shapes
       )
@@ -346,6 +351,7 @@ class Translator:
           constraint=self._constraint(settings),
           warm_up=True,
           memory_lens=memory_lens,
+          full_memory=self.shapes.memory is not None,
         )
         for nbest in sizes
       ]
@@ -415,6 +421,7 @@ class Translator:
       stats=stages,
       constraint=self._constraint(settings),
       memory_len=memory_len,
+      full_memory=self.shapes.memory is not None,
     )
     n = len(sources)
     if nbest is None:

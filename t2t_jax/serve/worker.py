@@ -155,10 +155,15 @@ class Model:
 
 def shapes(batch_rows: Sequence[int], max_len: int) -> batching.Shapes:
   """The served batches' shapes: `batch_rows` rows, sources padded to 16, 32, 64, ... up to
-  max_len. Powers of two, not translate()'s default 1.5x steps: half the buckets, so half
-  the programs to compile before /ready, for sources padded by at most 2x."""
+  max_len (powers of two, not translate()'s default 1.5x steps: half the buckets, for
+  sources padded by at most 2x), and every batch's encoder keys/values padded to max_len
+  positions, so that only a search's first stage is compiled per source bucket and every
+  later program once per row count: a few times fewer programs to compile before /ready,
+  for a cross-attention over max_len positions at every step."""
   return batching.Shapes(
-    rows=tuple(sorted(set(batch_rows))), buckets=tuple(batching.stream_buckets(max_len))
+    rows=tuple(sorted(set(batch_rows))),
+    buckets=tuple(batching.stream_buckets(max_len)),
+    memory=max_len,
   )
 
 

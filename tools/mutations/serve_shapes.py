@@ -43,8 +43,8 @@ MUTATIONS = (
     "shapes_server_default_buckets",
     "the server pads sources to translate()'s 1.5x buckets: twice the shapes to compile",
     "t2t_jax/serve/worker.py",
-    "rows=tuple(sorted(set(batch_rows))), buckets=tuple(batching.stream_buckets(max_len))",
-    "rows=tuple(sorted(set(batch_rows))), buckets=None",
+    "buckets=tuple(batching.stream_buckets(max_len)),",
+    "buckets=None,",
     FIRST,
   ),
   M(
@@ -54,5 +54,13 @@ MUTATIONS = (
     "    self.compiled_at_ready = self.compilations.count\n",
     "    self.compiled_at_ready = 0\n",
     ("tests/test_serve_http.py",),
+  ),
+  M(
+    "shapes_first_stage_memory_unpadded",
+    "the first stage keeps the batch's own memory: every later program compiled per bucket",
+    "t2t_jax/decoding/programs.py",
+    "  if memory_len is not None:  # decode_in_stages' full_memory",
+    "  if False:  # decode_in_stages' full_memory",
+    FIRST,
   ),
 )
