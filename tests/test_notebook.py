@@ -41,7 +41,7 @@ STEPS = 100  # the notebook evaluates dev BLEU every 100 steps: one point
 
 def _run(nb):
   client = nbclient.NotebookClient(
-    nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOK.parent)}}
+    nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOK.parent)}}
   )
   client.execute()
   return nb
