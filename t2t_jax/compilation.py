@@ -215,6 +215,25 @@ class stored:  # noqa: N801 (a decorator, named like jax.jit)
     path = self._path(directory, key)
     if path is None:
       return functools.partial(self.jitted, **static)
+    executable = _executable_path(path)
+    loaded_executable = _read_executable(executable)
+    if loaded_executable is None:
+      compiled, out_tree, by_xla = self._compile(path, args, static)
+      if by_xla:
+        _write_executable(executable, compiled, out_tree)
+    else:
+      compiled, out_tree = loaded_executable
+
+    def program(*args: Any) -> Any:
+      return out_tree.unflatten(compiled(*jax.tree_util.tree_leaves(args)))
+
+    return program
+
+  def _compile(self, path: str, args: tuple, static: dict) -> tuple[Any, Any, bool]:
+    """(the compiled program of leaves -> leaves, the output's pytree structure, whether XLA
+    compiled it here), from the exported program at `path` (exported and written first when
+    there is none): a small jit around it, lowered for `args` and compiled, which jax's
+    persistent cache answers when it has compiled this program before."""
     loaded = _read(path)
     if loaded is None:
       exported = self._export(args, static)
@@ -225,11 +244,9 @@ class stored:  # noqa: N801 (a decorator, named like jax.jit)
     exported, out_tree = loaded
     donated = _donated_leaves(args, self._donate)
     call = jax.jit(_call_exported(exported), donate_argnums=donated)
-
-    def program(*args: Any) -> Any:
-      return out_tree.unflatten(call(*jax.tree_util.tree_leaves(args)))
-
-    return program
+    before = _compiled_here()
+    compiled = call.lower(*jax.tree_util.tree_leaves(args)).compile()
+    return compiled, out_tree, _compiled_here() > before
 
   def _export(self, args: tuple, static: dict) -> tuple[Any, Any]:
     """(the exported program of leaves -> leaves, the output's pytree structure)."""
@@ -256,6 +273,108 @@ class stored:  # noqa: N801 (a decorator, named like jax.jit)
       return None
     digest = hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()
     return os.path.join(directory, STORED_PREFIX + digest + ENTRY_SUFFIX)
+
+
+# --- and as serialized executables: neither lowered nor looked up in a warm process --------
+
+EXECUTABLE_PREFIX = STORED_PREFIX + "executable-"
+
+
+def _executable_path(exported_path: str) -> str:
+  """The file of the compiled form of the program stored at `exported_path`, for this
+  machine: an XLA:CPU executable is compiled for the CPU's instruction set (AVX-512, AMX,
+  ...), so a cache directory shared between machines keeps one per CPU (`_machine`)."""
+  directory, name = os.path.split(exported_path)
+  digest = hashlib.sha256((name + _machine()).encode()).hexdigest()
+  return os.path.join(directory, EXECUTABLE_PREFIX + digest + ENTRY_SUFFIX)
+
+
+@functools.cache
+def _machine() -> str:
+  """The CPU's model and instruction-set flags (Linux's /proc/cpuinfo, first processor;
+  elsewhere the platform's description), with the devices' kinds."""
+  import platform
+
+  described = [platform.machine(), platform.processor()]
+  try:
+    with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+      for line in f:
+        if not line.strip():
+          break  # the first processor's block
+        field = line.split(":", 1)[0].strip()
+        if field in ("vendor_id", "cpu family", "model", "model name", "flags", "Features"):
+          described.append(line.strip())
+  except OSError:
+    pass
+  described += [d.device_kind for d in jax.devices()]
+  return "\n".join(described)
+
+
+_cache_events = threading.local()  # this thread's counts of jax's compilation-cache events
+REQUESTS = "/jax/compilation_cache/compile_requests_use_cache"
+HITS = "/jax/compilation_cache/cache_hits"
+
+
+def _compiled_here() -> int:
+  """XLA compilations this thread has run so far: jax's requests to its persistent cache
+  that the cache did not answer (a program read back from it was not compiled here)."""
+  _listen_for_cache_events()
+  return getattr(_cache_events, REQUESTS, 0) - getattr(_cache_events, HITS, 0)
+
+
+@functools.cache
+def _listen_for_cache_events() -> None:
+  def listen(event: str, **kwargs: Any) -> None:
+    del kwargs
+    if event in (REQUESTS, HITS):
+      setattr(_cache_events, event, getattr(_cache_events, event, 0) + 1)
+
+  jax.monitoring.register_event_listener(listen)
+
+
+def _read_executable(path: str) -> tuple[Any, Any] | None:
+  """(the compiled program, its output structure) stored at `path`, or None."""
+  from jax.experimental import serialize_executable
+
+  try:
+    with open(path, "rb") as f:
+      saved = pickle.load(f)
+    devices = {d.id: d for d in jax.devices()}
+    compiled = serialize_executable.deserialize_and_load(
+      saved["executable"],
+      saved["in_tree"],
+      saved["flat_out_tree"],
+      execution_devices=[devices[i] for i in saved["devices"]],
+    )
+    out_tree = saved["out_tree"]
+  except FileNotFoundError:
+    return None
+  except Exception as e:  # any unreadable entry is compiled again
+    logging.info("stored executable %s not used (%s: %s)", path, type(e).__name__, e)
+    return None
+  with contextlib.suppress(OSError):
+    os.utime(path)
+  return compiled, out_tree
+
+
+def _write_executable(path: str, compiled: Any, out_tree: Any) -> None:
+  """Stores a compiled program (jax.experimental.serialize_executable) and its output
+  structure at `path`; a program XLA cannot serialize is only not kept. Only a program XLA
+  compiled in this process is stored: one jax read back from its own cache lacks XLA:CPU's
+  separately compiled kernels once serialized again (its call fails: "Function
+  reduce_add_fusion not found")."""
+  from jax.experimental import serialize_executable
+
+  try:
+    executable, in_tree, flat_out_tree = serialize_executable.serialize(compiled)
+    # The devices it runs on (deserialize_and_load's default is all of them).
+    devices = [d.id for d in compiled._executable.xla_extension_executable().local_devices()]
+    saved = dict(executable=executable, in_tree=in_tree, flat_out_tree=flat_out_tree)
+    data = pickle.dumps(dict(saved, out_tree=out_tree, devices=devices))
+  except Exception as e:
+    logging.info("executable not stored at %s (%s: %s)", path, type(e).__name__, e)
+    return
+  _write_bytes(path, data)
 
 
 def _donated_leaves(args: tuple, donate: tuple[int, ...]) -> tuple[int, ...]:

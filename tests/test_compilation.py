@@ -112,7 +112,16 @@ def _cache_dir(directory):
 
 
 def _stored_files(directory) -> list[str]:
-  return sorted(n for n in os.listdir(directory) if n.startswith(compilation.STORED_PREFIX))
+  """The exported programs stored in `directory` (not their executables)."""
+  return sorted(
+    n
+    for n in os.listdir(directory)
+    if n.startswith(compilation.STORED_PREFIX) and not n.startswith(compilation.EXECUTABLE_PREFIX)
+  )
+
+
+def _executables(directory) -> list[str]:
+  return sorted(n for n in os.listdir(directory) if n.startswith(compilation.EXECUTABLE_PREFIX))
 
 
 def _scaled_sum(x, y, *, scale):
@@ -156,8 +165,9 @@ def test_a_stored_program_is_read_back_without_tracing_and_gives_the_same_result
     assert set(call(fresh, scale=2.0)[0]) == {"_scaled_sum"}
     assert set(call(fresh, rows=1)[0]) == {"_scaled_sum"}
     assert len(_stored_files(tmp_path)) == 3
+    assert len(_executables(tmp_path)) == 3  # each compiled here, by XLA
     # A damaged file is compiled again, and replaced.
-    for name in _stored_files(tmp_path):
+    for name in _stored_files(tmp_path) + _executables(tmp_path):
       (tmp_path / name).write_bytes(b"not a program")
     traced, got = call(compilation.stored(_jitted()))
     assert set(traced) == {"_scaled_sum"}
@@ -242,6 +252,27 @@ def test_a_program_jax_read_from_its_own_cache_is_stored_whole(tmp_path):
   assert set(storing["traced"]) == {"<lambda>"} and reading["traced"] == []
   assert plain["out"] == storing["out"] == reading["out"]
   assert len(_stored_files(tmp_path)) == 1
+
+
+def test_an_executable_is_stored_only_when_xla_compiled_it_in_that_process(tmp_path):
+  """A stored program's executable, serialized, is read back by a later process without
+  lowering; but one that jax's persistent cache answered is never serialized (it would
+  lack XLA:CPU's separately compiled kernels, and its call fail). Here: a first process
+  stores both; with the executable removed, a second finds the program in jax's cache and
+  stores none; a third still gives the same results; an executable left damaged is
+  compiled again."""
+  first = _fresh_process(STORED_PROBE, "stored", tmp_path)
+  (executable,) = _executables(tmp_path)
+  again = _fresh_process(STORED_PROBE, "stored", tmp_path)  # reads the executable
+  assert again == {"out": first["out"], "traced": []}
+  os.remove(tmp_path / executable)
+  from_jax_cache = _fresh_process(STORED_PROBE, "stored", tmp_path)
+  assert _executables(tmp_path) == []
+  third = _fresh_process(STORED_PROBE, "stored", tmp_path)
+  assert from_jax_cache["out"] == third["out"] == first["out"]
+  # A damaged executable: compiled again (jax's cache answers), the results the same.
+  (tmp_path / executable).write_bytes(b"not an executable")
+  assert _fresh_process(STORED_PROBE, "stored", tmp_path)["out"] == first["out"]
 
 
 def test_stored_programs_follow_the_cache_switch_and_never_key_on_an_address(tmp_path):
