@@ -19,6 +19,7 @@ import inspect
 import json
 import os
 import pickle
+import secrets
 import tempfile
 import threading
 import time
@@ -243,9 +244,14 @@ class stored:  # noqa: N801 (a decorator, named like jax.jit)
       loaded = _read(path) or exported
     exported, out_tree = loaded
     donated = _donated_leaves(args, self._donate)
-    call = jax.jit(_call_exported(exported), donate_argnums=donated)
+    leaves = jax.tree_util.tree_leaves(args)
     before = _compiled_here()
-    compiled = call.lower(*jax.tree_util.tree_leaves(args)).compile()
+    compiled = jax.jit(_call_exported(exported), donate_argnums=donated).lower(*leaves).compile()
+    if _compiled_here() == before:
+      # jax's cache answered, and what it reads back cannot be serialized whole
+      # (`_write_executable`): compile once more under a module name it has never seen.
+      unseen = _call_exported(exported, f"call_exported_{secrets.token_hex(8)}")
+      compiled = jax.jit(unseen, donate_argnums=donated).lower(*leaves).compile()
     return compiled, out_tree, _compiled_here() > before
 
   def _export(self, args: tuple, static: dict) -> tuple[Any, Any]:
@@ -388,10 +394,13 @@ def _donated_leaves(args: tuple, donate: tuple[int, ...]) -> tuple[int, ...]:
   return tuple(out)
 
 
-def _call_exported(exported: Any) -> Callable[..., Any]:
+def _call_exported(exported: Any, name: str = "call_exported") -> Callable[..., Any]:
+  """A function of the leaves that calls `exported`; jit names its module after `name`."""
+
   def call_exported(*leaves: Any) -> Any:
     return exported.call(*leaves)
 
+  call_exported.__name__ = call_exported.__qualname__ = name
   return call_exported
 
 

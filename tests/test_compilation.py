@@ -254,23 +254,24 @@ def test_a_program_jax_read_from_its_own_cache_is_stored_whole(tmp_path):
   assert len(_stored_files(tmp_path)) == 1
 
 
-def test_an_executable_is_stored_only_when_xla_compiled_it_in_that_process(tmp_path):
+def test_an_executable_is_stored_only_as_xla_compiled_it(tmp_path):
   """A stored program's executable, serialized, is read back by a later process without
-  lowering; but one that jax's persistent cache answered is never serialized (it would
-  lack XLA:CPU's separately compiled kernels, and its call fail). Here: a first process
-  stores both; with the executable removed, a second finds the program in jax's cache and
-  stores none; a third still gives the same results; an executable left damaged is
-  compiled again."""
+  lowering; but what jax's persistent cache answers is never serialized (it would lack
+  XLA:CPU's separately compiled kernels, and its call fail): with the executable removed,
+  the next process finds the program in jax's cache, compiles it again under a module name
+  jax has never seen and stores that, and later processes read it with the same results.
+  A damaged executable is compiled again."""
   first = _fresh_process(STORED_PROBE, "stored", tmp_path)
   (executable,) = _executables(tmp_path)
   again = _fresh_process(STORED_PROBE, "stored", tmp_path)  # reads the executable
   assert again == {"out": first["out"], "traced": []}
   os.remove(tmp_path / executable)
   from_jax_cache = _fresh_process(STORED_PROBE, "stored", tmp_path)
-  assert _executables(tmp_path) == []
-  third = _fresh_process(STORED_PROBE, "stored", tmp_path)
-  assert from_jax_cache["out"] == third["out"] == first["out"]
-  # A damaged executable: compiled again (jax's cache answers), the results the same.
+  assert _executables(tmp_path) == [executable]
+  assert [n for n in os.listdir(tmp_path) if n.startswith("jit_call_exported_")]  # unseen
+  for _ in range(2):
+    assert _fresh_process(STORED_PROBE, "stored", tmp_path)["out"] == first["out"]
+  assert from_jax_cache["out"] == first["out"]
   (tmp_path / executable).write_bytes(b"not an executable")
   assert _fresh_process(STORED_PROBE, "stored", tmp_path)["out"] == first["out"]
 
@@ -373,3 +374,18 @@ def test_a_program_s_key_is_the_content_of_its_static_arguments():
   for opaque in (lambda: 0, object(), {1, 2}):
     with pytest.raises(TypeError):
       compilation._content(opaque)
+
+
+def test_an_executable_is_kept_per_cpu(monkeypatch):
+  """XLA:CPU compiles for the CPU's instruction set: the same program's executable on a CPU
+  with other flags (a cache directory shared between machines) is another file."""
+  compilation._machine.cache_clear()
+  if os.path.exists("/proc/cpuinfo"):
+    assert "flags" in compilation._machine() or "Features" in compilation._machine()
+  exported = os.path.join("cache", compilation.STORED_PREFIX + "0" * 64 + "-cache")
+  here = compilation._executable_path(exported)
+  monkeypatch.setattr(compilation, "_machine", lambda: "model name : other\nflags : sse2")
+  there = compilation._executable_path(exported)
+  assert here != there
+  for path in (here, there):
+    assert os.path.basename(path).startswith(compilation.EXECUTABLE_PREFIX)

@@ -132,3 +132,27 @@ def test_console_scripts_reexecute_before_importing_jax():
       [sys.executable, "-c", ENTRY_CHECK, module], check=True, capture_output=True, text=True
     ).stdout
     assert out.split() == ["[]"], (module, out)
+
+
+def test_a_tool_is_imported_with_the_collector_off_and_its_objects_frozen(monkeypatch):
+  """`_import_frozen`: the tool's imports run with the collector off, what they made is
+  frozen (not walked by the collector again, nor at exit), and the collector is on again
+  afterwards."""
+  import gc
+
+  seen = []
+  real = host.importlib.import_module
+
+  def import_module(name):
+    seen.append(gc.isenabled())
+    return real(name)
+
+  monkeypatch.setattr(host.importlib, "import_module", import_module)
+  gc.unfreeze()
+  try:
+    assert host._import_frozen("tests.support") is sys.modules["tests.support"]
+    assert seen == [False]
+    assert gc.isenabled()
+    assert gc.get_freeze_count() > 0
+  finally:
+    gc.unfreeze()

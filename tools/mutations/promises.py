@@ -15,6 +15,38 @@ MUTATIONS = (
     ("tests/test_compilation.py",),
   ),
   M(
+    "executable_from_jax_cache_serialized",
+    "a program jax's cache answered is serialized as it is: a later process's call fails",
+    "t2t_jax/compilation.py",
+    "    if _compiled_here() == before:\n",
+    "    if False:\n",
+    ("tests/test_compilation.py",),
+  ),
+  M(
+    "executable_key_without_machine",
+    "an executable's file is not keyed by the CPU: a shared cache runs another CPU's code",
+    "t2t_jax/compilation.py",
+    "  digest = hashlib.sha256((name + _machine()).encode()).hexdigest()\n",
+    "  digest = hashlib.sha256(name.encode()).hexdigest()\n",
+    ("tests/test_compilation.py",),
+  ),
+  M(
+    "executable_on_every_device",
+    "a stored executable is loaded for all devices: a one-device program expects 8 shards",
+    "t2t_jax/compilation.py",
+    '      execution_devices=[devices[i] for i in saved["devices"]],\n',
+    "",
+    ("tests/test_compilation.py",),
+  ),
+  M(
+    "tool_imports_not_frozen",
+    "a tool's imports are not frozen: the collector walks them during the imports and at exit",
+    "t2t_jax/cli/host.py",
+    "    gc.freeze()\n",
+    "    pass\n",
+    ("tests/test_host.py",),
+  ),
+  M(
     "tree_leaf_bound_off_by_one",
     "constrained parsing, leaves 'words': the leaf index is clamped one column short of the"
     " source row, so a source filling its row copies its next-to-last word as the last leaf",
