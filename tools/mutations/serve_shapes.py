@@ -8,6 +8,14 @@ BATCHING = "t2t_jax/decoding/batching.py"
 FIRST = ("tests/test_serve_warm_up.py",)
 MUTATIONS = (
   M(
+    "serve_http_parser_h11",
+    "the server parses HTTP with h11 (Python) though httptools is installed",
+    "t2t_jax/serve/app.py",
+    '  return "httptools"\n',
+    '  return "h11"\n',
+    ("tests/test_serve_http.py",),
+  ),
+  M(
     "shapes_rows_to_powers_of_two",
     "a batch is padded to a power of two of rows, not to the ladder's count",
     BATCHING,
