@@ -854,7 +854,6 @@ class _Metrics:
     return Response(body, media_type=self.prom.CONTENT_TYPE_LATEST)
 
 
-
 def http_implementation() -> str:
   """uvicorn's HTTP parser: httptools (C, the serve extra's) where installed, else h11 (pure
   Python). On the tiny model 16 clients got about 1.5x the requests/s with httptools
