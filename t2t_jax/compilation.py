@@ -141,7 +141,9 @@ class stored:  # noqa: N801 (a decorator, named like jax.jit)
   batch shape, cache segment and stage kind), and their tracing was most of a warm
   t2t-translate's start. Here a process reads the exported program back, wraps it in a
   small jit (nothing of the search is traced) and compiles it, which jax's persistent cache
-  answers. A program is found by the sha256 of what decides it (`_content`): this
+  answers; the compiled program is kept too, serialized for this CPU (`_executable_path`),
+  and a later process loads that without lowering or asking jax's cache. A program is
+  found by the sha256 of what decides it (`_content`): this
   function, the values of its static (keyword) arguments, the pytree structure, shapes,
   dtypes and shardings of its positional arguments, jax's settings and the software and
   devices (`_environment`: jax, jaxlib and flax versions, the t2t_jax sources, the
