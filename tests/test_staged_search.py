@@ -125,6 +125,8 @@ def test_a_search_compiles_only_its_stage_programs():
   stages = {"_stage_first", "_stage_run", "_stage_take", "_stage_resize"}
   stages.add("call_exported")
   names = {n.removeprefix("jit(").removesuffix(")") for n in compiled}
+  # An exported program jax's cache answered is compiled once more under an unseen name.
+  names = {re.sub(r"^call_exported_[0-9a-f]{16}$", "call_exported", n) for n in names}
   assert names, "no compile message heard"
   assert names <= stages, compiled
 

@@ -66,8 +66,8 @@ MUTATIONS = (
     "cli_reexecute_after_import",
     "a console script imports its tool (and jax) before re-executing: every start imports twice",
     "t2t_jax/cli/host.py",
-    "    use_huge_pages()\n    importlib.import_module(module).run()",
-    "    tool = importlib.import_module(module)\n    use_huge_pages()\n    tool.run()",
+    "    use_huge_pages()\n    _import_frozen(module).run()",
+    "    tool = _import_frozen(module)\n    use_huge_pages()\n    tool.run()",
     ("tests/test_host.py",),
   ),
 )
