@@ -427,9 +427,10 @@ def test_the_server_parses_http_with_httptools_where_installed(monkeypatch):
   the tiny model's 16 clients got about 1.5x the requests/s); without it, h11."""
   import sys
 
+  pytest.importorskip("starlette", reason="the serve extra is not installed")
+  pytest.importorskip("httptools", reason="the serve extra is not installed")
   from t2t_jax.serve import app
 
-  pytest.importorskip("httptools")
   assert app.http_implementation() == "httptools"
   monkeypatch.setitem(sys.modules, "httptools", None)  # as if not installed
   assert app.http_implementation() == "h11"
