@@ -127,7 +127,7 @@ def test_a_search_compiles_only_its_stage_programs():
   names = {n.removeprefix("jit(").removesuffix(")") for n in compiled}
   # An exported program jax's cache answered is compiled once more under an unseen name.
   names = {re.sub(r"^call_exported_[0-9a-f]{16}$", "call_exported", n) for n in names}
-  assert names, "no compile message heard"
+  # Nothing heard is allowed: a process may load every stage as a stored executable.
   assert names <= stages, compiled
 
 
