@@ -344,9 +344,7 @@ def _read_executable(path: str) -> tuple[Any, Any] | None:
   """(the compiled program, its output structure) stored at `path`, or None."""
   from jax.experimental import serialize_executable
 
-  try:
-    with open(path, "rb") as f:
-      saved = pickle.load(f)
+  def load(saved: dict) -> tuple[Any, Any]:
     devices = {d.id: d for d in jax.devices()}
     compiled = serialize_executable.deserialize_and_load(
       saved["executable"],
@@ -354,15 +352,9 @@ def _read_executable(path: str) -> tuple[Any, Any] | None:
       saved["flat_out_tree"],
       execution_devices=[devices[i] for i in saved["devices"]],
     )
-    out_tree = saved["out_tree"]
-  except FileNotFoundError:
-    return None
-  except Exception as e:  # any unreadable entry is compiled again
-    logging.info("stored executable %s not used (%s: %s)", path, type(e).__name__, e)
-    return None
-  with contextlib.suppress(OSError):
-    os.utime(path)
-  return compiled, out_tree
+    return compiled, saved["out_tree"]
+
+  return _read_entry(path, "stored executable", load)
 
 
 def _write_executable(path: str, compiled: Any, out_tree: Any) -> None:
@@ -534,19 +526,27 @@ def _sources_digest() -> str:
 
 def _read(path: str) -> tuple[Any, Any] | None:
   """(the exported program, its output structure) stored at `path`, or None."""
+  return _read_entry(
+    path,
+    "stored program",
+    lambda saved: (jax.export.deserialize(saved["exported"]), saved["out_tree"]),
+  )
+
+
+def _read_entry(path: str, what: str, load: Callable[[dict], tuple[Any, Any]]) -> tuple | None:
+  """`load` of the dict pickled at `path`, or None when there is none or it cannot be used
+  (logged: the caller makes it again)."""
   try:
     with open(path, "rb") as f:
-      saved = pickle.load(f)
-    exported = jax.export.deserialize(saved["exported"])
-    out_tree = saved["out_tree"]
+      loaded = load(pickle.load(f))
   except FileNotFoundError:
     return None
-  except Exception as e:  # any unreadable entry is exported again
-    logging.info("stored program %s not used (%s: %s): exporting", path, type(e).__name__, e)
+  except Exception as e:  # any unreadable entry is made again
+    logging.info("%s %s not used (%s: %s)", what, path, type(e).__name__, e)
     return None
   with contextlib.suppress(OSError):
     os.utime(path)  # trim() drops the least recently used first
-  return exported, out_tree
+  return loaded
 
 
 def _write(path: str, loaded: tuple[Any, Any]) -> None:
