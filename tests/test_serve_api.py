@@ -389,6 +389,69 @@ def test_a_batch_respects_its_padded_size_cap():
   assert [len(c) for c in model.calls] == [4, 2]
 
 
+class Overlap:
+  """A stand-in model that records how many of its calls ran at once, at most."""
+
+  def __init__(self, delay: float) -> None:
+    self.delay = delay
+    self.lock = threading.Lock()
+    self.now = self.most = 0
+    self.calls = 0
+
+  def __call__(self, lines: list[str], nbest: int) -> list:
+    with self.lock:
+      self.now += 1
+      self.calls += 1
+      self.most = max(self.most, self.now)
+    time.sleep(self.delay)
+    with self.lock:
+      self.now -= 1
+    return [line[::-1] for line in lines]
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_workers_run_that_many_batches_at_once_and_each_request_gets_its_answer(workers):
+  model = Overlap(delay=0.1)
+  batcher = Batcher(model, window_s=0.0, max_batch_chars=4, workers=workers)
+  lines = [f"l{i:02d}" for i in range(6)]
+  futures = [batcher.submit([line]) for line in lines]  # one line per batch
+  batcher.start()
+  try:
+    assert [f.result(5) for f in futures] == [[line[::-1]] for line in lines]
+  finally:
+    batcher.stop()
+  assert model.calls == 6 and model.most == workers
+  assert batcher.stats.batches == 6
+
+
+def test_a_call_runs_alone_beside_no_batch_and_the_next_waits_for_it():
+  model = Overlap(delay=0.05)
+  seen = []
+
+  def call():
+    seen.append(model.now)  # batches running while the call runs
+    time.sleep(0.1)
+    seen.append(model.now)
+    return "done"
+
+  batcher = Batcher(model, window_s=0.0, max_batch_chars=4, workers=2)
+  before = [batcher.submit([f"a{i}"]) for i in range(3)]
+  loaded = batcher.call(call)
+  after = [batcher.submit([f"b{i}"]) for i in range(3)]
+  batcher.start()
+  try:
+    assert loaded.result(5) == "done"
+    assert [f.result(5) for f in before + after] == [[f"{i}{c}"] for c in "ab" for i in range(3)]
+  finally:
+    batcher.stop()
+  assert seen == [0, 0] and model.most == 2
+
+
+def test_workers_must_be_at_least_one():
+  with pytest.raises(ValueError, match="workers=0"):
+    Batcher(Recorder(), workers=0)
+
+
 def test_a_model_error_is_the_answer_of_its_batch_only():
   def model(lines, nbest):
     if "bad" in lines:

@@ -251,9 +251,10 @@ def _same_answers(got: list, expected: list) -> None:
 
 def test_after_warm_up_a_burst_of_requests_compiles_nothing_and_answers_as_alone(monkeypatch):
   """Concurrent requests of 1-12 lines of 1-23 tokens (cut to max_len), plain and n-best,
-  batched together by the server's Batcher into batches padded as a server pads them (rows
-  1, 4 or 16, sources to powers of two: `serve.worker.shapes`; 16 rows is more than the
-  staged search's MIN_ROWS, so batches compact): nothing compiles after the warm-up, and
+  batched together by the server's Batcher (two batches at once, as on a CPU) into batches
+  padded as a server pads them (rows 1, 4 or 16, sources to powers of two:
+  `serve.worker.shapes`; 16 rows is more than the staged search's MIN_ROWS, so batches
+  compact): nothing compiles after the warm-up, and
   each answer is the Translator's for that request alone. (A larger run, 40 tokens and
   n-best 4, compiled 150 programs and checked nothing this one does not.)"""
   max_len, nbests = 24, (0, 2)
@@ -268,7 +269,7 @@ def test_after_warm_up_a_burst_of_requests_compiles_nothing_and_answers_as_alone
   translate = lambda lines, nbest: translator.translate(
     lines, nbest=nbest or None, search=translator.search.override(beam_size=4)
   )
-  batcher = Batcher(translate, window_s=0.05, max_batch_chars=10**6)
+  batcher = Batcher(translate, window_s=0.05, max_batch_chars=10**6, workers=2)
   rng = random.Random(0)
   requests = [(rng.sample(LINES, rng.randint(1, 12)), rng.choice(nbests)) for _ in range(12)]
   compiled.clear()
@@ -290,6 +291,17 @@ def test_after_warm_up_a_burst_of_requests_compiles_nothing_and_answers_as_alone
         lines, nbest=nbest or None, search=translator.search.override(beam_size=4)
       ),
     )
+
+
+def test_a_served_model_decodes_two_batches_at_once_on_a_cpu_unless_told():
+  """t2t-serve's --batch_threads (0: `default_batch_threads`, 2 where JAX runs on the CPU)
+  is the number of its model's batching threads."""
+  app = pytest.importorskip("t2t_jax.serve.app")
+  workdir = support.small_trained_workdir()
+  for threads, expected in ((0, 2), (1, 1), (3, 3)):
+    model = worker.Model(worker.ModelSettings(workdirs=(workdir,), batch_threads=threads))
+    assert model.batch_threads == expected
+    assert app.Served(model, app.ServerSettings()).batcher.workers == expected
 
 
 def test_warm_up_calls_every_stage_program_once_per_shape(monkeypatch):

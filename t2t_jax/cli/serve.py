@@ -56,6 +56,12 @@ flags.DEFINE_integer(
   "batch_window_ms", 5, "how long the oldest queued request waits for others to batch with"
 )
 flags.DEFINE_integer(
+  "batch_threads",
+  0,
+  "batches of one model decoded at once (0: 2 where JAX runs on the CPU, whose second core "
+  "a batch's small stages leave idle, else 1)",
+)
+flags.DEFINE_integer(
   "max_batch_chars", 32768, "a batch's padded size: rows x longest line, in characters"
 )
 flags.DEFINE_integer("max_queue_lines", 4096, "lines waiting at most; beyond: 503")
@@ -139,6 +145,8 @@ def _check_flags() -> None:
     _usage(f"--files_expiry_minutes={FLAGS.files_expiry_minutes} must be > 0")
   if FLAGS.req_limit < 1 and FLAGS.req_limit != -1:
     _usage(f"--req_limit={FLAGS.req_limit} must be >= 1 (-1: no limit)")
+  if FLAGS.batch_threads < 0:
+    _usage(f"--batch_threads={FLAGS.batch_threads} must be >= 0 (0: the backend's default)")
   for name in (
     "batch_window_ms",
     "max_batch_chars",
@@ -215,6 +223,7 @@ def _model(worker: Any, api: Any, entry: str) -> Any:
     alpha=FLAGS.alpha,
     batch_tokens=FLAGS.batch_tokens,
     batch_rows=batch_rows(FLAGS.batch_rows),
+    batch_threads=FLAGS.batch_threads,
     alternatives_limit=FLAGS.alternatives_limit,
     warm_up=FLAGS.warm_up,
     dtype=FLAGS.dtype,

@@ -1,9 +1,9 @@
 """The HTTP side of t2t-serve: a Starlette (ASGI) app speaking LibreTranslate's API, the
-page at `/` and its JSON endpoint, over one model thread (serve.batching).
+page at `/` and its JSON endpoint, over the batching threads (serve.batching).
 
-Handlers parse and check at the edge (serve.api), queue lines for the batching thread and
+Handlers parse and check at the edge (serve.api), queue lines for the batching threads and
 await the answer without blocking the event loop; a request whose client goes away or whose
-time runs out is dropped from the queue. The model loads and compiles in the model thread
+time runs out is dropped from the queue. The model loads and compiles in a batching thread
 after the server listens: /health answers at once, /ready, /languages and /translate say
 503 until the model is ready.
 """
@@ -78,7 +78,7 @@ class ClientGoneError(Exception):
 
 
 class Served:
-  """One model behind the server and the batching thread that owns it."""
+  """One model behind the server and the batching threads that run its batches."""
 
   def __init__(self, model: Any, settings: ServerSettings) -> None:
     self.model = model
@@ -87,6 +87,7 @@ class Served:
       window_s=settings.window_s,
       max_batch_chars=settings.max_batch_chars,
       max_queue_lines=settings.max_queue_lines,
+      workers=getattr(model, "batch_threads", 1),
     )
 
   @property
@@ -121,7 +122,8 @@ class BadLine:
 
 class Server:
   """The app's state: the models (objects with load(), pair, beam_size, translate(lines,
-  nbest) and attention(source, target)), one batching thread each, and readiness."""
+  nbest), attention(source, target) and optionally batch_threads, the batches it may run at
+  once), the batching threads of each, and readiness."""
 
   def __init__(self, models: Any, settings: ServerSettings = ServerSettings()) -> None:
     models = list(models) if isinstance(models, (list, tuple)) else [models]

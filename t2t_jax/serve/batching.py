@@ -1,13 +1,15 @@
-"""Cross-request batching: one thread owns the model and takes the queued requests' lines
-together.
+"""Cross-request batching: worker threads take the queued requests' lines together.
 
-Requests put their lines in a bounded queue and wait on a future; the worker thread takes
+Requests put their lines in a bounded queue and wait on a future; a free worker thread takes
 the oldest request, waits until `window_s` after its arrival for others (or until the batch
 is full), and translates all their lines in one call, so concurrent clients share the
-model's batches as one client's many lines do. A batch's cost is its padded size, rows x
-longest line in characters (an upper bound of the tokens it pads to), capped by
-`max_batch_chars`. Answers never depend on what was batched with them: the search decodes
-each row on its own, and each request gets back exactly its own slice of the results.
+model's batches as one client's many lines do. With `workers=2` (t2t-serve's default on a
+CPU, as `Translator.batch_threads`) a second batch runs while the first does: one batch's
+small compacted stages leave a core idle (docs/performance.md). A batch's cost is its
+padded size, rows x longest line in characters (an upper bound of the tokens it pads to),
+capped by `max_batch_chars`. Answers never depend on what was batched with them: the
+search decodes each row on its own, and each request gets back exactly its own slice of the
+results.
 
 Nothing here knows the model: `translate(lines, nbest)` is any function with Translator's
 answer shape, so the tests drive the batching with a stand-in.
@@ -38,7 +40,7 @@ class _Job:
 
 @dataclasses.dataclass
 class _Call:
-  """Other work for the model (the page's attention), run alone in the worker thread."""
+  """Other work for the model (the page's attention), a batch of its own in a worker."""
 
   fn: Callable[[], Any]
   future: Future
@@ -48,7 +50,7 @@ class _Call:
 
 @dataclasses.dataclass
 class BatchStats:
-  """What the worker did, for /metrics and the benchmark. The model thread and the event
+  """What the workers did, for /metrics and the benchmark. The batching threads and the event
   loop both count here and /metrics reads it: each count and each `snapshot` is taken
   under `lock`."""
 
@@ -98,7 +100,8 @@ def split_results(results: Sequence[Any], counts: Sequence[int]) -> list[list[An
 
 
 class Batcher:
-  """A bounded queue of requests and the one thread that runs them through `translate`."""
+  """A bounded queue of requests and the `workers` threads that run them through
+  `translate` (which must allow that many calls at once, as Translator.translate does)."""
 
   def __init__(
     self,
@@ -106,7 +109,11 @@ class Batcher:
     window_s: float = 0.005,
     max_batch_chars: int = 32768,
     max_queue_lines: int = 4096,
+    workers: int = 1,
   ) -> None:
+    if workers < 1:
+      raise ValueError(f"workers={workers}: at least 1")
+    self.workers = workers
     self._translate = translate
     self.window_s = window_s
     self.max_batch_chars = max_batch_chars
@@ -115,7 +122,9 @@ class Batcher:
     self._queued_lines = 0
     self._cond = threading.Condition()
     self._stopping = False
-    self._thread: threading.Thread | None = None
+    self._running = 0  # batches the workers have taken and not finished
+    self._call_running = False  # one of them is a _Call, which runs alone
+    self._threads: list[threading.Thread] = []
     self.stats = BatchStats()
 
   @property
@@ -124,23 +133,27 @@ class Batcher:
     return self._queued_lines
 
   def start(self) -> None:
-    self._thread = threading.Thread(target=self._loop, name="t2t-serve-model", daemon=True)
-    self._thread.start()
+    self._threads = [
+      threading.Thread(target=self._loop, name=f"t2t-serve-model-{i}", daemon=True)
+      for i in range(self.workers)
+    ]
+    for thread in self._threads:
+      thread.start()
 
   def stop(self, timeout: float | None = None) -> None:
-    """Runs what is queued, then ends the thread."""
+    """Runs what is queued, then ends the threads (`timeout` for each)."""
     with self._cond:
       self._stopping = True
       self._cond.notify_all()
-    if self._thread is not None:
-      self._thread.join(timeout)
+    for thread in self._threads:
+      thread.join(timeout)
 
   def submit(self, lines: Sequence[str], nbest: int = 0) -> Future:
     """Queues lines for translation; the future gets their results in order."""
     return self._put(_Job(list(lines), nbest, Future(), time.monotonic()))
 
   def call(self, fn: Callable[[], Any]) -> Future:
-    """Queues `fn()` to run in the model's thread, between batches."""
+    """Queues `fn()` to run in a worker thread, as a batch of its own."""
     return self._put(_Call(fn, Future(), time.monotonic()))
 
   def _put(self, job: "_Job | _Call") -> Future:
@@ -167,25 +180,44 @@ class Batcher:
 
   def _take(self) -> list:
     """The next batch: the oldest job and those that arrive within its window and fit
-    max_batch_chars, or one _Call; [] when stopping with nothing queued."""
+    max_batch_chars, or one _Call, which runs alone (the model's load, the page's
+    attention: no batch beside it); [] when stopping with nothing queued."""
     with self._cond:
-      while not self._queue and not self._stopping:
-        self._cond.wait()
-      if not self._queue:
-        return []
-      if isinstance(self._queue[0], _Call):
-        return [self._pop()]
-      deadline = self._queue[0].arrived + self.window_s
-      while not self._stopping and not self._full() and time.monotonic() < deadline:
-        self._cond.wait(max(0.0, deadline - time.monotonic()))
-      first = self._pop()
-      batch, lines = [first], list(first.lines)
-      while self._queue and isinstance(self._queue[0], _Job):
-        if padded_cost(lines + self._queue[0].lines) > self.max_batch_chars:
-          break
-        lines += self._queue[0].lines
-        batch.append(self._pop())
-      return batch
+      while True:
+        if not self._queue:
+          if self._stopping:
+            return []
+          self._cond.wait()
+          continue
+        head = self._queue[0]
+        if self._call_running or (isinstance(head, _Call) and self._running):
+          self._cond.wait()
+          continue
+        if isinstance(head, _Call):
+          self._call_running = True
+          self._running += 1
+          return [self._pop()]
+        deadline = head.arrived + self.window_s
+        if not self._stopping and not self._full() and time.monotonic() < deadline:
+          self._cond.wait(max(0.0, deadline - time.monotonic()))
+          continue  # another worker may have taken the head meanwhile
+        first = self._pop()
+        batch, lines = [first], list(first.lines)
+        while self._queue and isinstance(self._queue[0], _Job):
+          if padded_cost(lines + self._queue[0].lines) > self.max_batch_chars:
+            break
+          lines += self._queue[0].lines
+          batch.append(self._pop())
+        self._running += 1
+        return batch
+
+  def _done(self, batch: list) -> None:
+    """A batch `_take` gave has run: its worker is free again."""
+    with self._cond:
+      self._running -= 1
+      if isinstance(batch[0], _Call):
+        self._call_running = False
+      self._cond.notify_all()
 
   def _full(self) -> bool:
     lines: list[str] = []
@@ -207,14 +239,20 @@ class Batcher:
       batch = self._take()
       if not batch:
         return
-      running = [job for job in batch if job.future.set_running_or_notify_cancel()]
-      self.stats.count_dropped(len(batch) - len(running))
-      if not running:
-        continue
-      if isinstance(running[0], _Call):
-        _settle(running[0].future, running[0].fn)
-      else:
-        self._run_jobs(running)
+      try:
+        self._run(batch)
+      finally:
+        self._done(batch)
+
+  def _run(self, batch: list) -> None:
+    running = [job for job in batch if job.future.set_running_or_notify_cancel()]
+    self.stats.count_dropped(len(batch) - len(running))
+    if not running:
+      return
+    if isinstance(running[0], _Call):
+      _settle(running[0].future, running[0].fn)
+    else:
+      self._run_jobs(running)
 
   def _run_jobs(self, jobs: list[_Job]) -> None:
     """One translate call per nbest asked for; each job gets its own slice back."""

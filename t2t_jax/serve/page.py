@@ -7,7 +7,7 @@ that label its axes (serve.worker.Model.attention). The page gets, for each of t
 pieces; one layer's heads come on demand (POST /api/attention). So an answer holds at most
 attention_lines x layers x MAX_PIECES^2 weights, whatever the length of the lines.
 
-The maps are shaped in the model's thread (the batching thread's `call`) and the answer
+The maps are shaped in a batching thread, alone (the Batcher's `call`) and the answer
 is written as JSON in a worker thread (`json_body`), never on the event loop.
 """
 

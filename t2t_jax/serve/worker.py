@@ -17,6 +17,7 @@ import numpy as np
 
 from t2t_jax.data import config as data_config
 from t2t_jax.decoding import batching
+from t2t_jax.decoding.batch_threads import default_batch_threads
 from t2t_jax.serve.api import Pair
 from t2t_jax.translate import TranslateError, Translator, load_config
 
@@ -51,6 +52,9 @@ class ModelSettings:
   batch_tokens: int = 4096
   # The row counts every decoding batch is padded to; the largest bounds a batch.
   batch_rows: tuple[int, ...] = BATCH_ROWS
+  # Batches decoded at once, each from a batching thread (0: default_batch_threads(), 2 on
+  # a CPU, where one batch's small compacted stages leave the second core idle).
+  batch_threads: int = 0
   alternatives_limit: int = 3  # n-best alternatives a request may ask for (-1: beam - 1)
   warm_up: str = "plain"  # WARM_UPS: what load() compiles before the server is ready
   dtype: str = "auto"  # the products' dtype (decoding.precision.decode_dtype)
@@ -77,6 +81,7 @@ class Model:
     self._translator: Any = None
     self.warm_up: WarmUp | None = None
     self.param_bytes = 0  # the parameters and their decoding copies, once loaded
+    self.batch_threads = settings.batch_threads or default_batch_threads()
     config = load_config(settings.workdirs[0])
     self.pair = settings.pair or Pair(
       source=config.data.source_lang or "en", target=data_config.target_language(config.data)

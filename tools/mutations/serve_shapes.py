@@ -1,5 +1,6 @@
-"""t2t-serve's fixed batch shapes: rows padded to --batch_rows, sources to powers of two,
-each shape compiled before /ready, and the compilations after /ready counted."""
+"""t2t-serve's fixed batch shapes (rows padded to --batch_rows, sources to powers of two,
+each shape compiled before /ready, the compilations after /ready counted) and its batching
+threads (two batches at once on a CPU, a load or attention call alone)."""
 
 from tools.mutations import Mutation
 
@@ -70,5 +71,29 @@ MUTATIONS = (
     "  if memory_len is not None:  # decode_in_stages' full_memory",
     "  if False:  # decode_in_stages' full_memory",
     FIRST,
+  ),
+  M(
+    "serve_one_batch_thread_on_a_cpu",
+    "a served model decodes one batch at a time on a CPU, a core idle under load",
+    "t2t_jax/serve/worker.py",
+    "self.batch_threads = settings.batch_threads or default_batch_threads()",
+    "self.batch_threads = settings.batch_threads or 1",
+    FIRST,
+  ),
+  M(
+    "batcher_workers_ignored",
+    "the Batcher starts one thread whatever its workers",
+    "t2t_jax/serve/batching.py",
+    "for i in range(self.workers)",
+    "for i in range(1)",
+    ("tests/test_serve_api.py",),
+  ),
+  M(
+    "batcher_call_beside_a_batch",
+    "a _Call (the model's load, the page's attention) starts while a batch runs",
+    "t2t_jax/serve/batching.py",
+    "if self._call_running or (isinstance(head, _Call) and self._running):",
+    "if self._call_running:",
+    ("tests/test_serve_api.py",),
   ),
 )
