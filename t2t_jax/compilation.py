@@ -91,6 +91,11 @@ def enable(directory: str | None = "default") -> str | None:
   return directory
 
 
+def directory() -> str | None:
+  """The persistent cache's directory in use by this process, or None (off)."""
+  return jax.config.jax_compilation_cache_dir or None
+
+
 def trim(directory: str, max_bytes: int) -> int:
   """Removes the oldest-written entries of the cache in `directory` until it holds at most
   `max_bytes`; returns how many were removed. One listing of the directory. Another process

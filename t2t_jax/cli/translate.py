@@ -53,7 +53,7 @@ from t2t_jax.decoding.config import STOP_RULES
 from t2t_jax.decoding.lines import read_lines, stream_lines
 from t2t_jax.decoding.translator import Hypothesis, TranslateError, Translator, load_config
 from t2t_jax.evaluation import evaluate
-from t2t_jax.run.checkpoint import CheckpointSpecError
+from t2t_jax.run.checkpoint_spec import CheckpointSpecError
 from t2t_jax.run.files import atomic_write_text
 
 

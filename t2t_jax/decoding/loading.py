@@ -10,12 +10,12 @@ from flax.typing import VariableDict
 
 from t2t_jax import data as data_lib
 from t2t_jax.data.tokenizer import Tokenizer
-from t2t_jax.decoding import precision
+from t2t_jax.decoding import kept_params, precision
 from t2t_jax.decoding import workdirs as workdirs_lib
 from t2t_jax.decoding.config import SearchConfig
 from t2t_jax.decoding.workdirs import TranslateError, load_config, task_constraint
 from t2t_jax.model import Transformer, TransformerConfig
-from t2t_jax.run import checkpoint
+from t2t_jax.run import checkpoint_spec as checkpoint_spec_lib
 
 
 class Loaded(NamedTuple):
@@ -34,7 +34,7 @@ def load_workdir(workdir: str, checkpoint_spec: str, dtype: str | None) -> Loade
   products' dtype ('float32', 'bfloat16', or 'auto': precision.decode_dtype); None: the
   config's."""
   config = load_config(workdir)
-  checkpoint_spec = checkpoint.resolve_spec(workdir, checkpoint_spec)
+  checkpoint_spec = checkpoint_spec_lib.resolve_spec(workdir, checkpoint_spec)
   tokenizer = workdirs_lib.load_tokenizer(config, workdir)
   model_dict = config.model.to_dict()
   if dtype is not None:
@@ -44,8 +44,11 @@ def load_workdir(workdir: str, checkpoint_spec: str, dtype: str | None) -> Loade
     except ValueError as e:  # a bad $T2T_DECODE_DTYPE: one line from the commands
       raise TranslateError(str(e)) from None
   model = Transformer(TransformerConfig.from_dict(model_dict, vocab_size=tokenizer.vocab_size))
-  params, steps = checkpoint.load_params(workdir, checkpoint_spec, workdirs_lib.param_shapes(model))
-  workdirs_lib.check_vocabulary(workdir, steps, data_lib.vocab_path(config.data, workdir))
+  kept = read_params(workdir, checkpoint_spec, workdirs_lib.param_shapes(model))
+  params, steps = kept.params, kept.steps
+  workdirs_lib.check_vocabulary(
+    workdir, steps, kept.vocab_sha256, data_lib.vocab_path(config.data, workdir)
+  )
   settings = dict(
     search=SearchConfig.from_config(config),
     constraint=task_constraint(config.data, tokenizer),
@@ -54,6 +57,20 @@ def load_workdir(workdir: str, checkpoint_spec: str, dtype: str | None) -> Loade
     workdirs=[workdir],
   )
   return Loaded(model, params, tokenizer, settings)
+
+
+def read_params(workdir: str, spec: str, params_like: Any) -> kept_params.Kept:
+  """The parameters of `spec` (resolved) and their steps' vocabulary fingerprints: kept in
+  the compilation cache after a first read (`decoding.kept_params`), so that a warm process
+  neither imports orbax nor restores a checkpoint."""
+
+  def restore() -> kept_params.Kept:
+    from t2t_jax.run import checkpoint  # orbax: only where the checkpoints are read
+
+    params, steps = checkpoint.load_params(workdir, spec, params_like)
+    return kept_params.Kept(params, steps, workdirs_lib.vocabulary_fingerprints(workdir, steps))
+
+  return kept_params.load(workdir, spec, params_like, restore)[0]
 
 
 def check_members(workdirs: Sequence[str]) -> None:

@@ -14,7 +14,6 @@ from t2t_jax import data as data_lib
 from t2t_jax.data.tokenizer import Tokenizer
 from t2t_jax.decoding import constraints
 from t2t_jax.model import Transformer, TransformerConfig
-from t2t_jax.run import checkpoint
 from t2t_jax.run.files import sha256_file
 from t2t_jax.run.workdir import Workdir, WorkdirFileError
 
@@ -46,16 +45,28 @@ def load_tokenizer(config: ml_collections.ConfigDict, workdir: str) -> Tokenizer
   return data_lib.load_tokenizer(path)
 
 
-def check_vocabulary(workdir: str, steps: Sequence[int], vocab: str | os.PathLike) -> None:
-  """Refuses a vocabulary other than the one the checkpoints were trained with."""
+def vocabulary_fingerprints(workdir: str, steps: Sequence[int]) -> list[str | None]:
+  """The sha256 of the vocabulary each checkpoint was trained with (None: saved without a
+  fingerprint), from the checkpoints themselves."""
+  from t2t_jax.run import checkpoint  # orbax: only where the checkpoints are read
+
   ckpts = checkpoint.Checkpoints(workdir)
+  saved = [ckpts.fingerprint(step) for step in steps]
+  return [None if s is None else s["vocab_sha256"] for s in saved]
+
+
+def check_vocabulary(
+  workdir: str, steps: Sequence[int], saved: Sequence[str | None], vocab: str | os.PathLike
+) -> None:
+  """Refuses a vocabulary other than the one the checkpoints were trained with (`saved`:
+  `vocabulary_fingerprints` of `steps`)."""
   have = sha256_file(str(vocab))
-  for step in steps:
-    saved = ckpts.fingerprint(step)
-    if saved is not None and saved["vocab_sha256"] != have:
+  for step, sha in zip(steps, saved):
+    if sha is not None and sha != have:
+      path = os.path.join(Workdir(workdir).checkpoint_dir, str(step))
       raise TranslateError(
-        f"vocabulary {vocab} (sha256 {have}) is not the one checkpoint {ckpts.path(step)} "
-        f"was trained with (sha256 {saved['vocab_sha256']})"
+        f"vocabulary {vocab} (sha256 {have}) is not the one checkpoint {path} "
+        f"was trained with (sha256 {sha})"
       )
 
 

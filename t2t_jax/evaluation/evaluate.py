@@ -12,7 +12,7 @@ import ml_collections
 
 from t2t_jax.data import sources, trees
 from t2t_jax.data.sources import treebank
-from t2t_jax.evaluation import parseval, scoring
+from t2t_jax.evaluation import parseval
 
 if TYPE_CHECKING:  # the translator's module is loaded by whoever builds one
   from t2t_jax.decoding.config import SearchConfig
@@ -26,6 +26,8 @@ def bleu(
 ) -> float:
   """sacreBLEU of `translator` decoding with `search` on (source, reference) pairs
   (`source_name` labels warnings)."""
+  from t2t_jax.evaluation import scoring  # sacrebleu: only where text is scored
+
   sources = [s for s, _ in pairs]
   hyps = translator.translate(sources, search=search, source_name=source_name)
   return scoring.sacrebleu_score(hyps, [r for _, r in pairs]).score
@@ -131,6 +133,8 @@ def score_report(
   hyps: Sequence[str], refs: Sequence[str], lang: str
 ) -> tuple[dict[str, float], str]:
   """Every score of `scoring.score_all` as test_* metrics, and the labelled text to print."""
+  from t2t_jax.evaluation import scoring  # sacrebleu: only where text is scored
+
   scores = scoring.score_all(hyps, refs, lang)
   metrics = dict(
     test_exact_match=scoring.exact_match(hyps, refs),

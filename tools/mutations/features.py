@@ -96,11 +96,11 @@ MUTATIONS = (
     "trainer.ckpts.protect(standing.best_steps[:1])",
     BEST,
   ),
-  # --- checkpoint choice and selection (run/checkpoint.py, training/evaluation.py) ---
+  # --- checkpoint choice and selection (run/checkpoint_spec.py, training/evaluation.py) ---
   M(
     "average_oldest",
     "average:N averages the oldest N checkpoints: [-n:] becomes [:n]",
-    "t2t_jax/run/checkpoint.py",
+    "t2t_jax/run/checkpoint_spec.py",
     "return available[-n:]",
     "return available[:n]",
     AVERAGING,
@@ -108,7 +108,7 @@ MUTATIONS = (
   M(
     "latest_is_first",
     "'latest' names the oldest checkpoint: [-1:] becomes [:1]",
-    "t2t_jax/run/checkpoint.py",
+    "t2t_jax/run/checkpoint_spec.py",
     "return available[-1:]",
     "return available[:1]",
     AVERAGING,
@@ -116,7 +116,7 @@ MUTATIONS = (
   M(
     "best_n_from_the_end",
     "best:N reads best.json's list from its worst end",
-    "t2t_jax/run/checkpoint.py",
+    "t2t_jax/run/checkpoint_spec.py",
     "return ranked[:n]",
     "return ranked[-n:]",
     BEST,
@@ -124,7 +124,7 @@ MUTATIONS = (
   M(
     "auto_ignores_selection",
     "--checkpoint=auto ignores selected.json: has_selection() negated",
-    "t2t_jax/run/checkpoint.py",
+    "t2t_jax/run/checkpoint_spec.py",
     'spec = "selected" if Workdir(workdir).has_selection() else "latest"',
     'spec = "selected" if not Workdir(workdir).has_selection() else "latest"',
     AVERAGING,

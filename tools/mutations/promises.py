@@ -4,6 +4,8 @@ the quick loop must catch."""
 from tools.mutations import Mutation
 
 M = Mutation
+KEPT = "t2t_jax/decoding/kept_params.py"
+KEPT_TESTS = ("tests/test_kept_params.py",)
 
 MUTATIONS = (
   M(
@@ -97,5 +99,45 @@ MUTATIONS = (
     "| 156.0 |",
     "| 165.0 |",
     ("tests/test_readme.py",),
+  ),
+  M(
+    "kept_params_key_without_checkpoints",
+    "kept parameters are keyed without the checkpoint files: a new checkpoint reads the old",
+    KEPT,
+    "    *_tree_listing(run.checkpoint_dir),\n",
+    "",
+    KEPT_TESTS,
+  ),
+  M(
+    "kept_params_key_without_choice",
+    "kept parameters are keyed without the --checkpoint choice: average:5 reads latest's",
+    KEPT,
+    "    spec,\n    _shapes_text(params_like),\n",
+    "    _shapes_text(params_like),\n",
+    KEPT_TESTS,
+  ),
+  M(
+    "kept_params_shapes_unchecked",
+    "a kept entry of other shapes is used as it is",
+    KEPT,
+    "if not _fits(kept.params, params_like) or len(kept.vocab_sha256)",
+    "if len(kept.vocab_sha256)",
+    KEPT_TESTS,
+  ),
+  M(
+    "kept_params_never_read",
+    "kept parameters are written but never read: every start restores through orbax",
+    KEPT,
+    "  kept = read(directory, digest, params_like)\n",
+    "  kept = None\n",
+    KEPT_TESTS,
+  ),
+  M(
+    "kept_params_without_fingerprints",
+    "kept parameters forget their vocabulary fingerprints: a swapped vocabulary translates",
+    "t2t_jax/decoding/loading.py",
+    "workdirs_lib.vocabulary_fingerprints(workdir, steps)",
+    "[None] * len(steps)",
+    KEPT_TESTS,
   ),
 )

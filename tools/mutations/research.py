@@ -59,7 +59,7 @@ MUTATIONS = (
   M(
     "ema_spec_reads_params",
     "--checkpoint=ema reads the parameters instead of their average",
-    "t2t_jax/run/checkpoint.py",
+    "t2t_jax/run/checkpoint_spec.py",
     'return EMA if spec == EMA else "params"',
     'return EMA if spec != EMA else "params"',
     EMA_TESTS,
