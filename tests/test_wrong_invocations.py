@@ -226,6 +226,11 @@ def _cases(root: str) -> dict[str, tuple[str, list[str], int, str]]:
       USAGE,
       "--batch_rows=0,8: positive integers, e.g. 1,8",
     ),
+    "serve-batch-threads-negative": (
+      [w, "--batch_threads=-1"],
+      USAGE,
+      "--batch_threads=-1 must be >= 0 (0: the backend's default)",
+    ),
     "serve-missing-keys-file": (
       [w, f"--api_keys={missing}/keys"],
       FAILED,
