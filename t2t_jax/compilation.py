@@ -479,13 +479,20 @@ def _signature(x: Any) -> tuple:
   return (type(x).__name__, repr(x))  # a Python scalar: jit would make it a weak type
 
 
+# The settings jax has defined once this module is imported. A library imported later may
+# define more (orbax 0.12 adds one of jax's experimental options at its import): a warm
+# process that never imports it must still find the programs a cold one stored.
+_JAX_SETTINGS = tuple(sorted(jax.config.values))
+
+
 def _settings() -> tuple:
   """jax's settings (x64, matmul precision, ...) as they are now: a program traced under
   others is another program. The cache's own settings are left out."""
+  values = jax.config.values
   return tuple(
-    (name, value)
-    for name, value in sorted(jax.config.values.items())
-    if "cache" not in name and isinstance(value, (bool, int, float, str, type(None)))
+    (name, values[name])
+    for name in _JAX_SETTINGS
+    if "cache" not in name and isinstance(values[name], (bool, int, float, str, type(None)))
   )
 
 

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import jax
+import numpy as np
 from flax.typing import VariableDict
 
 from t2t_jax import data as data_lib
@@ -68,6 +69,9 @@ def read_params(workdir: str, spec: str, params_like: Any) -> kept_params.Kept:
     from t2t_jax.run import checkpoint  # orbax: only where the checkpoints are read
 
     params, steps = checkpoint.load_params(workdir, spec, params_like)
+    # numpy, as the kept entry reads back (some orbax versions restore jax arrays, whose
+    # stored programs' keys would differ from a warm process's)
+    params = jax.tree.map(np.asarray, params)
     return kept_params.Kept(params, steps, workdirs_lib.vocabulary_fingerprints(workdir, steps))
 
   return kept_params.load(workdir, spec, params_like, restore)[0]
