@@ -69,8 +69,8 @@ def read_params(workdir: str, spec: str, params_like: Any) -> kept_params.Kept:
     from t2t_jax.run import checkpoint  # orbax: only where the checkpoints are read
 
     params, steps = checkpoint.load_params(workdir, spec, params_like)
-    # numpy, as the kept entry reads back (some orbax versions restore jax arrays, whose
-    # stored programs' keys would differ from a warm process's)
+    # numpy leaves, as the kept entry reads back: a cold and a warm process then call the
+    # stored search programs with arguments of one signature
     params = jax.tree.map(np.asarray, params)
     return kept_params.Kept(params, steps, workdirs_lib.vocabulary_fingerprints(workdir, steps))
 
