@@ -13,6 +13,7 @@ import pytest
 from t2t_jax.bench import real_text
 from t2t_jax.bench.timing import CompileCounter
 from t2t_jax.cli import bench, common
+from t2t_jax.decoding.translator import default_batch_threads
 from tests import export_support, support
 
 LINES = 8
@@ -181,11 +182,20 @@ def test_every_system_translates_the_text_in_both_searches(comparison):
   assert list(result["searches"]) == ["beam", "greedy"]
   for name, search in result["searches"].items():
     systems = search["systems"]
-    # with two cores or more, CTranslate2 also translates two batches at once, as t2t_jax
+    # with two cores or more, CTranslate2 also translates two batches at once, and t2t_jax
+    # (two at once there) also one at a time
     ct2 = [f"ctranslate2 {c}" for c in ("float32", "int8")]
+    one = []
     if result["threads"] >= 2:
       ct2 = [n for c in ct2 for n in (c, f"{c}, 2 batches at once")]
-    assert list(systems) == ["t2t_jax", "t2t_jax bfloat16", *ct2]
+      one = ["t2t_jax float32, one batch at a time"]
+    assert list(systems) == ["t2t_jax", "t2t_jax bfloat16", *one, *ct2]
+    assert systems["t2t_jax"]["batch_threads"] == default_batch_threads()
+    for system in one:  # the same batches through the same programs, one after another
+      assert systems[system]["batch_threads"] == 1
+      assert systems[system]["same_as_t2t_jax"] == LINES
+      assert systems[system]["first_pass_compiles"] == 0
+      assert systems[system]["hypothesis_steps"] == search["t2t_jax"]["hypothesis_steps_run"]
     assert systems["t2t_jax"]["dtype"] == "float32"
     assert systems["t2t_jax bfloat16"]["dtype"] == "bfloat16"
     # Its own programs (another dtype), its own search statistics.
@@ -268,3 +278,17 @@ def test_compile_seconds_count_overlapping_compilations_once():
   for start, end in [(0.0, 2.0), (1.0, 3.0), (5.0, 6.0), (5.5, 5.8)]:
     counter.add(start, end)
   assert counter.snapshot() == (4, 4.0)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_t2t_jax_also_decodes_one_batch_at_a_time_where_it_decodes_two(threads):
+  workdir = support.small_trained_workdir()
+  systems, load_s = real_text.t2t_systems(workdir, "auto", ["float32"], 64, "heuristic", threads)
+  first = systems["t2t_jax"]
+  assert first.batch_threads == default_batch_threads() == 2 and load_s > 0
+  assert first.search.beam_stop == "heuristic"
+  names = ["t2t_jax", "t2t_jax float32, one batch at a time"]
+  assert list(systems) == names[: 1 if threads == 1 else 2]
+  for one in list(systems.values())[1:]:
+    assert one.batch_threads == 1 and one.search == first.search
+    assert one.batch_tokens == 64 and one.model.config.dtype == first.model.config.dtype

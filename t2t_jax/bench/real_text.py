@@ -54,6 +54,7 @@ from t2t_jax.decoding.translator import DecodeStats, TranslateError, Translator
 from t2t_jax.tokens import EOS_ID
 
 T2T = "t2t_jax"
+ONE_BATCH = "one batch at a time"  # t2t_jax with batch_threads=1, when it runs more
 CTRANSLATE2_NOTE = (
   "CTranslate2 hypothesis-steps: beam x the sum of its output lengths (it drops finished "
   "sentences every step, so this is what it runs, up to padding inside a batch); "
@@ -275,6 +276,7 @@ def _one_search(
     )
     if name in translators:
       rows[name]["dtype"] = str(translators[name].model.config.dtype)
+      rows[name]["batch_threads"] = translators[name].batch_threads
       if name != T2T:
         stats = translators[name].stats
         rows[name]["hypothesis_steps"] = stats.row_steps * beam_size
@@ -310,6 +312,37 @@ def _ct2_exports(workdir: str, checkpoint: str, directory: str, quantizations: S
   return trained, paths
 
 
+def t2t_systems(
+  workdir: str,
+  checkpoint: str,
+  dtypes: Sequence[str],
+  batch_tokens: int,
+  beam_stop: str | None,
+  threads: int,
+) -> tuple[dict[str, Translator], float]:
+  """(t2t_jax's systems by name, the first one's load seconds): a Translator per dtype, the
+  first named T2T and the others "t2t_jax DTYPE"; where the first decodes several batches
+  at once and `threads` >= 2, also the first one batch at a time, so that the table shows
+  what t2t_jax gains from its second batch beside CTranslate2's gain from its own."""
+  translators: dict[str, Translator] = {}
+  start = time.perf_counter()
+  for i, dtype in enumerate(dtypes):
+    try:
+      t = Translator.from_workdir(workdir, checkpoint, dtype, batch_tokens=batch_tokens)
+    except ValueError as e:
+      raise TextError(f"--decode_dtypes: {e}") from None
+    t.search = t.search.override(beam_stop=beam_stop)
+    translators[T2T if i == 0 else f"{T2T} {t.model.config.dtype}"] = t
+    if i == 0:
+      load_s = time.perf_counter() - start
+  first = translators[T2T]
+  if threads >= 2 and first.batch_threads >= 2:
+    one = Translator.from_workdir(workdir, checkpoint, dtypes[0], batch_tokens=batch_tokens)
+    one.search, one.batch_threads = first.search, 1
+    translators[f"{T2T} {one.model.config.dtype}, {ONE_BATCH}"] = one
+  return translators, load_s
+
+
 def compare(
   workdir: str,
   text: Text,
@@ -332,22 +365,12 @@ def compare(
   (run with `cold_env`, default this process's environment). Returns what t2t-bench writes
   under `decode_text` (`table` prints it). beam_stop: t2t_jax's stopping rule (None: the
   workdir's). dtypes: t2t_jax's systems, one per dtype (Translator.from_workdir's dtype),
-  the first named T2T and the others "t2t_jax DTYPE"."""
+  the first named T2T and the others "t2t_jax DTYPE" (`t2t_systems`)."""
   threads = threads or cpu_threads()
   counter = counter or CompileCounter()
   if not dtypes:
     raise TextError("--decode_dtypes: no dtype given")
-  translators: dict[str, Translator] = {}
-  start = time.perf_counter()
-  for i, dtype in enumerate(dtypes):
-    try:
-      t = Translator.from_workdir(workdir, checkpoint, dtype, batch_tokens=batch_tokens)
-    except ValueError as e:
-      raise TextError(f"--decode_dtypes: {e}") from None
-    t.search = t.search.override(beam_stop=beam_stop)
-    translators[T2T if i == 0 else f"{T2T} {t.model.config.dtype}"] = t
-    if i == 0:
-      load_s = time.perf_counter() - start
+  translators, load_s = t2t_systems(workdir, checkpoint, dtypes, batch_tokens, beam_stop, threads)
   translator = translators[T2T]
   beam_size = beam_size or translator.search.beam_size
   ids = translator.source_ids(text.lines)

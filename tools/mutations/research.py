@@ -113,6 +113,14 @@ MUTATIONS = (
     ("tests/test_bench_real_text.py",),
   ),
   M(
+    "bench_one_batch_row_decodes_two",
+    "t2t-bench's 'one batch at a time' row decodes one batch at a time",
+    "t2t_jax/bench/real_text.py",
+    "one.search, one.batch_threads = first.search, 1",
+    "one.search, one.batch_threads = first.search, first.batch_threads",
+    ("tests/test_bench_real_text.py",),
+  ),
+  M(
     "compile_seconds_summed",
     "t2t-bench's compile seconds add up compilations that ran at once (two batch threads)",
     "t2t_jax/compilation.py",
