@@ -337,8 +337,8 @@ def t2t_systems(
       load_s = time.perf_counter() - start
   first = translators[T2T]
   if threads >= 2 and first.batch_threads >= 2:
-    one = Translator.from_workdir(workdir, checkpoint, dtypes[0], batch_tokens=batch_tokens)
-    one.search, one.batch_threads = first.search, 1
+    # The same model, parameters and settings (an ensemble of one), read once.
+    one = Translator.ensemble([first], batch_threads=1)
     translators[f"{T2T} {one.model.config.dtype}, {ONE_BATCH}"] = one
   return translators, load_s
 

@@ -116,8 +116,8 @@ MUTATIONS = (
     "bench_one_batch_row_decodes_two",
     "t2t-bench's 'one batch at a time' row decodes one batch at a time",
     "t2t_jax/bench/real_text.py",
-    "one.search, one.batch_threads = first.search, 1",
-    "one.search, one.batch_threads = first.search, first.batch_threads",
+    "one = Translator.ensemble([first], batch_threads=1)",
+    "one = Translator.ensemble([first])",
     ("tests/test_bench_real_text.py",),
   ),
   M(
